@@ -1,0 +1,334 @@
+#include "core/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace trident {
+namespace {
+
+// ---- Text <-> value, strict: the whole text must be consumed. ----
+
+template <typename T>
+bool parse_value(const std::string& text, T& out);
+
+template <>
+bool parse_value(const std::string& text, int64_t& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+template <>
+bool parse_value(const std::string& text, uint64_t& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+template <>
+bool parse_value(const std::string& text, double& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && std::isfinite(out);
+}
+
+template <>
+bool parse_value(const std::string& text, bool& out) {
+  if (text == "true" || text == "True" || text == "yes" || text == "on") return out = true, true;
+  if (text == "false" || text == "False" || text == "no" || text == "off") return out = false, true;
+  return false;
+}
+
+template <>
+bool parse_value(const std::string& text, std::string& out) {
+  out = text;
+  return true;
+}
+
+std::string format_value(int64_t v) { return std::to_string(v); }
+std::string format_value(uint64_t v) { return std::to_string(v); }
+std::string format_value(bool v) { return v ? "true" : "false"; }
+std::string format_value(const std::string& v) {
+  std::string quoted = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+std::string format_value(double v) {
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
+  return std::string(buffer, end);
+}
+
+// ---- Rules: what a value must be, with the words used in the error. ----
+
+template <typename T>
+struct Rule {
+  std::string expected;  // "a positive integer"
+  std::function<bool(const T&)> accepts = [](const T&) { return true; };
+};
+
+Rule<int64_t> at_least(int64_t low) {
+  if (low == 1) return {"a positive integer", [](const int64_t& v) { return v >= 1; }};
+  return {str("an integer >= ", low), [low](const int64_t& v) { return v >= low; }};
+}
+Rule<int64_t> between(int64_t low, int64_t high) {
+  return {str("an integer from ", low, " to ", high),
+          [=](const int64_t& v) { return v >= low && v <= high; }};
+}
+Rule<double> positive_number() {
+  return {"a number > 0", [](const double& v) { return v > 0; }};
+}
+Rule<double> non_negative_number() {
+  return {"a number >= 0", [](const double& v) { return v >= 0; }};
+}
+Rule<double> fraction_below_one() {
+  return {"a number in [0, 1)", [](const double& v) { return v >= 0 && v < 1; }};
+}
+Rule<std::string> one_of(std::vector<std::string> allowed) {
+  return {"one of " + join(allowed, ", "), [allowed](const std::string& v) {
+            for (const auto& a : allowed)
+              if (a == v) return true;
+            return false;
+          }};
+}
+template <typename T>
+Rule<T> any(std::string expected) {
+  return {std::move(expected)};
+}
+
+// ---- The schema. ----
+
+struct Field {
+  std::string key;
+  std::function<void(Config&, const std::string&)> set;
+  std::function<std::string(const Config&)> get;
+};
+
+// `member` maps a Config to the field's storage; it is called with both const and mutable.
+template <typename T, typename Member>
+Field field(std::string key, Member member, Rule<T> rule) {
+  Field f;
+  f.key = key;
+  f.set = [key, member, rule](Config& config, const std::string& text) {
+    T value{};
+    if (!parse_value(text, value) || !rule.accepts(value))
+      fail("config key '", key, "': expected ", rule.expected, ", got '", text, "'");
+    member(config) = value;
+  };
+  f.get = [member](const Config& config) { return format_value(member(config)); };
+  return f;
+}
+
+#define TRIDENT_MEMBER(path) [](auto& c) -> auto& { return c.path; }
+
+const std::vector<Field>& schema() {
+  static const std::vector<Field> fields = {
+      field("model.num_layers", TRIDENT_MEMBER(model.num_layers), at_least(1)),
+      field("model.hidden_size", TRIDENT_MEMBER(model.hidden_size), at_least(1)),
+      field("model.num_attention_heads", TRIDENT_MEMBER(model.num_attention_heads), at_least(1)),
+      field("model.ffn_hidden_size", TRIDENT_MEMBER(model.ffn_hidden_size), at_least(0)),
+      field("model.seq_length", TRIDENT_MEMBER(model.seq_length), at_least(1)),
+      field("model.vocab_size", TRIDENT_MEMBER(model.vocab_size), at_least(2)),
+      field("model.make_vocab_size_divisible_by",
+            TRIDENT_MEMBER(model.make_vocab_size_divisible_by), at_least(1)),
+      field("model.hidden_dropout", TRIDENT_MEMBER(model.hidden_dropout), fraction_below_one()),
+      field("model.attention_dropout", TRIDENT_MEMBER(model.attention_dropout),
+            fraction_below_one()),
+      field("model.init_method_std", TRIDENT_MEMBER(model.init_method_std), positive_number()),
+      field("model.layernorm_epsilon", TRIDENT_MEMBER(model.layernorm_epsilon), positive_number()),
+
+      field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), at_least(1)),
+      field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
+      field("parallel.data", TRIDENT_MEMBER(parallel.data),
+            Rule<int64_t>{"a positive integer or 0 (auto)",
+                          [](const int64_t& v) { return v >= 0; }}),
+      field("parallel.virtual_stages", TRIDENT_MEMBER(parallel.virtual_stages), at_least(1)),
+      field("parallel.sequence_parallel", TRIDENT_MEMBER(parallel.sequence_parallel),
+            any<bool>("true or false")),
+      field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 2)),
+      field("parallel.schedule", TRIDENT_MEMBER(parallel.schedule),
+            one_of({"gpipe", "1f1b", "interleaved_1f1b"})),
+
+      field("batch.micro_batch_size", TRIDENT_MEMBER(batch.micro_batch_size), at_least(1)),
+      field("batch.global_batch_size", TRIDENT_MEMBER(batch.global_batch_size), at_least(1)),
+
+      field("precision", TRIDENT_MEMBER(precision), one_of({"fp32", "fp64", "bf16", "fp16"})),
+      field("recompute", TRIDENT_MEMBER(recompute), one_of({"none", "selective", "full"})),
+
+      field("optimizer.lr", TRIDENT_MEMBER(optimizer.lr), positive_number()),
+      field("optimizer.min_lr", TRIDENT_MEMBER(optimizer.min_lr), non_negative_number()),
+      field("optimizer.warmup_iters", TRIDENT_MEMBER(optimizer.warmup_iters), at_least(0)),
+      field("optimizer.decay_iters", TRIDENT_MEMBER(optimizer.decay_iters), at_least(0)),
+      field("optimizer.decay_style", TRIDENT_MEMBER(optimizer.decay_style),
+            one_of({"cosine", "linear", "constant"})),
+      field("optimizer.weight_decay", TRIDENT_MEMBER(optimizer.weight_decay),
+            non_negative_number()),
+      field("optimizer.beta1", TRIDENT_MEMBER(optimizer.beta1), fraction_below_one()),
+      field("optimizer.beta2", TRIDENT_MEMBER(optimizer.beta2), fraction_below_one()),
+      field("optimizer.eps", TRIDENT_MEMBER(optimizer.eps), positive_number()),
+      field("optimizer.clip_grad", TRIDENT_MEMBER(optimizer.clip_grad), non_negative_number()),
+
+      field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
+      field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
+      field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
+
+      field("train.iters", TRIDENT_MEMBER(train.iters), at_least(1)),
+      field("train.seed", TRIDENT_MEMBER(train.seed), any<uint64_t>("a non-negative integer")),
+      field("train.log_interval", TRIDENT_MEMBER(train.log_interval), at_least(1)),
+      field("train.eval_interval", TRIDENT_MEMBER(train.eval_interval), at_least(0)),
+      field("train.eval_iters", TRIDENT_MEMBER(train.eval_iters), at_least(1)),
+      field("train.save_interval", TRIDENT_MEMBER(train.save_interval), at_least(0)),
+      field("train.checkpoint_dir", TRIDENT_MEMBER(train.checkpoint_dir),
+            any<std::string>("a directory")),
+      field("train.keep_checkpoints", TRIDENT_MEMBER(train.keep_checkpoints), at_least(1)),
+      field("train.resume", TRIDENT_MEMBER(train.resume), any<bool>("true or false")),
+      field("train.metrics_file", TRIDENT_MEMBER(train.metrics_file), any<std::string>("a file")),
+      field("train.device", TRIDENT_MEMBER(train.device), one_of({"cpu", "cuda"})),
+      field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
+      field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
+  };
+  return fields;
+}
+
+#undef TRIDENT_MEMBER
+
+const Field& find_field(const std::string& key) {
+  for (const auto& f : schema())
+    if (f.key == key) return f;
+  std::string suggestion = closest_match(key, Config::keys());
+  if (!suggestion.empty()) fail("unknown config key '", key, "'; did you mean '", suggestion, "'?");
+  fail("unknown config key '", key, "'; valid keys: ", join(Config::keys(), ", "));
+}
+
+// Flattens {section: {key: scalar}} and top-level scalars into "section.key" -> text.
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& item : node) {
+    std::string key = prefix.empty() ? item.first.as<std::string>()
+                                     : prefix + "." + item.first.as<std::string>();
+    const YAML::Node& value = item.second;
+    if (value.IsMap() && prefix.empty()) {
+      flatten(value, key, out);
+    } else if (value.IsScalar() || value.IsNull()) {
+      out.emplace_back(key, value.IsNull() ? "" : value.Scalar());
+    } else {
+      find_field(key);  // an unknown key is the better error
+      fail("config key '", key, "': expected a single value, got a ",
+           value.IsMap() ? "mapping" : "list");
+    }
+  }
+}
+
+}  // namespace
+
+int64_t ModelConfig::padded_vocab(int64_t tensor_parallel) const {
+  int64_t multiple = make_vocab_size_divisible_by * tensor_parallel;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+std::vector<std::string> Config::keys() {
+  std::vector<std::string> out;
+  for (const auto& f : schema()) out.push_back(f.key);
+  return out;
+}
+
+void Config::set(const std::string& key, const std::string& value) {
+  find_field(key).set(*this, value);
+}
+
+std::string Config::get(const std::string& key) const { return find_field(key).get(*this); }
+
+Config Config::parse(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                     const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(source, ": not valid YAML: ", e.what());
+  }
+  if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a mapping of config sections");
+
+  Config config;
+  std::vector<std::pair<std::string, std::string>> entries;
+  if (root.IsMap()) flatten(root, "", entries);
+  for (const auto& [key, value] : entries) {
+    try {
+      config.set(key, value);
+    } catch (const Error& e) {
+      fail(source, ": ", e.what());
+    }
+  }
+  for (const auto& item : overrides) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail("override '", item, "': expected section.key=value");
+    config.set(item.substr(0, eq), item.substr(eq + 1));
+  }
+  config.validate();
+  return config;
+}
+
+Config Config::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  std::ifstream in(yaml_path);
+  if (!in) fail("config file '", yaml_path, "' cannot be read");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(text, overrides, yaml_path);
+}
+
+void Config::validate() const {
+  const auto& m = model;
+  if (m.hidden_size % m.num_attention_heads != 0)
+    fail("model.hidden_size (", m.hidden_size, ") must be divisible by model.num_attention_heads (",
+         m.num_attention_heads, ")");
+  const auto& p = parallel;
+  for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
+                             std::pair{"model.hidden_size", m.hidden_size},
+                             std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})
+    if (value % p.tensor != 0)
+      fail(name, " (", value, ") must be divisible by parallel.tensor (", p.tensor, ")");
+  if (p.sequence_parallel && m.seq_length % p.tensor != 0)
+    fail("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
+         ") with parallel.sequence_parallel");
+  if ((p.schedule == "interleaved_1f1b") != (p.virtual_stages > 1))
+    fail("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
+         p.schedule, " with ", p.virtual_stages, " virtual stages)");
+  if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
+    fail("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
+         "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");
+  if (batch.global_batch_size % batch.micro_batch_size != 0)
+    fail("batch.global_batch_size (", batch.global_batch_size,
+         ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");
+  if (optimizer.min_lr > optimizer.lr)
+    fail("optimizer.min_lr (", optimizer.min_lr, ") must not exceed optimizer.lr (", optimizer.lr,
+         ")");
+  if (data.type == "indexed" && data.path.empty())
+    fail("data.path is empty: give the prefix of a .bin/.idx pair (tools/preprocess makes one) ",
+         "or set data.type=synthetic");
+  if (train.eval_interval > 0 && data.valid_fraction <= 0)
+    fail("train.eval_interval is set but data.valid_fraction is 0: there is no validation data");
+}
+
+std::string Config::to_yaml() const {
+  std::string out;
+  std::string section;
+  for (const auto& f : schema()) {
+    auto dot = f.key.find('.');
+    std::string this_section = dot == std::string::npos ? "" : f.key.substr(0, dot);
+    if (this_section != section && !this_section.empty()) out += this_section + ":\n";
+    section = this_section;
+    out += (this_section.empty() ? "" : "  ") + f.key.substr(dot + 1) + ": " + f.get(*this) + "\n";
+  }
+  return out;
+}
+
+}  // namespace trident

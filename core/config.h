@@ -1,0 +1,110 @@
+// Typed training configuration: YAML file + `section.key=value` overrides, validated.
+//
+// Every key has one entry in the schema (config.cpp); parsing, overriding, printing and
+// "did you mean" all go through it, so a new key is one line there plus a field here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct ModelConfig {
+  int64_t num_layers = 4;
+  int64_t hidden_size = 128;
+  int64_t num_attention_heads = 4;
+  int64_t ffn_hidden_size = 0;  // 0 means 4 * hidden_size
+  int64_t seq_length = 128;
+  int64_t vocab_size = 256;
+  int64_t make_vocab_size_divisible_by = 128;  // padded per TP rank as Megatron does
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+  double init_method_std = 0.02;
+  double layernorm_epsilon = 1e-5;
+
+  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tensor_parallel.
+  int64_t padded_vocab(int64_t tensor_parallel = 1) const;
+};
+
+struct ParallelConfig {
+  int64_t tensor = 1;
+  int64_t pipeline = 1;
+  int64_t data = 0;  // 0 means "auto": world_size / (tensor * pipeline)
+  int64_t virtual_stages = 1;
+  bool sequence_parallel = false;
+  int64_t zero_stage = 0;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
+};
+
+struct BatchConfig {
+  int64_t micro_batch_size = 4;
+  int64_t global_batch_size = 16;
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_iters = 0;
+  int64_t decay_iters = 0;  // 0 means train.iters
+  std::string decay_style = "cosine";  // cosine | linear | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double clip_grad = 1.0;  // 0 disables clipping
+};
+
+struct DataConfig {
+  std::string type = "indexed";  // indexed | synthetic
+  std::string path;              // prefix of <path>.bin / <path>.idx
+  double valid_fraction = 0.05;
+};
+
+struct TrainConfig {
+  int64_t iters = 100;
+  uint64_t seed = 1234;
+  int64_t log_interval = 1;
+  int64_t eval_interval = 0;  // 0 disables validation
+  int64_t eval_iters = 4;
+  int64_t save_interval = 0;  // 0: save only at the end (when checkpoint_dir is set)
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t keep_checkpoints = 2;
+  bool resume = true;          // continue from checkpoint_dir/latest when it exists
+  std::string metrics_file;    // JSON lines, one object per iteration
+  std::string device = "cpu";  // cpu | cuda
+  double peak_tflops = 0.0;    // per device, for MFU; 0 means look it up or leave MFU out
+  int64_t threads = 0;         // intra-op threads on CPU; 0 leaves LibTorch's default
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  BatchConfig batch;
+  std::string precision = "fp32";  // fp32 | fp64 | bf16 | fp16
+  std::string recompute = "none";  // none | selective | full
+  OptimizerConfig optimizer;
+  DataConfig data;
+  TrainConfig train;
+
+  // Reads a YAML file, then applies `section.key=value` overrides in order, then validate().
+  static Config load(const std::string& yaml_path, const std::vector<std::string>& overrides = {});
+  // The same from YAML text (tests, checkpoints).
+  static Config parse(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
+                      const std::string& source = "<config>");
+
+  // Sets one key from its text form; throws Error naming the key on a bad key or value.
+  void set(const std::string& key, const std::string& value);
+  // The value of one key in text form (as it would be written in YAML).
+  std::string get(const std::string& key) const;
+  // Checks relations between keys that do not depend on the world size.
+  void validate() const;
+  // Nested YAML of every key, loadable by parse().
+  std::string to_yaml() const;
+
+  static std::vector<std::string> keys();
+};
+
+}  // namespace trident

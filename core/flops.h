@@ -1,0 +1,41 @@
+// Parameter counts and training FLOPs of a GPT. Pure arithmetic; sources beside each formula.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace trident {
+
+// Exact parameter count of trident's GPT (tied embedding, learned positions, biases, 2 LayerNorms
+// per block plus the final one) for a vocabulary of `vocab` rows.
+int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab);
+
+// Narayanan et al. 2021 (arXiv 2104.04473), eq. for GPT with ffn = 4h:
+// P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)). It leaves out the final LayerNorm (2h).
+double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq);
+
+// FLOPs of one training iteration over `global_batch` sequences, counting a multiply-add as 2.
+struct IterationFlops {
+  double model = 0;     // forward + backward, no recomputation (what MFU is measured against)
+  double hardware = 0;  // plus the forward work that activation recomputation repeats
+  double six_pd = 0;    // 6 * parameters * tokens (Kaplan et al. 2020)
+};
+
+// Per layer and sequence, with ffn f: forward = 8 s h^2 + 4 s h f (the matrices) + 4 s^2 h
+// (QK^T and attention-times-V); logits 2 s h V; backward = 2x forward. Full recompute adds one
+// more forward of every layer, selective only the attention core. For f = 4h this is Megatron's
+// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) and, with full recompute, 96 B s l h^2 (1 + s/(6h) +
+// V/(16 l h)) (Narayanan et al. 2021, appendix; Korthikanti et al. 2022).
+IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
+                               const std::string& recompute);
+
+// Closed forms of the two Megatron formulas above, for tests and the planner.
+double megatron_flops(int64_t batch, int64_t seq, int64_t layers, int64_t hidden, int64_t vocab,
+                      bool full_recompute);
+
+// Dense bf16 peak of a known accelerator, by (substring of) its name, in TFLOP/s; 0 if unknown.
+double known_peak_tflops(const std::string& device_name);
+
+}  // namespace trident

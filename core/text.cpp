@@ -1,0 +1,59 @@
+#include "core/text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace trident {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), 0);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(3, word.size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    size_t distance = edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+std::string si_units(double value, int precision) {
+  static const char* prefixes[] = {"", " K", " M", " G", " T", " P", " E"};
+  int index = 0;
+  while (std::fabs(value) >= 1000.0 && index < 6) {
+    value /= 1000.0;
+    ++index;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*g%s", precision, value, prefixes[index]);
+  return buffer;
+}
+
+}  // namespace trident

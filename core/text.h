@@ -1,0 +1,20 @@
+// Small string helpers shared by config parsing and error messages.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+// The candidate closest to `word`, or "" when none is plausibly a typo of it.
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator);
+
+// Human-readable quantities: 1.23e9 -> "1.23 G".
+std::string si_units(double value, int precision = 3);
+
+}  // namespace trident

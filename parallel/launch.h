@@ -1,0 +1,29 @@
+// Who am I in the job: rank, world size and local rank, from the launcher's environment.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace trident {
+
+struct LaunchInfo {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  int64_t local_world_size = 1;
+  std::string master_addr;  // torchrun only
+  int64_t master_port = 0;  // torchrun only
+  bool agent_store = false; // TORCHELASTIC_USE_AGENT_STORE: every rank is a TCPStore client
+  std::string launcher = "single process";  // torchrun | mpirun | slurm | single process
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Reads, in this order, torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE) and SLURM
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); none of them means a single process.
+// Partial or inconsistent variables throw Error naming them.
+LaunchInfo detect_launch(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
+
+}  // namespace trident

@@ -1,0 +1,101 @@
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/error.h"
+
+using trident::Config;
+
+namespace {
+
+// The message of the Error that `body` throws, or "" when it throws none.
+template <typename Body>
+std::string error_of(Body body) {
+  try {
+    body();
+  } catch (const trident::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr const char* kSynthetic = "data:\n  type: synthetic\n";
+
+}  // namespace
+
+TEST(Config, ParsesSectionsAndOverrides) {
+  Config c = Config::parse(std::string(kSynthetic) +
+                               "model:\n  num_layers: 6\n  hidden_size: 96\n"
+                               "  num_attention_heads: 3\nprecision: fp64\n",
+                           {"train.iters=7", "optimizer.lr=3e-4", "model.num_layers=2"});
+  EXPECT_EQ(c.model.num_layers, 2);  // the override wins over the file
+  EXPECT_EQ(c.model.hidden_size, 96);
+  EXPECT_EQ(c.model.ffn(), 384);
+  EXPECT_EQ(c.precision, "fp64");
+  EXPECT_EQ(c.train.iters, 7);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+}
+
+TEST(Config, UnknownKeySuggestsClosest) {
+  auto message = error_of([] { Config::parse(std::string(kSynthetic) + "model:\n  num_layer: 2\n"); });
+  EXPECT_NE(message.find("unknown config key 'model.num_layer'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'model.num_layers'"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"optimiser.lr=1"}); });
+  EXPECT_NE(message.find("did you mean 'optimizer.lr'"), std::string::npos) << message;
+}
+
+TEST(Config, WrongTypesNameTheKeyAndExpectation) {
+  auto message = error_of([] { Config::parse(kSynthetic, {"model.hidden_size=big"}); });
+  EXPECT_NE(message.find("'model.hidden_size': expected a positive integer, got 'big'"),
+            std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"precision=fp8"}); });
+  EXPECT_NE(message.find("expected one of fp32, fp64, bf16, fp16"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"model.hidden_dropout=1.5"}); });
+  EXPECT_NE(message.find("model.hidden_dropout"), std::string::npos) << message;
+  message = error_of([] { Config::parse(std::string(kSynthetic) + "batch:\n  micro_batch_size: [1, 2]\n"); });
+  EXPECT_NE(message.find("'batch.micro_batch_size': expected a single value"), std::string::npos)
+      << message;
+  message = error_of([] { Config::parse(kSynthetic, {"train.iters"}); });
+  EXPECT_NE(message.find("expected section.key=value"), std::string::npos) << message;
+}
+
+TEST(Config, ImpossibleCombinationsAreRejected) {
+  auto message = error_of([] { Config::parse(kSynthetic, {"model.num_attention_heads=5"}); });
+  EXPECT_NE(message.find("model.hidden_size (128) must be divisible by model.num_attention_heads (5)"),
+            std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"batch.global_batch_size=10"}); });
+  EXPECT_NE(message.find("batch.global_batch_size (10) must be a multiple of batch.micro_batch_size (4)"),
+            std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"optimizer.min_lr=1"}); });
+  EXPECT_NE(message.find("optimizer.min_lr"), std::string::npos) << message;
+  message = error_of([] { Config::parse(""); });
+  EXPECT_NE(message.find("data.path is empty"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"parallel.tensor=3"}); });
+  EXPECT_NE(message.find("must be divisible by parallel.tensor (3)"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"parallel.virtual_stages=2"}); });
+  EXPECT_NE(message.find("interleaved_1f1b"), std::string::npos) << message;
+}
+
+TEST(Config, FileErrorsNameTheFile) {
+  auto message = error_of([] { Config::load("/nonexistent/x.yaml"); });
+  EXPECT_NE(message.find("'/nonexistent/x.yaml' cannot be read"), std::string::npos) << message;
+  message = error_of([] { Config::parse("model: [unclosed", {}, "bad.yaml"); });
+  EXPECT_NE(message.find("bad.yaml: not valid YAML"), std::string::npos) << message;
+  message = error_of([] { Config::parse("model:\n  layers: 2\n", {}, "typo.yaml"); });
+  EXPECT_EQ(message.rfind("typo.yaml: unknown config key 'model.layers'", 0), 0u) << message;
+}
+
+TEST(Config, YamlRoundTripKeepsEveryKey) {
+  Config c = Config::parse(kSynthetic, {"data.path=dir with space/x:y", "train.seed=42",
+                                        "optimizer.eps=1.5e-7", "parallel.sequence_parallel=true"});
+  Config back = Config::parse(c.to_yaml());
+  for (const auto& key : Config::keys()) EXPECT_EQ(back.get(key), c.get(key)) << key;
+}
+
+TEST(Config, PaddedVocabularyFollowsMegatron) {
+  trident::ModelConfig m;
+  m.vocab_size = 50257;
+  EXPECT_EQ(m.padded_vocab(1), 50304);  // GPT-2's vocabulary padded to a multiple of 128
+  EXPECT_EQ(m.padded_vocab(8), 51200);  // multiple of 128 * 8
+  m.vocab_size = 256;
+  EXPECT_EQ(m.padded_vocab(1), 256);
+}

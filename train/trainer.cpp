@@ -1,0 +1,259 @@
+#include "train/trainer.h"
+
+#include <torch/cuda.h>
+#include <torch/optim/adamw.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/flops.h"
+#include "core/json_line.h"
+#include "core/logging.h"
+#include "core/text.h"
+#include "core/timer.h"
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/lr_schedule.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+
+namespace trident {
+namespace {
+
+torch::Dtype parameter_dtype(const std::string& precision) {
+  if (precision == "fp64") return torch::kDouble;
+  if (precision == "fp32") return torch::kFloat;
+  fail("precision=", precision, " is not available yet: this build trains in fp32 or fp64");
+}
+
+torch::Device training_device(const std::string& device, const LaunchInfo& launch) {
+  if (device == "cpu") return torch::kCPU;
+  if (!torch::cuda::is_available())
+    fail("train.device=cuda, but this LibTorch has no CUDA or sees no GPU; use train.device=cpu");
+  return torch::Device(torch::kCUDA, int(launch.local_rank % torch::cuda::device_count()));
+}
+
+// Everything that can be checked without building the model, so bad input fails fast.
+void check_supported(const Config& config, const Layout& layout) {
+  if (layout.world_size > 1)
+    fail("this build trains in a single process, but the launcher started ", layout.world_size,
+         " (run `train` without mpirun/torchrun)");
+  if (config.recompute != "none")
+    fail("recompute=", config.recompute, " is not available yet; use recompute=none");
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config, const LaunchInfo& launch)
+    : config_(std::move(config)),
+      layout_(resolve_layout(config_, launch.world_size)),
+      device_(training_device(config_.train.device, launch)),
+      dtype_(parameter_dtype(config_.precision)),
+      vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
+  log::set_primary(launch.rank == 0);
+  check_supported(config_, layout_);
+  if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));
+  peak_tflops_ = config_.train.peak_tflops;
+
+  data_ = std::make_unique<GPTData>(config_);
+
+  TrainingProgress progress;
+  std::string resume_from;
+  if (!config_.train.checkpoint_dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
+    const int64_t latest = checkpoints_->latest();
+    if (latest >= 0 && !config_.train.resume)
+      fail("train.checkpoint_dir '", checkpoints_->dir(), "' already holds checkpoints (latest: ",
+           "iteration ", latest, "); set train.resume=true to continue from it or choose another ",
+           "directory");
+    for (int64_t saved : checkpoints_->iterations())
+      if (saved > latest)
+        fail("train.checkpoint_dir '", checkpoints_->dir(), "' holds '", checkpoints_->path(saved),
+             "', newer than its `latest` pointer; this run would overwrite it. Move it away or ",
+             "choose another directory");
+    if (latest >= 0) {
+      resume_from = checkpoints_->path(latest);
+      progress = read_progress(resume_from, config_);
+    }
+  }
+
+  torch::manual_seed(config_.train.seed);
+  model_ = GPT(config_.model, vocab_);
+  model_->to(dtype_);
+  model_->initialize(config_.train.seed);
+  model_->to(device_);
+  params_ = model_->parameters();
+  optimizer_ = make_adamw(params_, config_.optimizer);
+
+  if (!resume_from.empty()) {
+    read_checkpoint(resume_from, *model_, *optimizer_);
+    iteration_ = last_saved_ = progress.iteration;
+    consumed_samples_ = progress.consumed_samples;
+    log::info(str("resumed from ", resume_from, " at iteration ", iteration_, " (",
+                  consumed_samples_, " samples consumed)"));
+  }
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::on_iteration(std::function<void(const IterationMetrics&)> callback) {
+  callbacks_.push_back(std::move(callback));
+}
+
+IterationMetrics Trainer::step() {
+  Stopwatch stopwatch;
+  model_->train();
+  const auto& batch = config_.batch;
+  const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
+  set_learning_rate(*optimizer_, lr);
+  optimizer_->zero_grad();
+
+  auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  for (int64_t m = 0; m < layout_.micro_batches; ++m) {
+    Batch micro = data_->train->batch(
+        sample_position(consumed_samples_, m, batch.micro_batch_size, 0, layout_.data),
+        batch.micro_batch_size);
+    // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the global mean.
+    auto loss = model_->loss(micro.tokens.to(device_), micro.targets.to(device_)) /
+                double(layout_.micro_batches);
+    loss.backward();
+    loss_sum += loss.detach().to(torch::kDouble);
+  }
+  const double grad_norm = std::sqrt(grad_square_sum(params_).item<double>());
+  clip_grads(params_, grad_norm, config_.optimizer.clip_grad);
+  optimizer_->step();
+
+  ++iteration_;
+  consumed_samples_ += batch.global_batch_size;
+
+  IterationMetrics m;
+  m.loss = loss_sum.item<double>();  // the one host synchronisation of the step
+  m.elapsed_ms = stopwatch.elapsed_ms();
+  m.iteration = iteration_;
+  m.consumed_samples = consumed_samples_;
+  m.learning_rate = lr;
+  m.grad_norm = grad_norm;
+  const double seconds = m.elapsed_ms / 1e3;
+  m.tokens_per_second = double(batch.global_batch_size * config_.model.seq_length) / seconds;
+  const IterationFlops flops =
+      iteration_flops(config_.model, vocab_, batch.global_batch_size, config_.recompute);
+  const double per_device = 1e12 * seconds * double(layout_.world_size);
+  m.tflops_6pd = flops.six_pd / per_device;
+  m.tflops_model = flops.model / per_device;
+  m.tflops_hardware = flops.hardware / per_device;
+  if (peak_tflops_ > 0) m.mfu = m.tflops_model / peak_tflops_;
+  return m;
+}
+
+double Trainer::evaluate() {
+  if (!data_->valid) fail("evaluate() needs validation data: set data.valid_fraction > 0");
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const auto& batch = config_.batch;
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
+    for (int64_t m = 0; m < layout_.micro_batches; ++m) {
+      Batch micro = data_->valid->batch(
+          sample_position(i * batch.global_batch_size, m, batch.micro_batch_size, 0, layout_.data),
+          batch.micro_batch_size);
+      total += model_->loss(micro.tokens.to(device_), micro.targets.to(device_)).item<double>();
+      ++count;
+    }
+  }
+  return total / double(count);
+}
+
+void Trainer::save_checkpoint() {
+  if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
+  TrainingProgress progress{iteration_, consumed_samples_};
+  checkpoints_->save(
+      iteration_,
+      [&](const std::string& folder) {
+        write_checkpoint(folder, *model_, *optimizer_, progress, config_);
+      },
+      config_.train.keep_checkpoints);
+  last_saved_ = iteration_;
+  log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
+}
+
+void Trainer::log_start() const {
+  const auto& m = config_.model;
+  log::info(str("trident: ", layout_.world_size, " process(es), TP ", layout_.tensor, " x PP ",
+                layout_.pipeline, " x DP ", layout_.data, ", ", layout_.micro_batches,
+                " micro-batch(es) of ", config_.batch.micro_batch_size, " per iteration, ",
+                config_.precision, " on ", device_.str()));
+  log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ",
+                m.num_attention_heads, " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ",
+                m.vocab_size, " padded to ", vocab_, " (multiple of ",
+                m.make_vocab_size_divisible_by, " x TP ", layout_.tensor, "): ",
+                si_units(double(gpt_parameter_count(m, vocab_))), " parameters"));
+  const IterationFlops flops =
+      iteration_flops(m, vocab_, config_.batch.global_batch_size, config_.recompute);
+  log::info(str("FLOPs per iteration: ", si_units(flops.model), " (model), ",
+                si_units(flops.six_pd), " (6PD); peak per device: ",
+                peak_tflops_ > 0 ? si_units(peak_tflops_) + " TFLOP/s" : std::string("unknown, no MFU")));
+  log::info(str("data: ", data_->stream->describe(), "; ", data_->train->size(), " train / ",
+                data_->valid ? data_->valid->size() : 0, " validation samples"));
+}
+
+void Trainer::log_iteration(const IterationMetrics& m) const {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "iter %lld/%lld | samples %lld | %.1f ms | %.0f tok/s | lr %.3e | loss %.4f | "
+                "grad_norm %.3f | TFLOPS/device 6PD %.3f megatron %.3f",
+                static_cast<long long>(m.iteration), static_cast<long long>(config_.train.iters),
+                static_cast<long long>(m.consumed_samples), m.elapsed_ms, m.tokens_per_second,
+                m.learning_rate, m.loss, m.grad_norm, m.tflops_6pd, m.tflops_model);
+  std::string text = line;
+  if (config_.recompute != "none") text += str(" (hardware ", m.tflops_hardware, ")");
+  if (!std::isnan(m.mfu)) text += str(" | MFU ", std::round(m.mfu * 1000) / 10, "%");
+  if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
+  log::info(text);
+}
+
+void Trainer::train() {
+  const auto& t = config_.train;
+  log_start();
+  if (iteration_ >= t.iters) {
+    log::info(str("already at iteration ", iteration_, ", train.iters=", t.iters, ": nothing to do"));
+    return;
+  }
+  std::ofstream metrics;
+  if (!t.metrics_file.empty() && log::primary()) {
+    // A resumed run continues the file; a fresh one starts it anew.
+    metrics.open(t.metrics_file, iteration_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written");
+  }
+  while (iteration_ < t.iters) {
+    IterationMetrics m = step();
+    if (t.eval_interval > 0 && (m.iteration % t.eval_interval == 0 || m.iteration == t.iters))
+      m.valid_loss = evaluate();
+    if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
+      log_iteration(m);
+    if (metrics.is_open()) {
+      JsonLine json;
+      json.add("iteration", m.iteration)
+          .add("consumed_samples", m.consumed_samples)
+          .add("loss", m.loss)
+          .add("lr", m.learning_rate)
+          .add("grad_norm", m.grad_norm)
+          .add("elapsed_ms", m.elapsed_ms)
+          .add("tokens_per_s", m.tokens_per_second)
+          .add("tflops_6pd", m.tflops_6pd)
+          .add("tflops_model", m.tflops_model)
+          .add("tflops_hardware", m.tflops_hardware);
+      if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
+      if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
+      metrics << json.str() << "\n" << std::flush;
+    }
+    for (const auto& callback : callbacks_) callback(m);
+    if (checkpoints_ && t.save_interval > 0 && m.iteration % t.save_interval == 0) save_checkpoint();
+  }
+  if (checkpoints_ && last_saved_ != iteration_) save_checkpoint();
+}
+
+}  // namespace trident

@@ -1,0 +1,86 @@
+// The training loop as a library: build from a Config, then train() or step() yourself.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/config.h"
+#include "model/gpt.h"
+#include "parallel/launch.h"
+#include "parallel/layout.h"
+
+namespace torch::optim {
+class AdamW;
+}
+
+namespace trident {
+
+struct GPTData;
+class CheckpointStore;
+
+struct IterationMetrics {
+  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  int64_t iteration = 0;         // completed iterations, counting this one
+  int64_t consumed_samples = 0;  // after this iteration
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;          // before clipping
+  double elapsed_ms = 0;
+  double tokens_per_second = 0;
+  double tflops_6pd = 0;         // per device, 6 * parameters * tokens
+  double tflops_model = 0;       // per device, Megatron formula without recompute
+  double tflops_hardware = 0;    // per device, recomputed forward work included
+  double mfu = kUnknown;         // tflops_model / device peak, when the peak is known
+  double valid_loss = kUnknown;  // set on validation iterations
+};
+
+class Trainer {
+ public:
+  // Checks the config, the launch environment, the data and the checkpoint folder (in that
+  // order, before building anything heavy), then builds the model and optimizer, resuming
+  // from train.checkpoint_dir when it holds a checkpoint and train.resume is set.
+  explicit Trainer(Config config, const LaunchInfo& launch = detect_launch());
+  ~Trainer();
+
+  // Iterates up to train.iters, logging, validating and checkpointing as configured.
+  void train();
+  // One iteration: M micro-batches forward and backward, clip, AdamW step.
+  IterationMetrics step();
+  // Mean validation loss over train.eval_iters global batches (the same batches every call).
+  double evaluate();
+  void save_checkpoint();
+
+  // Called after every iteration of train(), validation included.
+  void on_iteration(std::function<void(const IterationMetrics&)> callback);
+
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  const Config& config() const { return config_; }
+  const Layout& layout() const { return layout_; }
+  GPT& model() { return model_; }
+  int64_t padded_vocab() const { return vocab_; }
+
+ private:
+  void log_start() const;
+  void log_iteration(const IterationMetrics& m) const;
+
+  Config config_;
+  Layout layout_;
+  torch::Device device_;
+  torch::Dtype dtype_;
+  int64_t vocab_;
+  std::unique_ptr<GPTData> data_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  GPT model_{nullptr};
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t last_saved_ = -1;
+  double peak_tflops_ = 0;
+  std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
+};
+
+}  // namespace trident

@@ -1,22 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "core/config.h"
-#include "core/error.h"
+#include "tests/helpers.h"
 
 using trident::Config;
+using trident::testing::error_of;
 
 namespace {
-
-// The message of the Error that `body` throws, or "" when it throws none.
-template <typename Body>
-std::string error_of(Body body) {
-  try {
-    body();
-  } catch (const trident::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 constexpr const char* kSynthetic = "data:\n  type: synthetic\n";
 

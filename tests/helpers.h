@@ -1,0 +1,48 @@
+// Shared test helpers: error capture, scratch directories, small datasets.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/indexed_dataset.h"
+
+namespace trident::testing {
+
+// The message of the trident::Error that `body` throws; fails the test when it throws none.
+template <typename Body>
+std::string error_of(Body body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a trident::Error";
+  return "";
+}
+
+// A fresh, empty directory under the system temp dir, named after the running test.
+inline std::filesystem::path scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto dir = std::filesystem::temp_directory_path() /
+             (std::string("trident-") + info->test_suite_name() + "-" + info->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Writes one document per entry of `documents` as a byte-level indexed dataset.
+inline void write_documents(const std::string& prefix, const std::vector<std::string>& documents) {
+  IndexedDatasetWriter writer(prefix, TokenType::uint8);
+  for (const auto& text : documents) {
+    std::vector<int64_t> tokens;
+    for (unsigned char c : text) tokens.push_back(c);
+    writer.add_document(tokens.data(), tokens.size());
+  }
+  writer.finish();
+}
+
+}  // namespace trident::testing

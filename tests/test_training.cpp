@@ -1,0 +1,194 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "tests/helpers.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace trident;
+using trident::testing::error_of;
+using trident::testing::scratch_dir;
+using trident::testing::write_documents;
+
+namespace {
+
+// A corpus a small model can learn: a few sentences repeated, with random document order.
+std::string write_corpus(const std::filesystem::path& dir) {
+  const std::vector<std::string> sentences = {
+      "the quick brown fox jumps over the lazy dog. ", "pack my box with five dozen jugs. ",
+      "how vexingly quick daft zebras jump! ", "sphinx of black quartz, judge my vow. "};
+  std::vector<std::string> documents;
+  for (int i = 0; i < 200; ++i) documents.push_back(sentences[(i * 7 + i / 3) % 4]);
+  const std::string prefix = (dir / "corpus").string();
+  write_documents(prefix, documents);
+  return prefix;
+}
+
+Config small_config(const std::string& data_prefix, std::vector<std::string> overrides = {}) {
+  std::vector<std::string> all = {"data.path=" + data_prefix,
+                                  "model.num_layers=2",
+                                  "model.hidden_size=32",
+                                  "model.num_attention_heads=2",
+                                  "model.seq_length=32",
+                                  "batch.micro_batch_size=4",
+                                  "batch.global_batch_size=8",
+                                  "optimizer.lr=5e-3",
+                                  "optimizer.warmup_iters=2",
+                                  "train.log_interval=1000",
+                                  "data.valid_fraction=0.1"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return Config::parse("", all);
+}
+
+std::vector<double> run(Trainer& trainer) {
+  std::vector<double> losses;
+  trainer.on_iteration([&](const IterationMetrics& m) { losses.push_back(m.loss); });
+  trainer.train();
+  return losses;
+}
+
+void expect_same_parameters(Trainer& a, Trainer& b) {
+  auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+}
+
+}  // namespace
+
+TEST(Training, LossFallsOnALearnableCorpus) {
+  const auto dir = scratch_dir();
+  Trainer trainer(small_config(write_corpus(dir), {"train.iters=100", "train.eval_interval=100"}));
+  double valid = 0;
+  std::vector<double> losses;
+  trainer.on_iteration([&](const IterationMetrics& m) {
+    losses.push_back(m.loss);
+    if (!std::isnan(m.valid_loss)) valid = m.valid_loss;
+    EXPECT_GT(m.tokens_per_second, 0);
+    EXPECT_GT(m.tflops_model, 0);
+  });
+  trainer.train();
+  ASSERT_EQ(losses.size(), 100u);
+  // The corpus's unigram entropy is 3.16 nats: a model that learnt no context stays above it.
+  EXPECT_GT(losses.front(), 5.0);  // about ln 256 at the start
+  EXPECT_LT(losses.back(), 0.6 * 3.16);
+  EXPECT_LT(valid, 0.6 * 3.16);
+}
+
+TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  Trainer accumulated(small_config(data, {"train.iters=3", "precision=fp64"}));
+  Trainer single(small_config(data, {"train.iters=3", "precision=fp64", "batch.micro_batch_size=8"}));
+  EXPECT_EQ(accumulated.layout().micro_batches, 2);
+  EXPECT_EQ(single.layout().micro_batches, 1);
+  auto a = run(accumulated), b = run(single);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-12);
+  auto pa = accumulated.model()->named_parameters(), pb = single.model()->named_parameters();
+  for (const auto& item : pa)
+    EXPECT_TRUE(torch::allclose(item.value(), pb[item.key()], 1e-10, 1e-12)) << item.key();
+}
+
+TEST(Checkpoint, ResumeIsBitExact) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  // Dropout on, so the restored RNG state matters too.
+  const std::vector<std::string> common = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return small_config(data, extra);
+  };
+  // The schedule must not depend on where a run stops: decay over a fixed number of iterations.
+  Trainer straight(with({"train.iters=8", "optimizer.decay_iters=8"}));
+  auto all = run(straight);
+
+  const std::string ckpt = (dir / "ckpt").string();
+  {
+    Trainer first(with({"train.iters=5", "optimizer.decay_iters=8", "train.checkpoint_dir=" + ckpt}));
+    auto head = run(first);
+    for (size_t i = 0; i < head.size(); ++i) EXPECT_EQ(head[i], all[i]);
+  }
+  Trainer resumed(with({"train.iters=8", "optimizer.decay_iters=8", "train.checkpoint_dir=" + ckpt}));
+  EXPECT_EQ(resumed.iteration(), 5);
+  EXPECT_EQ(resumed.consumed_samples(), 40);
+  auto tail = run(resumed);
+  ASSERT_EQ(tail.size(), 3u);
+  for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], all[5 + i]) << i;
+  expect_same_parameters(straight, resumed);
+}
+
+TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  {
+    Trainer trainer(small_config(data, {"train.iters=7", "train.save_interval=2",
+                                        "train.keep_checkpoints=2", "train.checkpoint_dir=" + ckpt}));
+    trainer.train();
+  }
+  CheckpointStore store(ckpt);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{6, 7}));
+  EXPECT_EQ(store.latest(), 7);
+
+  auto message = error_of([&] {
+    Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt, "train.resume=false"}));
+  });
+  EXPECT_NE(message.find("already holds checkpoints (latest: iteration 7)"), std::string::npos) << message;
+
+  message = error_of([&] {
+    Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt, "model.hidden_size=64"}));
+  });
+  EXPECT_NE(message.find("saved with model.hidden_size=32 but this run has model.hidden_size=64"),
+            std::string::npos) << message;
+
+  std::filesystem::copy(store.path(7), store.path(9), std::filesystem::copy_options::recursive);
+  message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
+  EXPECT_NE(message.find("newer than its `latest` pointer"), std::string::npos) << message;
+  std::filesystem::remove_all(store.path(9));
+
+  std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000099\n";
+  message = error_of([&] { store.latest(); });
+  EXPECT_NE(message.find("names 'iter_0000099', which does not exist"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  {
+    Trainer trainer(small_config(data, {"train.iters=2", "train.checkpoint_dir=" + ckpt}));
+    trainer.train();
+  }
+  CheckpointStore store(ckpt);
+  // A save that dies half-way through writing its files.
+  EXPECT_THROW(store.save(
+                   3,
+                   [](const std::string& folder) {
+                     std::ofstream(folder + "/model.pt") << "half a file";
+                     throw std::runtime_error("killed");
+                   },
+                   2),
+               std::runtime_error);
+  EXPECT_EQ(store.latest(), 2);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2}));
+  // The previous checkpoint still resumes, and the next save clears the debris.
+  Trainer resumed(small_config(data, {"train.iters=3", "train.checkpoint_dir=" + ckpt}));
+  EXPECT_EQ(resumed.iteration(), 2);
+  resumed.train();
+  EXPECT_EQ(store.latest(), 3);
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt))
+    EXPECT_EQ(entry.path().filename().string().find(".staging"), std::string::npos);
+}
+
+TEST(Checkpoint, CorruptFilesAreNamed) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  {
+    Trainer trainer(small_config(data, {"train.iters=1", "train.checkpoint_dir=" + ckpt}));
+    trainer.train();
+  }
+  std::ofstream(CheckpointStore(ckpt).path(1) + "/optimizer.pt", std::ios::trunc) << "garbage";
+  auto message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
+  EXPECT_NE(message.find("optimizer.pt' cannot be loaded"), std::string::npos) << message;
+}

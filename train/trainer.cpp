@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -225,6 +226,8 @@ void Trainer::train() {
   std::ofstream metrics;
   if (!t.metrics_file.empty() && log::primary()) {
     // A resumed run continues the file; a fresh one starts it anew.
+    const auto parent = std::filesystem::path(t.metrics_file).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
     metrics.open(t.metrics_file, iteration_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written");
   }

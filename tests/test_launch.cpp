@@ -1,0 +1,94 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "parallel/launch.h"
+#include "parallel/layout.h"
+#include "tests/helpers.h"
+
+using namespace trident;
+using trident::testing::error_of;
+
+namespace {
+
+EnvLookup env(std::map<std::string, std::string> values) {
+  return [values = std::move(values)](const char* name) -> const char* {
+    auto it = values.find(name);
+    return it == values.end() ? nullptr : it->second.c_str();
+  };
+}
+
+Config config(std::vector<std::string> overrides) {
+  overrides.push_back("data.type=synthetic");
+  return Config::parse("", overrides);
+}
+
+}  // namespace
+
+TEST(Launch, SingleProcessWhenNothingIsSet) {
+  LaunchInfo info = detect_launch(env({}));
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.launcher, "single process");
+}
+
+TEST(Launch, Torchrun) {
+  LaunchInfo info = detect_launch(env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
+                                       {"MASTER_PORT", "29500"},
+                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.master_addr, "10.0.0.1");
+  EXPECT_EQ(info.master_port, 29500);
+  EXPECT_TRUE(info.agent_store);
+}
+
+TEST(Launch, OpenMpiAndSlurm) {
+  LaunchInfo mpi = detect_launch(env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  EXPECT_EQ(mpi.launcher, "mpirun");
+  EXPECT_EQ(mpi.rank, 1);
+  EXPECT_EQ(mpi.world_size, 4);
+  LaunchInfo slurm = detect_launch(env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
+                                        {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(slurm.launcher, "slurm");
+  EXPECT_EQ(slurm.rank, 5);
+}
+
+TEST(Launch, PartialOrInconsistentVariablesAreErrors) {
+  auto message = error_of([] { detect_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})); });
+  EXPECT_NE(message.find("missing MASTER_ADDR, MASTER_PORT"), std::string::npos) << message;
+  message = error_of([] {
+    detect_launch(env({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
+  });
+  EXPECT_NE(message.find("RANK=2 is not below WORLD_SIZE=2"), std::string::npos) << message;
+  message = error_of([] { detect_launch(env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "two"}})); });
+  EXPECT_NE(message.find("OMPI_COMM_WORLD_SIZE='two' is not a non-negative integer"),
+            std::string::npos) << message;
+  message = error_of([] {
+    detect_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}}));
+  });
+  EXPECT_NE(message.find("MASTER_PORT=99999 is not a port"), std::string::npos) << message;
+}
+
+TEST(Layout, MicroBatchesAreTheAccumulationSteps) {
+  Layout layout = resolve_layout(
+      config({"parallel.tensor=2", "parallel.pipeline=2", "batch.micro_batch_size=2",
+              "batch.global_batch_size=16"}),
+      16);
+  EXPECT_EQ(layout.data, 4);
+  EXPECT_EQ(layout.micro_batches, 2);  // 16 / (2 * 4)
+}
+
+TEST(Layout, ErrorsNameTheKeys) {
+  auto message = error_of([] { resolve_layout(config({"parallel.tensor=4"}), 6); });
+  EXPECT_NE(message.find("world size 6 is not divisible by parallel.tensor * parallel.pipeline"),
+            std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.data=3"}), 2); });
+  EXPECT_NE(message.find("parallel.data=3 but world size 2"), std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"batch.global_batch_size=8"}), 4); });
+  EXPECT_NE(message.find("must be a multiple of batch.micro_batch_size * data-parallel size = 4 * 4"),
+            std::string::npos) << message;
+}

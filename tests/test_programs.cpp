@@ -1,0 +1,102 @@
+// The installed programs, run as a user runs them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "tests/helpers.h"
+
+using trident::testing::scratch_dir;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+const std::string kBin = TRIDENT_BINARY_DIR;
+const std::string kSource = TRIDENT_SOURCE_DIR;
+
+int count(const std::string& text, const std::string& word) {
+  int n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(TrainProgram, BadInputGetsOneClearError) {
+  const auto dir = scratch_dir();
+  const std::string config = (dir / "c.yaml").string();
+  std::ofstream(config) << "model:\n  hiden_size: 64\ndata:\n  type: synthetic\n";
+  Result r = run(kBin + "/train --config " + config);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count(r.output, "error"), 1) << r.output;
+  EXPECT_NE(r.output.find("unknown config key 'model.hiden_size'; did you mean 'model.hidden_size'?"),
+            std::string::npos) << r.output;
+
+  r = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.path=" +
+          (dir / "missing").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("missing.idx' cannot be opened"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << "trained despite bad data";
+
+  r = run("WORLD_SIZE=2 " + kBin + "/train --config " + config);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("missing RANK, MASTER_ADDR, MASTER_PORT"), std::string::npos) << r.output;
+
+  r = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml --bogus");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown argument '--bogus'"), std::string::npos) << r.output;
+}
+
+TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
+  Result r = run("OMPI_COMM_WORLD_SIZE=32 OMPI_COMM_WORLD_RANK=0 " + kBin + "/train --config " +
+                 kSource + "/configs/gpt1.7b.yaml --dry-run");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("world 32 = TP 1 x PP 1 x DP 32, 1 micro-batches"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("parameters: 1.65 G"), std::string::npos) << r.output;
+}
+
+// The README's main job, shortened: real text in, a loss below the corpus's unigram entropy out.
+TEST(TrainProgram, TinyGptOnRealTextBeatsTheUnigramEntropy) {
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "corpus").string();
+  Result prep = run(kBin + "/preprocess --quiet --output " + prefix + " " + kSource + "/core " +
+                    kSource + "/model /usr/share/common-licenses");
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  double entropy = 0;
+  ASSERT_EQ(std::sscanf(prep.output.substr(prep.output.find("unigram entropy: ")).c_str(),
+                        "unigram entropy: %lf", &entropy), 1) << prep.output;
+  EXPECT_GT(entropy, 3.0);  // bytes of English and C++
+
+  const std::string metrics = (dir / "metrics.jsonl").string();
+  Result train = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.path=" +
+                     prefix + " train.iters=80 train.eval_interval=80 train.metrics_file=" + metrics);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  std::ifstream in(metrics);
+  std::string line, last;
+  int lines = 0;
+  while (std::getline(in, line)) last = line, ++lines;
+  EXPECT_EQ(lines, 80);
+  double loss = 0, valid = 0;
+  ASSERT_EQ(std::sscanf(last.substr(last.find("\"loss\": ")).c_str(), "\"loss\": %lf", &loss), 1);
+  ASSERT_EQ(std::sscanf(last.substr(last.find("\"valid_loss\": ")).c_str(), "\"valid_loss\": %lf",
+                        &valid), 1) << last;
+  EXPECT_LT(loss, entropy) << train.output;
+  EXPECT_LT(valid, entropy) << train.output;
+}

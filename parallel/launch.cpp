@@ -57,26 +57,31 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
   return info;
 }
 
-LaunchInfo from_open_mpi(const EnvLookup& env) {
-  LaunchInfo info;
-  info.launcher = "mpirun";
-  info.rank = integer_variable(env, "OMPI_COMM_WORLD_RANK", 0, true);
-  info.world_size = integer_variable(env, "OMPI_COMM_WORLD_SIZE", 1, true);
-  info.local_rank = integer_variable(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, false);
-  info.local_world_size = integer_variable(env, "OMPI_COMM_WORLD_LOCAL_SIZE", info.world_size, false);
-  check_ranks(info, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
-  return info;
-}
+// Launchers that name rank, size and local rank in variables of their own.
+struct LauncherVariables {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;  // nullptr: bounded by the world size
+};
 
-LaunchInfo from_slurm(const EnvLookup& env) {
+constexpr LauncherVariables kOpenMpi = {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                        "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+// SLURM_NTASKS_PER_NODE may read "4(x2)", so SLURM's local size is left to the world size.
+constexpr LauncherVariables kSlurm = {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                                      nullptr};
+
+LaunchInfo from_launcher(const EnvLookup& env, const LauncherVariables& names) {
   LaunchInfo info;
-  info.launcher = "slurm";
-  info.rank = integer_variable(env, "SLURM_PROCID", 0, true);
-  info.world_size = integer_variable(env, "SLURM_NTASKS", 1, true);
-  info.local_rank = integer_variable(env, "SLURM_LOCALID", 0, false);
-  // SLURM_NTASKS_PER_NODE may read "4(x2)": the world size is the honest bound on this node.
-  info.local_world_size = info.world_size;
-  check_ranks(info, "SLURM_PROCID", "SLURM_NTASKS");
+  info.launcher = names.launcher;
+  info.rank = integer_variable(env, names.rank, 0, true);
+  info.world_size = integer_variable(env, names.size, 1, true);
+  info.local_rank = integer_variable(env, names.local_rank, 0, false);
+  info.local_world_size = names.local_size
+                              ? integer_variable(env, names.local_size, info.world_size, false)
+                              : info.world_size;
+  check_ranks(info, names.rank, names.size);
   return info;
 }
 
@@ -85,8 +90,8 @@ LaunchInfo from_slurm(const EnvLookup& env) {
 LaunchInfo detect_launch(const EnvLookup& env) {
   auto set = [&](const char* name) { return env(name) && *env(name); };
   if (set("RANK") || set("WORLD_SIZE")) return from_torchrun(env);
-  if (set("OMPI_COMM_WORLD_SIZE") || set("OMPI_COMM_WORLD_RANK")) return from_open_mpi(env);
-  if (set("SLURM_PROCID") && set("SLURM_NTASKS")) return from_slurm(env);
+  if (set(kOpenMpi.size) || set(kOpenMpi.rank)) return from_launcher(env, kOpenMpi);
+  if (set(kSlurm.rank) && set(kSlurm.size)) return from_launcher(env, kSlurm);
   return LaunchInfo{};
 }
 

@@ -49,6 +49,15 @@ std::vector<double> run(Trainer& trainer) {
   return losses;
 }
 
+// Trains `iters` iterations with checkpoints in `checkpoint_dir` (saved at least at the end).
+void train_with_checkpoints(const std::string& data, const std::string& checkpoint_dir, int iters,
+                            std::vector<std::string> extra = {}) {
+  extra.push_back("train.iters=" + std::to_string(iters));
+  extra.push_back("train.checkpoint_dir=" + checkpoint_dir);
+  Trainer trainer(small_config(data, extra));
+  trainer.train();
+}
+
 void expect_same_parameters(Trainer& a, Trainer& b) {
   auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
   for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
@@ -121,11 +130,7 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
-  {
-    Trainer trainer(small_config(data, {"train.iters=7", "train.save_interval=2",
-                                        "train.keep_checkpoints=2", "train.checkpoint_dir=" + ckpt}));
-    trainer.train();
-  }
+  train_with_checkpoints(data, ckpt, 7, {"train.save_interval=2", "train.keep_checkpoints=2"});
   CheckpointStore store(ckpt);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{6, 7}));
   EXPECT_EQ(store.latest(), 7);
@@ -155,10 +160,7 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
-  {
-    Trainer trainer(small_config(data, {"train.iters=2", "train.checkpoint_dir=" + ckpt}));
-    trainer.train();
-  }
+  train_with_checkpoints(data, ckpt, 2);
   CheckpointStore store(ckpt);
   // A save that dies half-way through writing its files.
   EXPECT_THROW(store.save(
@@ -184,10 +186,7 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
-  {
-    Trainer trainer(small_config(data, {"train.iters=1", "train.checkpoint_dir=" + ckpt}));
-    trainer.train();
-  }
+  train_with_checkpoints(data, ckpt, 1);
   std::ofstream(CheckpointStore(ckpt).path(1) + "/optimizer.pt", std::ios::trunc) << "garbage";
   auto message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
   EXPECT_NE(message.find("optimizer.pt' cannot be loaded"), std::string::npos) << message;

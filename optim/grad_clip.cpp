@@ -5,10 +5,14 @@
 namespace trident {
 
 torch::Tensor grad_square_sum(const std::vector<torch::Tensor>& params) {
-  auto total = torch::zeros({}, torch::kDouble);
-  for (const auto& p : params)
-    if (p.grad().defined()) total += p.grad().to(torch::kDouble).square().sum().cpu();
-  return total;
+  // Accumulated on the gradients' device: no host synchronisation until the caller reads it.
+  torch::Tensor total;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    auto squares = p.grad().to(torch::kDouble).square().sum();
+    total = total.defined() ? total + squares : squares;
+  }
+  return total.defined() ? total : torch::zeros({}, torch::kDouble);
 }
 
 double clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm) {

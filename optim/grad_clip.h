@@ -8,7 +8,7 @@
 
 namespace trident {
 
-// Sum of squares of every gradient, in fp64 (a scalar tensor). Parallel layouts reduce this
+// Sum of squares of every gradient, in fp64 (a scalar tensor on the gradients' device). Parallel layouts reduce this
 // across their groups before the square root, counting each shared parameter once.
 torch::Tensor grad_square_sum(const std::vector<torch::Tensor>& params);
 

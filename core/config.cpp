@@ -158,6 +158,10 @@ const std::vector<Field>& schema() {
       field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 2)),
       field("parallel.schedule", TRIDENT_MEMBER(parallel.schedule),
             one_of({"gpipe", "1f1b", "interleaved_1f1b"})),
+      field("parallel.backend", TRIDENT_MEMBER(parallel.backend),
+            one_of({"auto", "mpi", "gloo", "nccl"})),
+      field("parallel.timeout_s", TRIDENT_MEMBER(parallel.timeout_s), at_least(1)),
+      field("parallel.bucket_mb", TRIDENT_MEMBER(parallel.bucket_mb), positive_number()),
 
       field("batch.micro_batch_size", TRIDENT_MEMBER(batch.micro_batch_size), at_least(1)),
       field("batch.global_batch_size", TRIDENT_MEMBER(batch.global_batch_size), at_least(1)),

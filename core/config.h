@@ -37,6 +37,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t zero_stage = 0;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
+  std::string backend = "auto";   // auto | mpi | gloo | nccl
+  int64_t timeout_s = 300;        // a collective waiting longer than this fails the run
+  double bucket_mb = 25.0;        // data-parallel gradient bucket size
 };
 
 struct BatchConfig {

@@ -23,7 +23,7 @@ std::string str(const Parts&... parts) {
 
 template <typename... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
-  throw Error(str(parts...));
+  throw Error(trident::str(parts...));
 }
 
 }  // namespace trident

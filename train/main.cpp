@@ -53,6 +53,9 @@ Arguments parse_arguments(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   int rank = 0;
+  // Input is checked identically on every rank, so rank 0 alone reports it; once training
+  // runs, a failure may be one rank's own (a lost peer, a full disk) and every rank reports.
+  bool training = false;
   try {
     const trident::LaunchInfo launch = trident::detect_launch();
     rank = int(launch.rank);
@@ -75,10 +78,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     trident::Trainer trainer(config, launch);
+    training = true;
     trainer.train();
     return 0;
   } catch (const trident::Error& e) {
-    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    if (rank == 0 && !training) std::fprintf(stderr, "error: %s\n", e.what());
+    if (training) std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());

@@ -18,6 +18,8 @@
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "parallel/data_parallel.h"
+#include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -39,9 +41,9 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
 
 // Everything that can be checked without building the model, so bad input fails fast.
 void check_supported(const Config& config, const Layout& layout) {
-  if (layout.world_size > 1)
-    fail("this build trains in a single process, but the launcher started ", layout.world_size,
-         " (run `train` without mpirun/torchrun)");
+  if (layout.tensor > 1 || layout.pipeline > 1)
+    fail("parallel.tensor and parallel.pipeline > 1 are not available yet; this build ",
+         "parallelises over data only (got TP ", layout.tensor, ", PP ", layout.pipeline, ")");
   if (config.recompute != "none")
     fail("recompute=", config.recompute, " is not available yet; use recompute=none");
 }
@@ -56,6 +58,11 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
       vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
   log::set_primary(launch.rank == 0);
   check_supported(config_, layout_);
+  CommOptions comm;
+  comm.backend = config_.parallel.backend;
+  comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);
+  comm.device = device_;
+  groups_ = std::make_unique<ProcessGroups>(make_world_communicator(launch, comm), layout_);
   if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));
   peak_tflops_ = config_.train.peak_tflops;
 
@@ -87,6 +94,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   model_->initialize(config_.train.seed);
   model_->to(device_);
   params_ = model_->parameters();
+  grads_ = std::make_unique<DataParallelGrads>(
+      params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
   optimizer_ = make_adamw(params_, config_.optimizer);
 
   if (!resume_from.empty()) {
@@ -110,19 +119,24 @@ IterationMetrics Trainer::step() {
   const auto& batch = config_.batch;
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
   set_learning_rate(*optimizer_, lr);
-  optimizer_->zero_grad();
+  grads_->zero();
 
+  const int64_t dp_rank = groups_->coordinates().dp;
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   for (int64_t m = 0; m < layout_.micro_batches; ++m) {
     Batch micro = data_->train->batch(
-        sample_position(consumed_samples_, m, batch.micro_batch_size, 0, layout_.data),
+        sample_position(consumed_samples_, m, batch.micro_batch_size, dp_rank, layout_.data),
         batch.micro_batch_size);
-    // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the global mean.
+    // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the mean over
+    // this rank's share; the data-parallel average then makes it the global-batch mean.
     auto loss = model_->loss(micro.tokens.to(device_), micro.targets.to(device_)) /
                 double(layout_.micro_batches);
+    if (m + 1 == layout_.micro_batches) grads_->arm();
     loss.backward();
     loss_sum += loss.detach().to(torch::kDouble);
   }
+  grads_->finish();
+  groups_->data().all_reduce(loss_sum, ReduceOp::avg);
   const double grad_norm = std::sqrt(grad_square_sum(params_).item<double>());
   clip_grads(params_, grad_norm, config_.optimizer.clip_grad);
   optimizer_->step();
@@ -154,36 +168,50 @@ double Trainer::evaluate() {
   torch::NoGradGuard no_grad;
   model_->eval();
   const auto& batch = config_.batch;
-  double total = 0;
-  int64_t count = 0;
+  auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
     for (int64_t m = 0; m < layout_.micro_batches; ++m) {
-      Batch micro = data_->valid->batch(
-          sample_position(i * batch.global_batch_size, m, batch.micro_batch_size, 0, layout_.data),
-          batch.micro_batch_size);
-      total += model_->loss(micro.tokens.to(device_), micro.targets.to(device_)).item<double>();
-      ++count;
+      Batch micro = data_->valid->batch(sample_position(i * batch.global_batch_size, m,
+                                                        batch.micro_batch_size,
+                                                        groups_->coordinates().dp, layout_.data),
+                                        batch.micro_batch_size);
+      total += model_->loss(micro.tokens.to(device_), micro.targets.to(device_)).to(torch::kDouble);
     }
   }
-  return total / double(count);
+  groups_->data().all_reduce(total, ReduceOp::avg);
+  return total.item<double>() / double(config_.train.eval_iters * layout_.micro_batches);
 }
 
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
+  // Data-parallel replicas are identical: world rank 0 writes, the others learn how it went.
   TrainingProgress progress{iteration_, consumed_samples_};
-  checkpoints_->save(
-      iteration_,
-      [&](const std::string& folder) {
-        write_checkpoint(folder, *model_, *optimizer_, progress, config_);
-      },
-      config_.train.keep_checkpoints);
+  auto saved = torch::ones({1}, torch::kInt);
+  std::string failure;
+  if (groups_->world().rank() == 0) {
+    try {
+      checkpoints_->save(
+          iteration_,
+          [&](const std::string& folder) {
+            write_checkpoint(folder, *model_, *optimizer_, progress, config_);
+          },
+          config_.train.keep_checkpoints);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      saved.zero_();
+    }
+  }
+  groups_->world().broadcast(saved, 0);
+  if (!failure.empty()) fail(failure);
+  if (saved.item<int>() == 0) fail("rank 0 could not save checkpoint ", checkpoints_->path(iteration_));
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
 }
 
 void Trainer::log_start() const {
   const auto& m = config_.model;
-  log::info(str("trident: ", layout_.world_size, " process(es), TP ", layout_.tensor, " x PP ",
+  log::info(str("trident: ", layout_.world_size, " process(es) (", groups_->world().backend(),
+                "), TP ", layout_.tensor, " x PP ",
                 layout_.pipeline, " x DP ", layout_.data, ", ", layout_.micro_batches,
                 " micro-batch(es) of ", config_.batch.micro_batch_size, " per iteration, ",
                 config_.precision, " on ", device_.str()));

@@ -19,6 +19,8 @@ namespace trident {
 
 struct GPTData;
 class CheckpointStore;
+class DataParallelGrads;
+class ProcessGroups;
 
 struct IterationMetrics {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
@@ -59,6 +61,7 @@ class Trainer {
   int64_t consumed_samples() const { return consumed_samples_; }
   const Config& config() const { return config_; }
   const Layout& layout() const { return layout_; }
+  const ProcessGroups& groups() const { return *groups_; }
   GPT& model() { return model_; }
   int64_t padded_vocab() const { return vocab_; }
 
@@ -71,10 +74,12 @@ class Trainer {
   torch::Device device_;
   torch::Dtype dtype_;
   int64_t vocab_;
+  std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   GPT model_{nullptr};
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<DataParallelGrads> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;

@@ -1,0 +1,67 @@
+// Collective communication over a group of processes, one interface for every backend.
+//
+// Tensors are contiguous and laid out flat: reduce_scatter's input holds size() equal chunks,
+// rank r keeping chunk r; all_gather's output receives size() chunks in rank order. Every call
+// is collective over the group (all members call it, in the same order).
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace trident {
+
+struct LaunchInfo;
+
+enum class ReduceOp { sum, avg, max };
+
+// A collective in flight; wait() completes it (results are in the tensors afterwards).
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  virtual void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
+  // Starts an all-reduce that may overlap with computation. The default completes at once.
+  virtual std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op);
+  virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
+                              ReduceOp op = ReduceOp::sum) = 0;
+  virtual void all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  virtual void broadcast(torch::Tensor& tensor, int root) = 0;
+  virtual void send(const torch::Tensor& tensor, int peer) = 0;
+  virtual void recv(torch::Tensor& tensor, int peer) = 0;
+  virtual void barrier() = 0;
+  // Members with the same color form a new group, ranked by (key, rank). Collective.
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// A group of one process: every collective is the identity (or a copy).
+std::shared_ptr<Communicator> make_self_communicator();
+
+struct CommOptions {
+  std::string backend = "auto";  // auto | mpi | gloo | nccl
+  std::chrono::seconds timeout{300};
+  torch::Device device = torch::kCPU;
+};
+
+// The communicator of all processes of the job. "auto" picks NCCL for CUDA devices, MPI under
+// mpirun, Gloo (over a TCPStore at MASTER_ADDR:MASTER_PORT) under torchrun-style variables, and
+// the self communicator for a single process. Throws Error when the backend is not built in or
+// does not fit the launch.
+std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
+                                                      const CommOptions& options);
+
+// Which backends this build has, e.g. "mpi gloo".
+std::string available_backends();
+
+}  // namespace trident

@@ -1,0 +1,184 @@
+// MPI backend: CPU tensors, under mpirun. 16-bit floats are reduced in fp32.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.h"
+#include "parallel/comm_backends.h"
+
+namespace trident {
+namespace {
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  fail("MPI ", what, " failed: ", std::string(message, size_t(length)));
+}
+
+MPI_Datatype mpi_type(const torch::Tensor& t, const char* operation) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return MPI_FLOAT;
+    case torch::kDouble: return MPI_DOUBLE;
+    case torch::kLong: return MPI_INT64_T;
+    case torch::kInt: return MPI_INT32_T;
+    case torch::kByte: return MPI_UINT8_T;
+    // Moved as raw 16-bit words (no arithmetic): reductions widen to fp32 first.
+    case torch::kBFloat16:
+    case torch::kHalf: return MPI_UINT16_T;
+    default: fail(operation, ": dtype ", t.scalar_type(), " is not supported by the MPI backend");
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+int count_of(const torch::Tensor& t, const char* operation) {
+  require_contiguous(t, operation);
+  if (t.numel() > INT_MAX) fail(operation, ": ", t.numel(), " elements exceed MPI's int count");
+  if (!t.device().is_cpu()) fail(operation, ": the MPI backend takes CPU tensors");
+  return int(t.numel());
+}
+
+void finish_average(torch::Tensor& t, ReduceOp op, int size) {
+  if (op == ReduceOp::avg) t.div_(size);
+}
+
+// MPI is initialised once per process and finalised at exit.
+void ensure_initialized() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+      std::atexit([] {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+      });
+    }
+  });
+}
+
+class MpiPendingAllReduce : public PendingCollective {
+ public:
+  // 16-bit tensors are reduced in an fp32 copy that lives as long as the request.
+  MpiPendingAllReduce(const torch::Tensor& target, ReduceOp op, int size)
+      : target_(target), op_(op), size_(size) {
+    buffer_ = is_16bit_float(target) ? target.to(torch::kFloat) : target;
+  }
+  torch::Tensor& buffer() { return buffer_; }
+  MPI_Request* request() { return &request_; }
+  void wait() override {
+    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
+    finish_average(buffer_, op_, size_);
+    if (!buffer_.is_same(target_)) target_.copy_(buffer_);
+  }
+
+ private:
+  torch::Tensor target_, buffer_;
+  ReduceOp op_;
+  int size_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce(torch::Tensor& tensor, ReduceOp op) override {
+    with_reducible_dtype(tensor, [&](torch::Tensor& t) {
+      check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, "all_reduce"),
+                          mpi_type(t, "all_reduce"), mpi_op(op), comm_),
+            "all_reduce");
+      finish_average(t, op, size_);
+    });
+  }
+
+  std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
+    auto pending = std::make_unique<MpiPendingAllReduce>(tensor, op, size_);
+    torch::Tensor& buffer = pending->buffer();
+    check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), count_of(buffer, "all_reduce"),
+                         mpi_type(buffer, "all_reduce"), mpi_op(op), comm_, pending->request()),
+          "all_reduce");
+    return pending;
+  }
+
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    require_chunks(in, out, size_, "reduce_scatter");
+    torch::Tensor wide_in = in, wide_out = out;
+    if (is_16bit_float(in)) {
+      wide_in = in.to(torch::kFloat);
+      wide_out = torch::empty(out.sizes(), out.options().dtype(torch::kFloat));
+    }
+    check(MPI_Reduce_scatter_block(wide_in.data_ptr(), wide_out.data_ptr(),
+                                   count_of(wide_out, "reduce_scatter"),
+                                   mpi_type(wide_out, "reduce_scatter"), mpi_op(op), comm_),
+          "reduce_scatter");
+    finish_average(wide_out, op, size_);
+    if (!wide_out.is_same(out)) out.copy_(wide_out);
+  }
+
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    require_chunks(out, in, size_, "all_gather");
+    const int count = count_of(in, "all_gather");
+    check(MPI_Allgather(in.data_ptr(), count, mpi_type(in, "all_gather"), out.data_ptr(), count,
+                        mpi_type(out, "all_gather"), comm_),
+          "all_gather");
+  }
+
+  void broadcast(torch::Tensor& tensor, int root) override {
+    check(MPI_Bcast(tensor.data_ptr(), count_of(tensor, "broadcast"), mpi_type(tensor, "broadcast"),
+                    root, comm_),
+          "broadcast");
+  }
+
+  void send(const torch::Tensor& tensor, int peer) override {
+    check(MPI_Send(tensor.data_ptr(), count_of(tensor, "send"), mpi_type(tensor, "send"), peer, 0,
+                   comm_),
+          "send");
+  }
+
+  void recv(torch::Tensor& tensor, int peer) override {
+    check(MPI_Recv(tensor.data_ptr(), count_of(tensor, "recv"), mpi_type(tensor, "recv"), peer, 0,
+                   comm_, MPI_STATUS_IGNORE),
+          "recv");
+  }
+
+  void barrier() override { check(MPI_Barrier(comm_), "barrier"); }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm child;
+    check(MPI_Comm_split(comm_, color, key, &child), "split");
+    return std::make_shared<MpiCommunicator>(child);
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_world_communicator() {
+  ensure_initialized();
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+}  // namespace trident

@@ -17,15 +17,17 @@ c10d::ReduceOp gloo_op(ReduceOp op) {
   return op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
 }
 
-// Collectives that only move data see 16-bit floats as 16-bit integers, which Gloo handles.
+// Collectives that only move data see bf16 as fp16, which Gloo handles: same bits, no arithmetic.
 torch::Tensor movable(const torch::Tensor& t) {
-  return is_16bit_float(t) ? t.view(torch::kShort) : t;
+  return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
 }
 
 template <typename WorkPtr>
 void wait(const WorkPtr& work, const char* operation) {
   try {
     work->wait();
+  } catch (const c10::Error& e) {
+    fail("gloo ", operation, " failed (a peer may have exited): ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     fail("gloo ", operation, " failed (a peer may have exited): ", e.what());
   }

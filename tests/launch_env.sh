@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Starts N copies of a command as one torchrun-style (env://) job on this machine: RANK,
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT.
+# Waits for all and exits with the first non-zero status (0 if all succeed).
+#
+#   launch_env.sh N [--kill-rank R --after SECONDS] -- COMMAND [ARGS...]
+#
+# --kill-rank kills rank R with SIGKILL after SECONDS, to test that the others then fail
+# instead of hanging. Every rank's output goes to stdout, prefixed with its rank.
+set -uo pipefail
+n=$1
+shift
+kill_rank="" kill_after=0
+while [ "$1" != "--" ]; do
+  case $1 in
+    --kill-rank) kill_rank=$2; shift 2 ;;
+    --after) kill_after=$2; shift 2 ;;
+    *) echo "launch_env.sh: unknown option $1" >&2; exit 64 ;;
+  esac
+done
+shift
+
+# A port nobody listens on, from the ephemeral range's complement.
+port=0
+for _ in $(seq 50); do
+  candidate=$((20000 + RANDOM % 20000))
+  if ! (echo >/dev/tcp/127.0.0.1/$candidate) 2>/dev/null; then port=$candidate; break; fi
+done
+[ "$port" -ne 0 ] || { echo "launch_env.sh: no free port" >&2; exit 69; }
+
+pids=()
+for ((rank = 0; rank < n; rank++)); do
+  RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT=$port "$@" > >(sed "s/^/[rank $rank] /") 2>&1 &
+  pids+=($!)  # the command's own pid: its output goes through the process substitution
+done
+if [ -n "$kill_rank" ]; then
+  sleep "$kill_after"
+  kill -KILL "${pids[$kill_rank]}"
+fi
+status=0
+for pid in "${pids[@]}"; do
+  wait "$pid"
+  code=$?
+  [ "$status" -ne 0 ] || status=$code
+done
+wait  # the output filters
+exit "$status"

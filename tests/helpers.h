@@ -2,7 +2,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -43,6 +45,22 @@ inline void write_documents(const std::string& prefix, const std::vector<std::st
     writer.add_document(tokens.data(), tokens.size());
   }
   writer.finish();
+}
+
+struct CommandResult {
+  int exit_code;       // -1 when killed by a signal
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command and collects what it prints.
+inline CommandResult run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 }  // namespace trident::testing

@@ -3,18 +3,21 @@
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT.
 # Waits for all and exits with the first non-zero status (0 if all succeed).
 #
-#   launch_env.sh N [--kill-rank R --after SECONDS] -- COMMAND [ARGS...]
+#   launch_env.sh N [--kill-rank R --after SECONDS [--signal SIG]] -- COMMAND [ARGS...]
 #
-# --kill-rank kills rank R with SIGKILL after SECONDS, to test that the others then fail
-# instead of hanging. Every rank's output goes to stdout, prefixed with its rank.
+# --kill-rank sends rank R a signal (KILL unless --signal says otherwise, e.g. STOP to make it
+# hang) after SECONDS, to test that the others then fail instead of hanging; a rank still
+# alive once the others are done is killed. Every rank's output goes to stdout, prefixed with
+# its rank.
 set -uo pipefail
 n=$1
 shift
-kill_rank="" kill_after=0
+kill_rank="" kill_after=0 signal=KILL
 while [ "$1" != "--" ]; do
   case $1 in
     --kill-rank) kill_rank=$2; shift 2 ;;
     --after) kill_after=$2; shift 2 ;;
+    --signal) signal=$2; shift 2 ;;
     *) echo "launch_env.sh: unknown option $1" >&2; exit 64 ;;
   esac
 done
@@ -36,13 +39,18 @@ for ((rank = 0; rank < n; rank++)); do
 done
 if [ -n "$kill_rank" ]; then
   sleep "$kill_after"
-  kill -KILL "${pids[$kill_rank]}"
+  kill -"$signal" "${pids[$kill_rank]}"
 fi
 status=0
-for pid in "${pids[@]}"; do
-  wait "$pid"
+for rank in "${!pids[@]}"; do
+  [ "$rank" != "$kill_rank" ] || continue
+  wait "${pids[$rank]}"
   code=$?
   [ "$status" -ne 0 ] || status=$code
 done
+if [ -n "$kill_rank" ]; then
+  kill -KILL "${pids[$kill_rank]}" 2>/dev/null
+  wait "${pids[$kill_rank]}" 2>/dev/null
+fi
 wait  # the output filters
 exit "$status"

@@ -1,6 +1,5 @@
 // The installed programs, run as a user runs them.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <fstream>
@@ -12,20 +11,8 @@ using trident::testing::scratch_dir;
 
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-Result run(const std::string& command) {
-  std::string output;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = trident::testing::CommandResult;
+const auto run = trident::testing::run_command;
 
 const std::string kBin = TRIDENT_BINARY_DIR;
 const std::string kSource = TRIDENT_SOURCE_DIR;

@@ -1,0 +1,174 @@
+// Multi-process runs of the real `train` program: data parallelism must reproduce the
+// single-process run (loss every step and final parameters), and a lost or stuck rank must end
+// the job with an error instead of a hang.
+#include <gtest/gtest.h>
+#include <torch/serialize/input-archive.h>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+
+#include "core/config.h"
+#include "model/gpt.h"
+#include "tests/helpers.h"
+
+using namespace trident;
+using trident::testing::run_command;
+using trident::testing::scratch_dir;
+
+namespace {
+
+const std::string kBin = TRIDENT_BINARY_DIR;
+const std::string kSource = TRIDENT_SOURCE_DIR;
+const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                            TRIDENT_MPIEXEC + " --oversubscribe -np ";
+const std::string kEnvLaunch = kSource + "/tests/launch_env.sh ";
+
+struct RunResult {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> params;
+};
+
+std::vector<std::string> model_overrides(const std::string& data) {
+  return {"data.path=" + data,       "model.num_layers=2",           "model.hidden_size=64",
+          "model.num_attention_heads=4", "model.seq_length=64",      "batch.global_batch_size=16",
+          "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     "train.iters=6",
+          "train.eval_interval=0",   "data.valid_fraction=0"};
+}
+
+// Trains with `launcher` ("" for one process) and reads back losses and final parameters.
+RunResult train(const std::string& launcher, const std::filesystem::path& dir,
+                const std::string& data, int micro_batch, const std::string& precision) {
+  auto overrides = model_overrides(data);
+  overrides.push_back("batch.micro_batch_size=" + std::to_string(micro_batch));
+  overrides.push_back("precision=" + precision);
+  std::string command = launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
+  for (const auto& o : overrides) command += " " + o;
+  command += " train.checkpoint_dir=" + (dir / "ckpt").string() +
+             " train.metrics_file=" + (dir / "metrics.jsonl").string();
+  auto result = run_command("timeout 300 " + command);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+
+  RunResult run;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    run.losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
+  Config config = Config::parse("", overrides);
+  GPT model(config.model, config.model.padded_vocab());
+  model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
+  torch::serialize::InputArchive archive;
+  archive.load_from((dir / "ckpt" / "iter_0000006" / "model.pt").string());
+  model->load(archive);
+  for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value();
+  return run;
+}
+
+// fp64 runs must agree to rounding (1e-10 relative, loss and every parameter tensor). fp32
+// runs: the loss of every step and the whole model to 1e-5 relative; single tensors to 1e-4,
+// because AdamW's m / sqrt(v) turns last-bit differences of near-zero gradients into larger
+// relative changes of small tensors (biases after a few steps).
+void expect_equal_runs(const RunResult& serial, const RunResult& parallel, bool fp64) {
+  const double tolerance = fp64 ? 1e-10 : 1e-5;
+  const double tensor_tolerance = fp64 ? 1e-10 : 1e-4;
+  ASSERT_EQ(parallel.losses.size(), serial.losses.size());
+  for (size_t i = 0; i < serial.losses.size(); ++i)
+    EXPECT_NEAR(parallel.losses[i], serial.losses[i], tolerance * std::abs(serial.losses[i]))
+        << "step " << i;
+  double difference = 0, norm = 0, worst_tensor = 0;
+  for (const auto& [name, value] : serial.params) {
+    const auto delta = (parallel.params.at(name) - value).norm().item<double>();
+    const double size = value.norm().item<double>();
+    EXPECT_LT(delta / size, tensor_tolerance) << name;
+    worst_tensor = std::max(worst_tensor, delta / size);
+    difference += delta * delta;
+    norm += size * size;
+  }
+  EXPECT_LT(std::sqrt(difference / norm), tolerance);
+  std::printf("relative parameter difference: model %.3g, worst tensor %.3g\n",
+              std::sqrt(difference / norm), worst_tensor);
+}
+
+class DataParallelRuns : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // One folder per process: CTest runs each test of this suite as its own process, in parallel.
+    root_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                      ("trident-dp-runs-" + std::to_string(::getpid())));
+    std::filesystem::remove_all(*root_);
+    std::filesystem::create_directories(*root_);
+    data_ = (*root_ / "corpus").string();
+    auto prep = run_command(kBin + "/preprocess --quiet --output " + data_ + " " + kSource + "/core");
+    ASSERT_EQ(prep.exit_code, 0) << prep.output;
+    serial_fp32_ = new RunResult(train("", *root_ / "serial32", data_, 8, "fp32"));
+    serial_fp64_ = new RunResult(train("", *root_ / "serial64", data_, 8, "fp64"));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*root_);
+    delete serial_fp32_;
+    delete serial_fp64_;
+    delete root_;
+  }
+  static std::filesystem::path* root_;
+  static std::string data_;
+  static RunResult *serial_fp32_, *serial_fp64_;
+};
+std::filesystem::path* DataParallelRuns::root_ = nullptr;
+std::string DataParallelRuns::data_;
+RunResult* DataParallelRuns::serial_fp32_ = nullptr;
+RunResult* DataParallelRuns::serial_fp64_ = nullptr;
+
+}  // namespace
+
+// The single-process reference reads 16 samples per step as 2 micro-batches of 8; the
+// parallel runs read the same 16 as DP ranks x micro-batches x micro-batch size.
+TEST_F(DataParallelRuns, MpiTwoRanksEqualSerialFp32) {
+  expect_equal_runs(*serial_fp32_, train(kMpirun + "2 ", *root_ / "mpi2", data_, 4, "fp32"), false);
+}
+
+TEST_F(DataParallelRuns, MpiFourRanksEqualSerialFp64) {
+  expect_equal_runs(*serial_fp64_, train(kMpirun + "4 ", *root_ / "mpi4", data_, 2, "fp64"), true);
+}
+
+TEST_F(DataParallelRuns, EnvLaunchTwoRanksEqualSerialFp64) {
+  expect_equal_runs(*serial_fp64_, train(kEnvLaunch + "2 -- ", *root_ / "env2", data_, 8, "fp64"),
+                    true);
+}
+
+TEST_F(DataParallelRuns, EnvLaunchFourRanksEqualSerialFp32) {
+  expect_equal_runs(*serial_fp32_, train(kEnvLaunch + "4 -- ", *root_ / "env4", data_, 1, "fp32"),
+                    false);
+}
+
+namespace {
+
+const std::string kEndless = kBin + "/train --config " + kSource +
+                             "/configs/gpt-tiny.yaml data.type=synthetic train.iters=1000000 "
+                             "train.eval_interval=0 train.log_interval=100000 model.num_layers=1 "
+                             "batch.micro_batch_size=2 batch.global_batch_size=4";
+
+}  // namespace
+
+TEST(LostRank, KilledPeerEndsTheEnvJobWithAnError) {
+  auto r = run_command("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 -- " + kEndless);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out: the surviving rank hung\n" << r.output;
+  EXPECT_NE(r.output.find("[rank 0] error (rank 0): gloo"), std::string::npos) << r.output;
+}
+
+TEST(LostRank, StuckPeerTimesOut) {
+  auto r = run_command("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 --signal STOP -- " +
+                       kEndless + " parallel.timeout_s=4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out: the surviving rank hung\n" << r.output;
+  EXPECT_NE(r.output.find("Timed out"), std::string::npos) << r.output;
+}
+
+TEST(LostRank, KilledPeerEndsTheMpiJob) {
+  // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
+  auto r = run_command("timeout 120 bash -c '" + kMpirun + "2 " + kEndless +
+                       " train.seed=424242 & job=$!; sleep 4; pkill -KILL -n -f train.seed=424242; "
+                       "wait $job'");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out: mpirun did not end the job\n" << r.output;
+}

@@ -1,0 +1,177 @@
+// allreduce_bench: collective bandwidth with nccl-tests semantics, for every trident backend.
+//
+//   mpirun -np 4 build/allreduce_bench [--op all_reduce,reduce_scatter,all_gather]
+//       [--dtype float,double,bfloat16,half] [--min-bytes 32K] [--max-bytes 16M]
+//       [--iters 20] [--warmup 5] [--backend auto|mpi|gloo|nccl] [--device cpu|cuda]
+//
+// For each size (doubling): `warmup` untimed calls, then the mean time of `iters` calls,
+// averaged over ranks. algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce and
+// (n-1)/n for reduce-scatter and all-gather, where bytes is the size of the whole buffer (the
+// input of reduce-scatter, the output of all-gather), as nccl-tests reports them.
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "core/timer.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
+
+using namespace trident;
+
+namespace {
+
+struct Options {
+  std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather"};
+  std::vector<std::string> dtypes = {"float"};
+  int64_t min_bytes = 32 << 10, max_bytes = 16 << 20;
+  int iters = 20, warmup = 5;
+  CommOptions comm;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  const double value = std::stod(text, &used);
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
+  if (scale == 0 || value <= 0) fail("bad byte count '", text, "' (e.g. 32K, 16M, 1G)");
+  return int64_t(value * scale);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) fail("option ", arg, " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--op") o.ops = split_list(value);
+    else if (arg == "--dtype") o.dtypes = split_list(value);
+    else if (arg == "--min-bytes") o.min_bytes = parse_bytes(value);
+    else if (arg == "--max-bytes") o.max_bytes = parse_bytes(value);
+    else if (arg == "--iters") o.iters = std::stoi(value);
+    else if (arg == "--warmup") o.warmup = std::stoi(value);
+    else if (arg == "--backend") o.comm.backend = value;
+    else if (arg == "--device") o.comm.device = value == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    else fail("unknown option ", arg);
+  }
+  return o;
+}
+
+torch::Dtype dtype_of(const std::string& name) {
+  if (name == "float") return torch::kFloat;
+  if (name == "double") return torch::kDouble;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "half") return torch::kHalf;
+  fail("unknown dtype '", name, "' (float, double, bfloat16, half)");
+}
+
+struct Measurement {
+  double seconds;
+  bool correct;
+};
+
+// Times `iters` calls of one collective on buffers of `bytes` in total.
+Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtype, int64_t bytes,
+                    const Options& o) {
+  const int n = comm.size();
+  const auto options = torch::TensorOptions().dtype(dtype).device(o.comm.device);
+  const int64_t count = bytes / int64_t(torch::elementSize(dtype));
+  const int64_t chunk = count / n;
+  auto whole = torch::full({chunk * n}, double(comm.rank() + 1), options);
+  auto part = torch::full({chunk}, double(comm.rank() + 1), options);
+  auto call = [&] {
+    if (op == "all_reduce") comm.all_reduce(whole, ReduceOp::sum);
+    else if (op == "reduce_scatter") comm.reduce_scatter(part, whole, ReduceOp::sum);
+    else if (op == "all_gather") comm.all_gather(whole, part);
+    else fail("unknown op '", op, "' (all_reduce, reduce_scatter, all_gather)");
+  };
+  auto synchronize = [&] {
+    if (o.comm.device.is_cuda()) torch::cuda::synchronize();
+  };
+  // One checked call: sums of rank + 1 over n ranks are exact small integers.
+  call();
+  synchronize();
+  const double sum = n * (n + 1) / 2.0;
+  bool correct = op == "all_reduce"       ? whole.eq(sum).all().item<bool>()
+                 : op == "reduce_scatter" ? part.eq(sum).all().item<bool>()
+                                          : whole.view({n, chunk}).select(1, 0).eq(torch::arange(1, n + 1, options)).all().item<bool>();
+  for (int i = 0; i < o.warmup; ++i) call();
+  synchronize();
+  comm.barrier();
+  Stopwatch stopwatch;
+  for (int i = 0; i < o.iters; ++i) call();
+  synchronize();
+  auto seconds = torch::full({1}, stopwatch.elapsed_ms() / 1e3 / o.iters, torch::kDouble);
+  auto ok = torch::full({1}, correct ? 0.0 : 1.0, torch::kDouble);
+  if (o.comm.device.is_cuda()) {
+    seconds = seconds.to(o.comm.device);
+    ok = ok.to(o.comm.device);
+  }
+  comm.all_reduce(seconds, ReduceOp::avg);
+  comm.all_reduce(ok, ReduceOp::max);
+  return {seconds.item<double>(), ok.item<double>() == 0.0};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = 0;
+  try {
+    const Options o = parse(argc, argv);
+    const LaunchInfo launch = detect_launch();
+    rank = int(launch.rank);
+    auto comm = make_world_communicator(launch, o.comm);
+    const int n = comm->size();
+    if (rank == 0)
+      std::printf("# allreduce_bench: %d ranks, backend %s, device %s, %d iterations after %d warm-up\n",
+                  n, comm->backend().c_str(), o.comm.device.str().c_str(), o.iters, o.warmup);
+    double bus_sum = 0;
+    int rows = 0, wrong = 0;
+    for (const auto& op : o.ops) {
+      const double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
+      for (const auto& dtype_name : o.dtypes) {
+        const torch::Dtype dtype = dtype_of(dtype_name);
+        if (rank == 0)
+          std::printf("#\n# %-14s %-8s %12s %12s %10s %12s %12s %6s\n", "op", "type", "size(B)",
+                      "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+          // Whole chunks per rank, as nccl-tests rounds sizes.
+          const int64_t element = int64_t(torch::elementSize(dtype));
+          const int64_t size = bytes / (element * n) * element * n;
+          if (size == 0) continue;
+          const Measurement m = measure(*comm, op, dtype, size, o);
+          const double algbw = double(size) / m.seconds / 1e9;
+          bus_sum += algbw * factor;
+          ++rows;
+          wrong += m.correct ? 0 : 1;
+          if (rank == 0)
+            std::printf("  %-14s %-8s %12lld %12lld %10.1f %12.3f %12.3f %6d\n", op.c_str(),
+                        dtype_name.c_str(), static_cast<long long>(size),
+                        static_cast<long long>(size / element), m.seconds * 1e6, algbw,
+                        algbw * factor, m.correct ? 0 : 1);
+        }
+      }
+    }
+    if (rank == 0) std::printf("#\n# Avg bus bandwidth : %.4f GB/s\n", rows ? bus_sum / rows : 0.0);
+    comm.reset();
+    return wrong == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());
+    return 2;
+  }
+}

@@ -44,6 +44,17 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
   return out;
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = std::min(text.find(separator, start), text.size());
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 std::string si_units(double value, int precision) {
   static const char* prefixes[] = {"", " K", " M", " G", " T", " P", " E"};
   int index = 0;

@@ -14,6 +14,9 @@ std::string closest_match(const std::string& word, const std::vector<std::string
 
 std::string join(const std::vector<std::string>& parts, const std::string& separator);
 
+// The non-empty pieces of `text` between `separator`s: "a,,b" -> {"a", "b"}.
+std::vector<std::string> split(const std::string& text, char separator);
+
 // Human-readable quantities: 1.23e9 -> "1.23 G".
 std::string si_units(double value, int precision = 3);
 

@@ -33,17 +33,6 @@ struct Options {
   CommOptions comm;
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) out.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 int64_t parse_bytes(const std::string& text) {
   size_t used = 0;
   const double value = std::stod(text, &used);
@@ -59,8 +48,8 @@ Options parse(int argc, char** argv) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) fail("option ", arg, " needs a value");
     const std::string value = argv[++i];
-    if (arg == "--op") o.ops = split_list(value);
-    else if (arg == "--dtype") o.dtypes = split_list(value);
+    if (arg == "--op") o.ops = trident::split(value, ',');
+    else if (arg == "--dtype") o.dtypes = trident::split(value, ',');
     else if (arg == "--min-bytes") o.min_bytes = parse_bytes(value);
     else if (arg == "--max-bytes") o.max_bytes = parse_bytes(value);
     else if (arg == "--iters") o.iters = std::stoi(value);

@@ -33,23 +33,12 @@ struct Options {
   bool quiet = false;
 };
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = std::min(text.find(',', start), text.size());
-    if (comma > start) out.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--output" && i + 1 < argc) o.output = argv[++i];
-    else if (arg == "--extensions" && i + 1 < argc) o.extensions = split_commas(argv[++i]);
+    else if (arg == "--extensions" && i + 1 < argc) o.extensions = trident::split(argv[++i], ',');
     else if (arg == "--quiet") o.quiet = true;
     else if (!arg.empty() && arg[0] == '-') fail("unknown option '", arg, "'");
     else o.inputs.push_back(arg);

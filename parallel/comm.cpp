@@ -92,16 +92,16 @@ std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
     if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
 #endif
 #ifdef TRIDENT_WITH_MPI
-    if (launch.launcher == "mpirun") return make_mpi_world_communicator();
+    if (launch.launcher != "torchrun") return make_mpi_world_communicator();
 #endif
     fail("no CPU backend of this build (", available_backends(), ") can start processes launched by ",
          launch.launcher);
   };
   if (backend == "mpi") {
 #ifdef TRIDENT_WITH_MPI
-    if (launch.launcher != "mpirun" && launch.world_size > 1)
-      fail("parallel.backend=mpi needs a launch by mpirun, but this job was launched by ",
-           launch.launcher);
+    if (launch.launcher == "torchrun")
+      fail("parallel.backend=mpi needs a launch by mpirun or srun, but this job was launched ",
+           "with torchrun-style variables; use parallel.backend=gloo");
     return make_mpi_world_communicator();
 #else
     missing(backend);

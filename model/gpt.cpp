@@ -1,11 +1,11 @@
 #include "model/gpt.h"
 
-#include <torch/nn/functional/dropout.h>
-#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/linear.h>
 #include <torch/version.h>
 
 #include <cmath>
 
+#include "core/error.h"
 #include "model/init.h"
 
 namespace trident {
@@ -39,36 +39,39 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 }  // namespace
 
-SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config)
-    : heads_(config.num_attention_heads),
+SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp)
+    : local_heads_(config.num_attention_heads / tp.group->size()),
       head_dim_(config.head_dim()),
       dropout_(config.attention_dropout) {
-  qkv = register_module("qkv", torch::nn::Linear(config.hidden_size, 3 * config.hidden_size));
-  out = register_module("out", torch::nn::Linear(config.hidden_size, config.hidden_size));
+  const int64_t h = config.hidden_size;
+  qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, *tp.group, false, tp.sequence_parallel));
+  out = register_module("out", RowParallelLinear(h, h, *tp.group, true, tp.sequence_parallel));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), s = x.size(1);
-  auto qkv_heads = qkv(x).view({b, s, heads_, 3, head_dim_}).permute({3, 0, 2, 1, 4});
-  auto context = causal_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2],
-                                  is_training() ? dropout_ : 0.0);
-  return out(context.transpose(1, 2).reshape({b, s, heads_ * head_dim_}));
+  auto qkv_local = qkv(x);  // [b, s, 3h/t]: the whole sequence, this rank's heads
+  const int64_t b = qkv_local.size(0), s = qkv_local.size(1);
+  auto heads = qkv_local.view({b, s, local_heads_, 3, head_dim_}).permute({3, 0, 2, 1, 4});
+  auto context = causal_attention(heads[0], heads[1], heads[2], is_training() ? dropout_ : 0.0);
+  return out(context.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
 }
 
-MLPImpl::MLPImpl(const ModelConfig& config) {
-  up = register_module("up", torch::nn::Linear(config.hidden_size, config.ffn()));
-  down = register_module("down", torch::nn::Linear(config.ffn(), config.hidden_size));
+MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
+  up = register_module("up", ColumnParallelLinear(config.hidden_size, config.ffn(), *tp.group,
+                                                  false, tp.sequence_parallel));
+  down = register_module("down", RowParallelLinear(config.ffn(), config.hidden_size, *tp.group,
+                                                   true, tp.sequence_parallel));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
-BlockImpl::BlockImpl(const ModelConfig& config) {
+BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp) {
   ln_1 = register_module("ln_1", layer_norm(config));
-  attn = register_module("attn", SelfAttention(config));
+  attn = register_module("attn", SelfAttention(config, tp));
   ln_2 = register_module("ln_2", layer_norm(config));
-  mlp = register_module("mlp", MLP(config));
+  mlp = register_module("mlp", MLP(config, tp));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
 }
 
@@ -77,32 +80,68 @@ torch::Tensor BlockImpl::forward(torch::Tensor x) {
   return x + dropout(mlp(ln_2(x)));
 }
 
-GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab) : config_(config) {
-  wte = register_module("wte", torch::nn::Embedding(vocab, config.hidden_size));
+GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp)
+    : config_(config), tp_(std::move(tp)) {
+  if (config.num_attention_heads % tp_.group->size() != 0)
+    fail("model.num_attention_heads (", config.num_attention_heads,
+         ") must be divisible by the tensor-parallel size ", tp_.group->size());
+  wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, *tp_.group));
   wpe = register_module("wpe", torch::nn::Embedding(config.seq_length, config.hidden_size));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
   for (int64_t i = 0; i < config.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), Block(config)));
+    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_)));
   ln_f = register_module("ln_f", layer_norm(config));
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
+  Communicator& tp = *tp_.group;
   auto positions = torch::arange(tokens.size(1), tokens.options());
-  auto x = dropout(wte(tokens) + wpe(positions));
+  auto x = wte(tokens) + wpe(positions);
+  if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
+  x = dropout(x);
   for (auto& block : blocks) x = block(x);
-  return torch::nn::functional::linear(ln_f(x), wte->weight);
+  x = ln_f(x);
+  // The head is the vocabulary-parallel embedding again: each rank scores its slice.
+  x = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
+  return torch::nn::functional::linear(x, wte->weight);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   auto logits = forward(tokens);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-  return torch::nn::functional::cross_entropy(logits.flatten(0, 1), targets.flatten());
+  return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();
+}
+
+int64_t GPTImpl::partition_dim(const std::string& name) {
+  for (const char* column : {"attn.qkv.weight", "attn.qkv.bias", "mlp.up.weight", "mlp.up.bias"})
+    if (ends_with(name, column)) return 0;
+  for (const char* row : {"attn.out.weight", "mlp.down.weight"})
+    if (ends_with(name, row)) return 1;
+  if (name == "wte.weight") return 0;  // vocabulary rows
+  return -1;
+}
+
+std::vector<torch::Tensor> GPTImpl::replicated_parameters() {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : named_parameters())
+    if (partition_dim(item.key()) < 0) out.push_back(item.value());
+  return out;
+}
+
+std::vector<torch::Tensor> GPTImpl::sequence_parallel_parameters() {
+  std::vector<torch::Tensor> out;
+  if (!tp_.sequence_parallel) return out;
+  // Position embeddings are added before the sequence is split: their gradient is whole.
+  for (const auto& item : named_parameters())
+    if (partition_dim(item.key()) < 0 && item.key() != "wpe.weight") out.push_back(item.value());
+  return out;
 }
 
 void GPTImpl::initialize(uint64_t seed) {
   torch::NoGradGuard no_grad;
   const double std = config_.init_method_std;
   const double residual_std = std / std::sqrt(2.0 * double(config_.num_layers));
+  const int64_t ranks = tp_.group->size(), rank = tp_.group->rank();
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor& p = item.value();
@@ -111,8 +150,12 @@ void GPTImpl::initialize(uint64_t seed) {
     } else if (name.find("ln_") != std::string::npos) {
       p.fill_(1.0);
     } else {
-      bool residual = ends_with(name, "attn.out.weight") || ends_with(name, "mlp.down.weight");
-      p.copy_(init_normal(name, p.sizes(), residual ? residual_std : std, seed));
+      const bool residual = ends_with(name, "attn.out.weight") || ends_with(name, "mlp.down.weight");
+      const int64_t dim = partition_dim(name);
+      std::vector<int64_t> full(p.sizes().begin(), p.sizes().end());
+      if (dim >= 0) full[size_t(dim)] *= ranks;
+      auto whole = init_normal(name, full, residual ? residual_std : std, seed);
+      p.copy_(dim >= 0 ? whole.narrow(dim, rank * p.size(dim), p.size(dim)) : whole);
     }
   }
 }

@@ -1,47 +1,55 @@
 // GPT-2 / Megatron-style decoder: learned positions, pre-LayerNorm blocks, causal attention,
-// GELU MLP, final LayerNorm, output head tied to the token embedding.
+// GELU MLP, final LayerNorm, output head tied to the token embedding; tensor- and
+// sequence-parallel over a given group (a group of one is the plain model).
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <memory>
 #include <vector>
 
 #include "core/config.h"
+#include "parallel/comm.h"
+#include "parallel/tensor_parallel.h"
 
 namespace trident {
 
+struct TensorParallel {
+  std::shared_ptr<Communicator> group = make_self_communicator();
+  bool sequence_parallel = false;
+};
+
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit SelfAttentionImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);  // [b, s, h] -> [b, s, h]
+  SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp);
+  torch::Tensor forward(const torch::Tensor& x);  // [b, s(/t with SP), h] -> same
 
   // QKV output rows are laid out [head][q|k|v][head_dim], so a contiguous slice of rows is a
-  // contiguous group of whole heads (what tensor parallelism splits).
-  torch::nn::Linear qkv{nullptr};
-  torch::nn::Linear out{nullptr};
+  // contiguous group of whole heads: column-parallel gives each rank heads / t heads.
+  ColumnParallelLinear qkv{nullptr};
+  RowParallelLinear out{nullptr};
 
  private:
-  int64_t heads_, head_dim_;
+  int64_t local_heads_, head_dim_;
   double dropout_;
 };
 TORCH_MODULE(SelfAttention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const ModelConfig& config);
+  MLPImpl(const ModelConfig& config, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear up{nullptr};
-  torch::nn::Linear down{nullptr};
+  ColumnParallelLinear up{nullptr};
+  RowParallelLinear down{nullptr};
 };
 TORCH_MODULE(MLP);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const ModelConfig& config);
+  BlockImpl(const ModelConfig& config, const TensorParallel& tp);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
@@ -52,26 +60,39 @@ TORCH_MODULE(Block);
 
 class GPTImpl : public torch::nn::Module {
  public:
-  // `vocab` is the padded vocabulary (rows of the embedding and the head).
-  GPTImpl(const ModelConfig& config, int64_t vocab);
+  // `vocab` is the padded vocabulary (rows of the embedding and the head, over all TP ranks).
+  GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {});
 
-  // tokens [b, s] int64 -> logits [b, s, vocab].
+  // tokens [b, s] int64 -> logits [b, s, vocab / t] (this rank's slice of the vocabulary).
   torch::Tensor forward(const torch::Tensor& tokens);
-  // Mean next-token cross-entropy, computed in at least fp32.
+  // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
-  // Draws every parameter from the seed: normal(0, std) for matrices and embeddings, std /
-  // sqrt(2 * layers) for the projections that add into the residual stream (GPT-2, Megatron),
-  // ones and zeros for LayerNorms and biases.
+  // Draws every parameter whole from the seed, then keeps this rank's slice: normal(0, std)
+  // for matrices and embeddings, std / sqrt(2 * layers) for the projections that add into the
+  // residual stream (GPT-2, Megatron), ones and zeros for LayerNorms and biases.
   void initialize(uint64_t seed);
 
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  // The dimension along which tensor parallelism splits a parameter, -1 if replicated.
+  static int64_t partition_dim(const std::string& name);
+  // Parameters every TP rank holds whole (partition_dim -1).
+  std::vector<torch::Tensor> replicated_parameters();
+  // With sequence parallelism, the replicated parameters applied to this rank's part of the
+  // sequence only (LayerNorms, row-parallel biases): their gradients are partial sums that
+  // must be all-reduced over the TP group. Empty without sequence parallelism.
+  std::vector<torch::Tensor> sequence_parallel_parameters();
+
+  const TensorParallel& tensor_parallel() const { return tp_; }
+
+  VocabParallelEmbedding wte{nullptr};
+  torch::nn::Embedding wpe{nullptr};
   std::vector<Block> blocks;  // registered as "h<global layer index>"
   torch::nn::LayerNorm ln_f{nullptr};
   torch::nn::Dropout dropout{nullptr};
 
  private:
   ModelConfig config_;
+  TensorParallel tp_;
 };
 TORCH_MODULE(GPT);
 

@@ -36,6 +36,8 @@ class ProcessGroups {
   Communicator& pipeline() const { return *pipeline_; }
   Communicator& embedding() const { return *embedding_; }
   Communicator& model() const { return *model_; }
+  // Shared ownership for layers that keep their group (the tensor-parallel layers).
+  std::shared_ptr<Communicator> tensor_group() const { return tensor_; }
 
   const GridCoordinates& coordinates() const { return coordinates_; }
   bool first_stage() const { return coordinates_.pp == 0; }

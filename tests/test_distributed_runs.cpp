@@ -58,7 +58,7 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   GPT model(config.model, config.model.padded_vocab());
   model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
   torch::serialize::InputArchive archive;
-  archive.load_from((dir / "ckpt" / "iter_0000006" / "model.pt").string());
+  archive.load_from((dir / "ckpt" / "iter_0000006" / "model_tp0.pt").string());
   model->load(archive);
   for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value();
   return run;

@@ -117,22 +117,25 @@ int64_t CheckpointStore::latest() const {
   return iteration;
 }
 
-void CheckpointStore::save(int64_t iteration,
-                           const std::function<void(const std::string& folder)>& fill,
-                           int64_t keep) const {
+std::string CheckpointStore::staging_path(int64_t iteration) const {
+  return (fs::path(dir_) / (kStagingPrefix + folder_name(iteration))).string();
+}
+
+void CheckpointStore::begin(int64_t iteration) const {
   fs::create_directories(dir_);
   const fs::path target = path(iteration);
   if (fs::exists(target)) fail("checkpoint '", target.string(), "' already exists; not overwriting it");
   // Folders left by saves that were killed: never published, safe to drop.
   for (const auto& entry : fs::directory_iterator(dir_))
     if (entry.path().filename().string().rfind(kStagingPrefix, 0) == 0) fs::remove_all(entry.path());
+  fs::create_directory(staging_path(iteration));
+}
 
-  const fs::path staging = fs::path(dir_) / (kStagingPrefix + folder_name(iteration));
-  fs::create_directory(staging);
-  fill(staging.string());
+void CheckpointStore::commit(int64_t iteration, int64_t keep) const {
+  const fs::path staging = staging_path(iteration);
   for (const auto& entry : fs::directory_iterator(staging)) sync_path(entry.path());
   sync_path(staging);
-  fs::rename(staging, target);
+  fs::rename(staging, path(iteration));
   sync_path(dir_);
   write_text_atomically(fs::path(dir_) / "latest", folder_name(iteration) + "\n");
   sync_path(dir_);
@@ -142,11 +145,27 @@ void CheckpointStore::save(int64_t iteration,
     if (saved[i] != iteration) fs::remove_all(path(saved[i]));
 }
 
-void write_checkpoint(const std::string& folder, GPTImpl& model, torch::optim::Optimizer& optimizer,
-                      const TrainingProgress& progress, const Config& config) {
+void CheckpointStore::save(int64_t iteration,
+                           const std::function<void(const std::string& folder)>& fill,
+                           int64_t keep) const {
+  begin(iteration);
+  fill(staging_path(iteration));
+  commit(iteration, keep);
+}
+
+std::string model_file(int64_t tp_rank) { return str("model_tp", tp_rank, ".pt"); }
+std::string optimizer_file(int64_t tp_rank) { return str("optimizer_tp", tp_rank, ".pt"); }
+
+void write_shard(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+                 torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  save_archive(dir / "model.pt", [&](auto& archive) { model.save(archive); });
-  save_archive(dir / "optimizer.pt", [&](auto& archive) { optimizer.save(archive); });
+  save_archive(dir / model_file(tp_rank), [&](auto& archive) { model.save(archive); });
+  save_archive(dir / optimizer_file(tp_rank), [&](auto& archive) { optimizer.save(archive); });
+}
+
+void write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                        const Config& config) {
+  const fs::path dir(folder);
   save_archive(dir / "rng.pt", [](auto& archive) {
     archive.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
   });
@@ -171,7 +190,8 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());
   }
   for (const auto& key : Config::keys()) {
-    const bool must_match = key.rfind("model.", 0) == 0 || key == "precision";
+    const bool must_match =
+        key.rfind("model.", 0) == 0 || key == "precision" || key == "parallel.tensor";
     if (must_match && saved.get(key) != config.get(key))
       fail("checkpoint '", folder, "' was saved with ", key, "=", saved.get(key),
            " but this run has ", key, "=", config.get(key));
@@ -179,10 +199,11 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   return progress;
 }
 
-void read_checkpoint(const std::string& folder, GPTImpl& model, torch::optim::Optimizer& optimizer) {
+void read_checkpoint(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+                     torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  load_archive(dir / "model.pt", [&](auto& archive) { model.load(archive); });
-  load_archive(dir / "optimizer.pt", [&](auto& archive) { optimizer.load(archive); });
+  load_archive(dir / model_file(tp_rank), [&](auto& archive) { model.load(archive); });
+  load_archive(dir / optimizer_file(tp_rank), [&](auto& archive) { optimizer.load(archive); });
   torch::Tensor rng;
   load_archive(dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one

@@ -31,6 +31,13 @@ class CheckpointStore {
   // names a folder that does not exist.
   int64_t latest() const;
 
+  // A save in three steps, so that several processes can fill one checkpoint:
+  // begin() (one process) makes the empty staging folder; every writer fills
+  // staging_path(iteration); commit() (the same process, after all writers) publishes it.
+  std::string staging_path(int64_t iteration) const;
+  void begin(int64_t iteration) const;
+  void commit(int64_t iteration, int64_t keep) const;
+  // All three in one process.
   void save(int64_t iteration, const std::function<void(const std::string& folder)>& fill,
             int64_t keep) const;
 
@@ -44,15 +51,24 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // position in the shuffled sample order
 };
 
-// Writes model.pt, optimizer.pt, rng.pt and progress.yaml (with the full config) into `folder`.
-void write_checkpoint(const std::string& folder, GPTImpl& model, torch::optim::Optimizer& optimizer,
-                      const TrainingProgress& progress, const Config& config);
+// Files of one model shard: model_tp<r>.pt and optimizer_tp<r>.pt for tensor-parallel rank r.
+std::string model_file(int64_t tp_rank);
+std::string optimizer_file(int64_t tp_rank);
 
-// Reads progress.yaml of a checkpoint after checking that its saved model.* and precision keys
-// equal `config`'s; throws Error naming the first that differs. Cheap: call it before building.
+// Writes this rank's shard of weights and optimizer state into `folder`.
+void write_shard(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+                 torch::optim::Optimizer& optimizer);
+// Writes what all ranks share: rng.pt and progress.yaml (with the full config).
+void write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                        const Config& config);
+
+// Reads progress.yaml of a checkpoint after checking that its saved model.*, precision and
+// parallel.tensor keys equal `config`'s; throws Error naming the first that differs. Cheap:
+// call it before building.
 TrainingProgress read_progress(const std::string& folder, const Config& config);
 
-// Loads weights, optimizer state and the RNG state that write_checkpoint wrote.
-void read_checkpoint(const std::string& folder, GPTImpl& model, torch::optim::Optimizer& optimizer);
+// Loads this rank's shard of weights and optimizer state, and the RNG state.
+void read_checkpoint(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+                     torch::optim::Optimizer& optimizer);
 
 }  // namespace trident

@@ -4,6 +4,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -41,9 +42,9 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
 
 // Everything that can be checked without building the model, so bad input fails fast.
 void check_supported(const Config& config, const Layout& layout) {
-  if (layout.tensor > 1 || layout.pipeline > 1)
-    fail("parallel.tensor and parallel.pipeline > 1 are not available yet; this build ",
-         "parallelises over data only (got TP ", layout.tensor, ", PP ", layout.pipeline, ")");
+  if (layout.pipeline > 1)
+    fail("parallel.pipeline > 1 is not available yet; this build parallelises over tensor and ",
+         "data (got PP ", layout.pipeline, ")");
   if (config.recompute != "none")
     fail("recompute=", config.recompute, " is not available yet; use recompute=none");
 }
@@ -89,17 +90,24 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   }
 
   torch::manual_seed(config_.train.seed);
-  model_ = GPT(config_.model, vocab_);
+  model_ = GPT(config_.model, vocab_,
+               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel});
   model_->to(dtype_);
   model_->initialize(config_.train.seed);
   model_->to(device_);
   params_ = model_->parameters();
+  replicated_params_ = model_->replicated_parameters();
+  for (const auto& p : params_)
+    if (std::find_if(replicated_params_.begin(), replicated_params_.end(),
+                     [&](const torch::Tensor& r) { return r.is_same(p); }) == replicated_params_.end())
+      sharded_params_.push_back(p);
+  sequence_parallel_params_ = model_->sequence_parallel_parameters();
   grads_ = std::make_unique<DataParallelGrads>(
       params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
   optimizer_ = make_adamw(params_, config_.optimizer);
 
   if (!resume_from.empty()) {
-    read_checkpoint(resume_from, *model_, *optimizer_);
+    read_checkpoint(resume_from, groups_->coordinates().tp, *model_, *optimizer_);
     iteration_ = last_saved_ = progress.iteration;
     consumed_samples_ = progress.consumed_samples;
     log::info(str("resumed from ", resume_from, " at iteration ", iteration_, " (",
@@ -136,8 +144,9 @@ IterationMetrics Trainer::step() {
     loss_sum += loss.detach().to(torch::kDouble);
   }
   grads_->finish();
+  reduce_sequence_parallel_grads();
   groups_->data().all_reduce(loss_sum, ReduceOp::avg);
-  const double grad_norm = std::sqrt(grad_square_sum(params_).item<double>());
+  const double grad_norm = std::sqrt(global_grad_square_sum());
   clip_grads(params_, grad_norm, config_.optimizer.clip_grad);
   optimizer_->step();
 
@@ -182,28 +191,59 @@ double Trainer::evaluate() {
   return total.item<double>() / double(config_.train.eval_iters * layout_.micro_batches);
 }
 
+void Trainer::reduce_sequence_parallel_grads() {
+  if (sequence_parallel_params_.empty()) return;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : sequence_parallel_params_) grads.push_back(p.grad().view(-1));
+  auto flat = torch::cat(grads);  // one all-reduce for all of them
+  groups_->tensor().all_reduce(flat, ReduceOp::sum);
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.narrow(0, offset, g.numel()));
+    offset += g.numel();
+  }
+}
+
+double Trainer::global_grad_square_sum() {
+  // Shards are summed over the TP group; replicated parameters count once (from TP rank 0).
+  // Data-parallel replicas hold equal gradients after the all-reduce: no DP sum.
+  auto total = grad_square_sum(sharded_params_);
+  if (groups_->coordinates().tp == 0) total = total + grad_square_sum(replicated_params_);
+  total = total.reshape({1}).contiguous();
+  groups_->tensor().all_reduce(total, ReduceOp::sum);
+  return total.item<double>();
+}
+
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
-  // Data-parallel replicas are identical: world rank 0 writes, the others learn how it went.
-  TrainingProgress progress{iteration_, consumed_samples_};
-  auto saved = torch::ones({1}, torch::kInt);
+  // World rank 0 prepares and publishes; the first data-parallel replica writes one shard per
+  // TP rank; every step ends with all ranks agreeing that nobody failed.
+  Communicator& world = groups_->world();
+  const bool leader = world.rank() == 0;
+  const bool writer = groups_->coordinates().dp == 0;
   std::string failure;
-  if (groups_->world().rank() == 0) {
-    try {
-      checkpoints_->save(
-          iteration_,
-          [&](const std::string& folder) {
-            write_checkpoint(folder, *model_, *optimizer_, progress, config_);
-          },
-          config_.train.keep_checkpoints);
-    } catch (const std::exception& e) {
-      failure = e.what();
-      saved.zero_();
+  auto step = [&](bool mine, const std::function<void()>& body) {
+    auto failed = torch::zeros({1}, torch::kInt);
+    if (mine) {
+      try {
+        body();
+      } catch (const std::exception& e) {
+        failure = e.what();
+        failed.fill_(1);
+      }
     }
-  }
-  groups_->world().broadcast(saved, 0);
-  if (!failure.empty()) fail(failure);
-  if (saved.item<int>() == 0) fail("rank 0 could not save checkpoint ", checkpoints_->path(iteration_));
+    world.all_reduce(failed, ReduceOp::max);
+    if (!failure.empty()) fail(failure);
+    if (failed.item<int>() != 0)
+      fail("another rank could not save checkpoint ", checkpoints_->path(iteration_));
+  };
+  step(leader, [&] { checkpoints_->begin(iteration_); });
+  step(writer, [&] {
+    const std::string folder = checkpoints_->staging_path(iteration_);
+    write_shard(folder, groups_->coordinates().tp, *model_, *optimizer_);
+    if (leader) write_shared_state(folder, {iteration_, consumed_samples_}, config_);
+  });
+  step(leader, [&] { checkpoints_->commit(iteration_, config_.train.keep_checkpoints); });
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
 }

@@ -66,6 +66,8 @@ class Trainer {
   int64_t padded_vocab() const { return vocab_; }
 
  private:
+  void reduce_sequence_parallel_grads();
+  double global_grad_square_sum();
   void log_start() const;
   void log_iteration(const IterationMetrics& m) const;
 
@@ -78,7 +80,7 @@ class Trainer {
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   GPT model_{nullptr};
-  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> params_, sharded_params_, replicated_params_, sequence_parallel_params_;
   std::unique_ptr<DataParallelGrads> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t iteration_ = 0;

@@ -1,0 +1,202 @@
+#include "parallel/tensor_parallel.h"
+
+#include <torch/autograd.h>
+#include <torch/nn/functional/linear.h>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+
+constexpr int64_t kSequenceDim = 1;
+
+// What a mapping does in one direction.
+enum class Op { identity, all_reduce, split_last, gather_last, split_sequence, gather_sequence,
+                reduce_scatter_sequence };
+
+torch::Tensor split(const torch::Tensor& x, int64_t dim, Communicator& tp) {
+  if (x.size(dim) % tp.size() != 0)
+    fail("tensor parallelism: dimension ", dim, " of size ", x.size(dim), " does not split into ",
+         tp.size(), " parts");
+  return x.chunk(tp.size(), dim)[size_t(tp.rank())].contiguous();
+}
+
+torch::Tensor gather(const torch::Tensor& x, int64_t dim, Communicator& tp) {
+  auto parts = torch::empty({tp.size(), x.numel()}, x.options());
+  auto flat = parts.view(-1);
+  tp.all_gather(flat, x.contiguous().view(-1));
+  std::vector<torch::Tensor> pieces;
+  for (int r = 0; r < tp.size(); ++r) pieces.push_back(parts[r].view(x.sizes()));
+  return torch::cat(pieces, dim);
+}
+
+torch::Tensor reduce_scatter(const torch::Tensor& x, int64_t dim, Communicator& tp) {
+  auto chunks = x.chunk(tp.size(), dim);
+  auto stacked = torch::stack(chunks, 0).contiguous();
+  auto out = torch::empty(chunks[0].sizes(), x.options());
+  tp.reduce_scatter(out, stacked, ReduceOp::sum);
+  return out;
+}
+
+torch::Tensor apply(Op op, const torch::Tensor& x, Communicator& tp) {
+  const int64_t last = x.dim() - 1;
+  switch (op) {
+    case Op::identity: return x;
+    case Op::all_reduce: {
+      auto out = x.contiguous().clone();
+      tp.all_reduce(out, ReduceOp::sum);
+      return out;
+    }
+    case Op::split_last: return split(x, last, tp);
+    case Op::gather_last: return gather(x, last, tp);
+    case Op::split_sequence: return split(x, kSequenceDim, tp);
+    case Op::gather_sequence: return gather(x, kSequenceDim, tp);
+    case Op::reduce_scatter_sequence: return reduce_scatter(x, kSequenceDim, tp);
+  }
+  return x;
+}
+
+// One autograd function per (forward, backward) pair; the group travels in the context.
+template <Op Forward, Op Backward>
+struct Mapping : public torch::autograd::Function<Mapping<Forward, Backward>> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               Communicator* tp) {
+    ctx->saved_data["tp"] = reinterpret_cast<int64_t>(tp);
+    return apply(Forward, x, *tp);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* tp = reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt());
+    return {apply(Backward, grads[0], *tp), torch::Tensor()};
+  }
+};
+
+template <Op Forward, Op Backward>
+torch::Tensor map(const torch::Tensor& x, Communicator& tp) {
+  if (tp.size() == 1) return x;
+  return Mapping<Forward, Backward>::apply(x, &tp);
+}
+
+int64_t divide(int64_t value, int64_t parts, const char* what) {
+  if (value % parts != 0) fail(what, " (", value, ") is not divisible by the tensor-parallel size ", parts);
+  return value / parts;
+}
+
+}  // namespace
+
+torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::identity, Op::all_reduce>(x, tp);
+}
+torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::all_reduce, Op::identity>(x, tp);
+}
+torch::Tensor scatter_to_tensor_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::split_last, Op::gather_last>(x, tp);
+}
+torch::Tensor gather_from_tensor_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::gather_last, Op::split_last>(x, tp);
+}
+torch::Tensor scatter_to_sequence_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::split_sequence, Op::gather_sequence>(x, tp);
+}
+torch::Tensor gather_from_sequence_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::gather_sequence, Op::reduce_scatter_sequence>(x, tp);
+}
+torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Communicator& tp) {
+  return map<Op::reduce_scatter_sequence, Op::gather_sequence>(x, tp);
+}
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, Communicator& tp,
+                                                   bool gather_output, bool sequence_parallel)
+    : tp_(&tp), gather_output_(gather_output), sequence_parallel_(sequence_parallel) {
+  const int64_t local = divide(out, tp.size(), "a column-parallel layer's output size");
+  weight = register_parameter("weight", torch::empty({local, in}));
+  bias = register_parameter("bias", torch::zeros({local}));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto input = sequence_parallel_ ? gather_from_sequence_parallel(x, *tp_)
+                                  : copy_to_tensor_parallel(x, *tp_);
+  auto y = torch::nn::functional::linear(input, weight, bias);
+  return gather_output_ ? gather_from_tensor_parallel(y, *tp_) : y;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, Communicator& tp,
+                                             bool input_is_parallel, bool sequence_parallel)
+    : tp_(&tp), input_is_parallel_(input_is_parallel), sequence_parallel_(sequence_parallel) {
+  if (sequence_parallel && !input_is_parallel)
+    fail("a row-parallel layer with sequence parallelism needs its input already split");
+  const int64_t local = divide(in, tp.size(), "a row-parallel layer's input size");
+  weight = register_parameter("weight", torch::empty({out, local}));
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto input = input_is_parallel_ ? x : scatter_to_tensor_parallel(x, *tp_);
+  auto partial = torch::nn::functional::linear(input, weight);
+  auto y = sequence_parallel_ ? reduce_scatter_to_sequence_parallel(partial, *tp_)
+                              : reduce_from_tensor_parallel(partial, *tp_);
+  return y + bias;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden,
+                                                       Communicator& tp)
+    : tp_(&tp) {
+  const int64_t local = divide(vocab, tp.size(), "the padded vocabulary");
+  vocab_start_ = local * tp.rank();
+  vocab_end_ = vocab_start_ + local;
+  weight = register_parameter("weight", torch::empty({local, hidden}));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (tp_->size() == 1) return torch::embedding(weight, ids);
+  auto outside = (ids < vocab_start_).logical_or(ids >= vocab_end_);
+  auto local_ids = (ids - vocab_start_).masked_fill(outside, 0);
+  auto rows = torch::embedding(weight, local_ids).masked_fill(outside.unsqueeze(-1), 0.0);
+  return reduce_from_tensor_parallel(rows, *tp_);
+}
+
+namespace {
+
+struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, Communicator* tp) {
+    const int64_t local = logits.size(-1), start = local * tp->rank();
+    auto max = std::get<0>(logits.max(-1)).contiguous();
+    tp->all_reduce(max, ReduceOp::max);
+    auto shifted = logits - max.unsqueeze(-1);
+
+    auto outside = (targets < start).logical_or(targets >= start + local);
+    auto local_targets = (targets - start).masked_fill(outside, 0);
+    auto target_logit = shifted.gather(-1, local_targets.unsqueeze(-1)).squeeze(-1)
+                            .masked_fill(outside, 0.0).contiguous();
+    tp->all_reduce(target_logit, ReduceOp::sum);
+
+    auto exp = shifted.exp();
+    auto sum_exp = exp.sum(-1).contiguous();
+    tp->all_reduce(sum_exp, ReduceOp::sum);
+
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(-1)), local_targets, outside});
+    ctx->saved_data["tp"] = reinterpret_cast<int64_t>(tp);
+    return sum_exp.log() - target_logit;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto grad = saved[0].clone();  // softmax
+    // Minus one at the target, on the rank whose slice holds it.
+    auto minus_one = saved[2].logical_not().to(grad.scalar_type()).neg().unsqueeze(-1);
+    grad.scatter_add_(-1, saved[1].unsqueeze(-1), minus_one);
+    return {grad * grads[0].unsqueeze(-1), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           Communicator& tp) {
+  return VocabParallelCrossEntropy::apply(logits, targets, &tp);
+}
+
+}  // namespace trident

@@ -1,0 +1,78 @@
+// Tensor parallelism (Shoeybi et al. 2019) and sequence parallelism (Korthikanti et al. 2022).
+//
+// Activations are [batch, sequence, hidden]. A tensor-parallel group of t ranks splits linear
+// layers by output (column-parallel) or by input (row-parallel); with sequence parallelism the
+// activations between them (LayerNorm, dropout, residual) are split along the sequence instead
+// of replicated. With a group of one rank every mapping is the identity.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "parallel/comm.h"
+
+namespace trident {
+
+// The conjugate mappings (forward / backward):
+torch::Tensor copy_to_tensor_parallel(const torch::Tensor& x, Communicator& tp);    // id / all-reduce
+torch::Tensor reduce_from_tensor_parallel(const torch::Tensor& x, Communicator& tp);  // all-reduce / id
+torch::Tensor scatter_to_tensor_parallel(const torch::Tensor& x, Communicator& tp);   // split last dim / all-gather
+torch::Tensor gather_from_tensor_parallel(const torch::Tensor& x, Communicator& tp);  // all-gather last dim / split
+torch::Tensor scatter_to_sequence_parallel(const torch::Tensor& x, Communicator& tp);  // split seq / all-gather
+torch::Tensor gather_from_sequence_parallel(const torch::Tensor& x, Communicator& tp);  // all-gather seq / reduce-scatter
+torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Communicator& tp);  // reduce-scatter seq / all-gather
+
+// Y = X A^T + b with A's rows (outputs) split over the group: this rank holds rows
+// [rank * out/t, (rank+1) * out/t). Input replicated (or sequence-split with sequence
+// parallelism: all-gathered first); output split on the last dim unless gather_output.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  ColumnParallelLinearImpl(int64_t in, int64_t out, Communicator& tp, bool gather_output,
+                           bool sequence_parallel);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;  // [out/t, in], [out/t]
+
+ private:
+  Communicator* tp_;
+  bool gather_output_, sequence_parallel_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+// Y = X A^T + b with A's columns (inputs) split over the group; the partial products are summed
+// (all-reduce, or reduce-scatter along the sequence with sequence parallelism), then the
+// replicated bias is added.
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  RowParallelLinearImpl(int64_t in, int64_t out, Communicator& tp, bool input_is_parallel,
+                        bool sequence_parallel);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;  // [out, in/t], [out]
+
+ private:
+  Communicator* tp_;
+  bool input_is_parallel_, sequence_parallel_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+// An embedding table whose rows (the vocabulary) are split over the group: ids outside this
+// rank's range look up zeros, and the all-reduce adds the one rank that had each id.
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, Communicator& tp);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;  // [vocab/t, hidden]
+  int64_t vocab_start() const { return vocab_start_; }
+
+ private:
+  Communicator* tp_;
+  int64_t vocab_start_, vocab_end_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// Per-token cross-entropy of logits split over the vocabulary ([N, V/t] on each rank) without
+// gathering them: three all-reduces (max, sum of exponentials, target logit), in fp32 or fp64.
+// Backward: softmax minus one-hot, on each rank's slice.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           Communicator& tp);
+
+}  // namespace trident

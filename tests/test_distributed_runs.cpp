@@ -1,4 +1,4 @@
-// Multi-process runs of the real `train` program: data parallelism must reproduce the
+// Multi-process runs of the real `train` program: data and tensor parallelism must reproduce the
 // single-process run (loss every step and final parameters), and a lost or stuck rank must end
 // the job with an error instead of a hang.
 #include <gtest/gtest.h>
@@ -25,6 +25,26 @@ const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW
                             TRIDENT_MPIEXEC + " --oversubscribe -np ";
 const std::string kEnvLaunch = kSource + "/tests/launch_env.sh ";
 
+// A stand-in group that only knows its rank and size: enough to build a shard's shapes.
+class FakeGroup : public Communicator {
+ public:
+  FakeGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "fake"; }
+  void all_reduce(torch::Tensor&, ReduceOp) override { ADD_FAILURE() << "no communication"; }
+  void reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp) override { ADD_FAILURE(); }
+  void all_gather(torch::Tensor&, const torch::Tensor&) override { ADD_FAILURE(); }
+  void broadcast(torch::Tensor&, int) override { ADD_FAILURE(); }
+  void send(const torch::Tensor&, int) override { ADD_FAILURE(); }
+  void recv(torch::Tensor&, int) override { ADD_FAILURE(); }
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
+
+ private:
+  int rank_, size_;
+};
+
 struct RunResult {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> params;
@@ -33,16 +53,19 @@ struct RunResult {
 std::vector<std::string> model_overrides(const std::string& data) {
   return {"data.path=" + data,       "model.num_layers=2",           "model.hidden_size=64",
           "model.num_attention_heads=4", "model.seq_length=64",      "batch.global_batch_size=16",
+          "model.make_vocab_size_divisible_by=64",  // 256 at TP 1, 2 and 4 alike
           "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     "train.iters=6",
           "train.eval_interval=0",   "data.valid_fraction=0"};
 }
 
 // Trains with `launcher` ("" for one process) and reads back losses and final parameters.
 RunResult train(const std::string& launcher, const std::filesystem::path& dir,
-                const std::string& data, int micro_batch, const std::string& precision) {
+                const std::string& data, int micro_batch, const std::string& precision,
+                const std::vector<std::string>& parallel = {}) {
   auto overrides = model_overrides(data);
   overrides.push_back("batch.micro_batch_size=" + std::to_string(micro_batch));
   overrides.push_back("precision=" + precision);
+  overrides.insert(overrides.end(), parallel.begin(), parallel.end());
   std::string command = launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
   for (const auto& o : overrides) command += " " + o;
   command += " train.checkpoint_dir=" + (dir / "ckpt").string() +
@@ -54,13 +77,27 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   std::ifstream metrics(dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);)
     run.losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
+  // Reassemble the tensor-parallel shards into whole parameters.
   Config config = Config::parse("", overrides);
-  GPT model(config.model, config.model.padded_vocab());
-  model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
-  torch::serialize::InputArchive archive;
-  archive.load_from((dir / "ckpt" / "iter_0000006" / "model_tp0.pt").string());
-  model->load(archive);
-  for (const auto& item : model->named_parameters()) run.params[item.key()] = item.value();
+  const int64_t tp = config.parallel.tensor;
+  std::vector<std::map<std::string, torch::Tensor>> shards{size_t(tp)};
+  for (int64_t r = 0; r < tp; ++r) {
+    auto group = std::make_shared<FakeGroup>(int(r), int(tp));
+    GPT model(config.model, config.model.padded_vocab(tp), TensorParallel{group, false});
+    model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "ckpt" / "iter_0000006" / ("model_tp" + std::to_string(r) + ".pt")).string());
+    model->load(archive);
+    for (const auto& item : model->named_parameters()) shards[size_t(r)][item.key()] = item.value();
+  }
+  for (const auto& [name, first] : shards[0]) {
+    const int64_t dim = GPTImpl::partition_dim(name);
+    std::vector<torch::Tensor> pieces;
+    for (const auto& shard : shards) pieces.push_back(shard.at(name));
+    run.params[name] = dim < 0 ? first : torch::cat(pieces, dim);
+    if (dim < 0)
+      for (const auto& piece : pieces) EXPECT_TRUE(torch::equal(piece, first)) << name << " differs across TP ranks";
+  }
   return run;
 }
 
@@ -138,6 +175,40 @@ TEST_F(DataParallelRuns, EnvLaunchTwoRanksEqualSerialFp64) {
 TEST_F(DataParallelRuns, EnvLaunchFourRanksEqualSerialFp32) {
   expect_equal_runs(*serial_fp32_, train(kEnvLaunch + "4 -- ", *root_ / "env4", data_, 1, "fp32"),
                     false);
+}
+
+// Tensor parallelism (with and without sequence parallelism) and TP x DP against the same
+// single-process runs.
+TEST_F(DataParallelRuns, TensorParallelTwoEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "2 ", *root_ / "tp2", data_, 8, "fp64", {"parallel.tensor=2"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, TensorParallelFourEqualsSerialFp32) {
+  expect_equal_runs(*serial_fp32_,
+                    train(kMpirun + "4 ", *root_ / "tp4", data_, 8, "fp32", {"parallel.tensor=4"}),
+                    false);
+}
+
+TEST_F(DataParallelRuns, SequenceParallelTwoEqualsSerialFp32) {
+  expect_equal_runs(*serial_fp32_,
+                    train(kEnvLaunch + "2 -- ", *root_ / "sp2", data_, 8, "fp32",
+                          {"parallel.tensor=2", "parallel.sequence_parallel=true"}),
+                    false);
+}
+
+TEST_F(DataParallelRuns, SequenceParallelFourEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "4 ", *root_ / "sp4", data_, 8, "fp64",
+                          {"parallel.tensor=4", "parallel.sequence_parallel=true"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, TensorTwoByDataTwoEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "4 ", *root_ / "tp2dp2", data_, 4, "fp64", {"parallel.tensor=2"}),
+                    true);
 }
 
 namespace {

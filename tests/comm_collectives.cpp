@@ -8,15 +8,16 @@
 #include "parallel/launch.h"
 #include "parallel/layout.h"
 #include "parallel/process_groups.h"
+#include "tests/multiprocess.h"
 
 using namespace trident;
 
 namespace {
 
-std::shared_ptr<Communicator> world;
+Communicator& comm() { return trident::testing::world(); }
 
-int n() { return world->size(); }
-int me() { return world->rank(); }
+int n() { return comm().size(); }
+int me() { return comm().rank(); }
 
 const std::vector<torch::Dtype> kDtypes = {torch::kFloat, torch::kDouble, torch::kBFloat16,
                                            torch::kHalf};
@@ -31,13 +32,13 @@ torch::Tensor filled(int64_t count, double value, torch::Dtype dtype) {
 TEST(Collectives, AllReduceSumAvgMax) {
   for (auto dtype : kDtypes) {
     auto sum = filled(1000, me() + 1, dtype);
-    world->all_reduce(sum, ReduceOp::sum);
+    comm().all_reduce(sum, ReduceOp::sum);
     EXPECT_TRUE(torch::equal(sum, filled(1000, n() * (n() + 1) / 2, dtype))) << dtype;
     auto avg = filled(7, 2 * (me() + 1), dtype);
-    world->all_reduce(avg, ReduceOp::avg);
+    comm().all_reduce(avg, ReduceOp::avg);
     EXPECT_TRUE(torch::equal(avg, filled(7, n() + 1, dtype))) << dtype;
     auto max = filled(3, me(), dtype);
-    world->all_reduce(max, ReduceOp::max);
+    comm().all_reduce(max, ReduceOp::max);
     EXPECT_TRUE(torch::equal(max, filled(3, n() - 1, dtype))) << dtype;
   }
 }
@@ -45,8 +46,8 @@ TEST(Collectives, AllReduceSumAvgMax) {
 TEST(Collectives, AsyncAllReduceCompletesOnWait) {
   for (auto dtype : kDtypes) {
     auto a = filled(4096, me() + 1, dtype), b = filled(5, 1, dtype);
-    auto first = world->all_reduce_async(a, ReduceOp::sum);
-    auto second = world->all_reduce_async(b, ReduceOp::avg);
+    auto first = comm().all_reduce_async(a, ReduceOp::sum);
+    auto second = comm().all_reduce_async(b, ReduceOp::avg);
     first->wait();
     second->wait();
     EXPECT_TRUE(torch::equal(a, filled(4096, n() * (n() + 1) / 2, dtype))) << dtype;
@@ -60,7 +61,7 @@ TEST(Collectives, ReduceScatterKeepsThisRanksChunk) {
     // Chunk c of rank r holds (r + 1) * (c + 1): the sum of chunk c is (c + 1) * n(n+1)/2.
     auto in = torch::arange(n(), torch::kDouble).add(1).repeat_interleave(chunk).mul(me() + 1).to(dtype);
     auto out = torch::empty({chunk}, torch::TensorOptions().dtype(dtype));
-    world->reduce_scatter(out, in, ReduceOp::sum);
+    comm().reduce_scatter(out, in, ReduceOp::sum);
     EXPECT_TRUE(torch::equal(out, filled(chunk, (me() + 1) * n() * (n() + 1) / 2, dtype))) << dtype;
   }
 }
@@ -69,7 +70,7 @@ TEST(Collectives, AllGatherInRankOrder) {
   for (auto dtype : kDtypes) {
     auto in = filled(5, me(), dtype);
     auto out = torch::empty({5 * n()}, torch::TensorOptions().dtype(dtype));
-    world->all_gather(out, in);
+    comm().all_gather(out, in);
     auto expected = torch::arange(n(), torch::kDouble).repeat_interleave(5).to(dtype);
     EXPECT_TRUE(torch::equal(out, expected)) << dtype;
   }
@@ -78,7 +79,7 @@ TEST(Collectives, AllGatherInRankOrder) {
 TEST(Collectives, BroadcastFromTheLastRank) {
   for (auto dtype : kDtypes) {
     auto t = filled(9, me() == n() - 1 ? 42 : -1, dtype);
-    world->broadcast(t, n() - 1);
+    comm().broadcast(t, n() - 1);
     EXPECT_TRUE(torch::equal(t, filled(9, 42, dtype))) << dtype;
   }
 }
@@ -89,19 +90,19 @@ TEST(Collectives, SendAndReceiveAroundARing) {
     auto out = filled(11, me(), dtype), in = filled(11, -1, dtype);
     // Even ranks send first, odd ranks receive first: no cycle of blocked sends.
     if (me() % 2 == 0) {
-      world->send(out, next);
-      world->recv(in, previous);
+      comm().send(out, next);
+      comm().recv(in, previous);
     } else {
-      world->recv(in, previous);
-      world->send(out, next);
+      comm().recv(in, previous);
+      comm().send(out, next);
     }
     EXPECT_TRUE(torch::equal(in, filled(11, previous, dtype))) << dtype;
   }
-  world->barrier();
+  comm().barrier();
 }
 
 TEST(Collectives, SplitGroupsByColorOrderedByKey) {
-  auto group = world->split(me() % 2, -me());  // descending rank order inside each parity
+  auto group = comm().split(me() % 2, -me());  // descending rank order inside each parity
   int members = 0, rank_in_group = 0;
   for (int r = 0; r < n(); ++r) {
     if (r % 2 != me() % 2) continue;
@@ -123,7 +124,7 @@ TEST(ProcessGroups, TensorAndDataGroupsReduceTheRightRanks) {
   layout.world_size = n();
   layout.tensor = 2;
   layout.data = n() / 2;
-  ProcessGroups groups(world, layout);
+  ProcessGroups groups(trident::testing::world_shared(), layout);
   EXPECT_EQ(groups.tensor().size(), 2);
   EXPECT_EQ(groups.tensor().rank(), me() % 2);
   EXPECT_EQ(groups.data().size(), n() / 2);
@@ -136,7 +137,7 @@ TEST(ProcessGroups, TensorAndDataGroupsReduceTheRightRanks) {
 TEST(DataParallelGrads, BucketsAverageOverlappedWithBackward) {
   auto a = torch::zeros({300}, torch::requires_grad()), b = torch::zeros({500}, torch::requires_grad()),
        c = torch::zeros({70}, torch::requires_grad());
-  DataParallelGrads grads({a, b, c}, *world, /*bucket_bytes=*/4 * 400);
+  DataParallelGrads grads({a, b, c}, trident::testing::world(), /*bucket_bytes=*/4 * 400);
   // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
   EXPECT_EQ(grads.num_buckets(), 2u);
   for (int step = 0; step < 2; ++step) {
@@ -155,19 +156,3 @@ TEST(DataParallelGrads, BucketsAverageOverlappedWithBackward) {
   }
 }
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const LaunchInfo launch = detect_launch();
-  world = make_world_communicator(launch, CommOptions{});
-  std::printf("rank %d of %d, backend %s\n", world->rank(), world->size(), world->backend().c_str());
-  // Only rank 0 prints the report; every rank's failures still fail the exit status.
-  if (world->rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int failed = RUN_ALL_TESTS();
-  auto any_failed = torch::full({1}, double(failed != 0), torch::kDouble);
-  world->all_reduce(any_failed, ReduceOp::max);
-  world.reset();
-  return any_failed.item<double>() > 0 ? 1 : 0;
-}

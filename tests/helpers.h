@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/comm.h"
 #include "train/indexed_dataset.h"
 
 namespace trident::testing {
@@ -46,6 +47,27 @@ inline void write_documents(const std::string& prefix, const std::vector<std::st
   }
   writer.finish();
 }
+
+// A stand-in group that only knows its rank and size: enough to build a shard's shapes and
+// initial values; any communication fails the test.
+class FakeGroup : public Communicator {
+ public:
+  FakeGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "fake"; }
+  void all_reduce(torch::Tensor&, ReduceOp) override { ADD_FAILURE() << "no communication"; }
+  void reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp) override { ADD_FAILURE(); }
+  void all_gather(torch::Tensor&, const torch::Tensor&) override { ADD_FAILURE(); }
+  void broadcast(torch::Tensor&, int) override { ADD_FAILURE(); }
+  void send(const torch::Tensor&, int) override { ADD_FAILURE(); }
+  void recv(torch::Tensor&, int) override { ADD_FAILURE(); }
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
+
+ private:
+  int rank_, size_;
+};
 
 struct CommandResult {
   int exit_code;       // -1 when killed by a signal

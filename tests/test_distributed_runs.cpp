@@ -15,6 +15,7 @@
 
 using namespace trident;
 using trident::testing::run_command;
+using trident::testing::FakeGroup;
 using trident::testing::scratch_dir;
 
 namespace {
@@ -24,26 +25,6 @@ const std::string kSource = TRIDENT_SOURCE_DIR;
 const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
                             TRIDENT_MPIEXEC + " --oversubscribe -np ";
 const std::string kEnvLaunch = kSource + "/tests/launch_env.sh ";
-
-// A stand-in group that only knows its rank and size: enough to build a shard's shapes.
-class FakeGroup : public Communicator {
- public:
-  FakeGroup(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  std::string backend() const override { return "fake"; }
-  void all_reduce(torch::Tensor&, ReduceOp) override { ADD_FAILURE() << "no communication"; }
-  void reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp) override { ADD_FAILURE(); }
-  void all_gather(torch::Tensor&, const torch::Tensor&) override { ADD_FAILURE(); }
-  void broadcast(torch::Tensor&, int) override { ADD_FAILURE(); }
-  void send(const torch::Tensor&, int) override { ADD_FAILURE(); }
-  void recv(torch::Tensor&, int) override { ADD_FAILURE(); }
-  void barrier() override {}
-  std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
-
- private:
-  int rank_, size_;
-};
 
 struct RunResult {
   std::vector<double> losses;

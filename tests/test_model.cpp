@@ -4,6 +4,7 @@
 #include "core/flops.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "tests/helpers.h"
 
 using namespace trident;
 
@@ -115,4 +116,22 @@ TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
     }
   }
   EXPECT_GT(checked, 40);
+}
+
+TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
+  ModelConfig m = tiny();
+  GPT serial = make(m);
+  auto whole = serial->named_parameters();
+  for (int tp : {2, 4}) {
+    for (int rank = 0; rank < tp; ++rank) {
+      GPT shard(m, m.padded_vocab(), TensorParallel{std::make_shared<trident::testing::FakeGroup>(rank, tp), false});
+      shard->initialize(7);
+      for (const auto& item : shard->named_parameters()) {
+        const int64_t dim = GPTImpl::partition_dim(item.key());
+        const auto& full = whole[item.key()];
+        auto expected = dim < 0 ? full : full.chunk(tp, dim)[size_t(rank)];
+        EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key() << " rank " << rank << "/" << tp;
+      }
+    }
+  }
 }

@@ -1,0 +1,212 @@
+// Each tensor-parallel layer, run over the whole job as one TP group (2, 3 or 4 ranks),
+// against the unsharded layer built from the same full weights: outputs and every gradient,
+// in fp64. Also the number of collectives a transformer block issues.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/gpt.h"
+#include "parallel/tensor_parallel.h"
+#include "tests/multiprocess.h"
+
+using namespace trident;
+
+namespace {
+
+constexpr int64_t kBatch = 2, kSeq = 12, kIn = 24, kOut = 36;  // divisible by 2, 3 and 4
+
+std::shared_ptr<Communicator> group() { return trident::testing::world_shared(); }
+int n() { return group()->size(); }
+int me() { return group()->rank(); }
+
+// The same values on every rank.
+torch::Tensor shared_random(std::vector<int64_t> shape, uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  return at::normal(0.0, 1.0, shape, generator, torch::TensorOptions().dtype(torch::kDouble));
+}
+
+torch::Tensor mine(const torch::Tensor& whole, int64_t dim) {
+  return whole.chunk(n(), dim)[size_t(me())].contiguous();
+}
+
+void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const char* what) {
+  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
+  EXPECT_TRUE(torch::allclose(actual, expected, 1e-10, 1e-12)) << what << " differs by "
+                                                                << (actual - expected).abs().max().item<double>();
+}
+
+// Gathers a tensor split along `dim` over the group, to check a sharded gradient as a whole.
+torch::Tensor whole(const torch::Tensor& part, int64_t dim) {
+  auto parts = torch::empty({n(), part.numel()}, part.options());
+  auto flat = parts.view(-1);
+  group()->all_gather(flat, part.contiguous().view(-1));
+  std::vector<torch::Tensor> pieces;
+  for (int r = 0; r < n(); ++r) pieces.push_back(parts[r].view(part.sizes()));
+  return torch::cat(pieces, dim);
+}
+
+}  // namespace
+
+TEST(TensorParallelLayers, ColumnParallelLinear) {
+  for (bool gather_output : {false, true}) {
+    for (bool sequence_parallel : {false, true}) {
+      auto w = shared_random({kOut, kIn}, 1), b = shared_random({kOut}, 2);
+      auto x = shared_random({kBatch, kSeq, kIn}, 3), g = shared_random({kBatch, kSeq, kOut}, 4);
+      auto w_ref = w.clone().requires_grad_(), b_ref = b.clone().requires_grad_(),
+           x_ref = x.clone().requires_grad_();
+      auto y_ref = torch::nn::functional::linear(x_ref, w_ref, b_ref);
+      (y_ref * g).sum().backward();
+
+      ColumnParallelLinear layer(kIn, kOut, *group(), gather_output, sequence_parallel);
+      layer->to(torch::kDouble);
+      {
+        torch::NoGradGuard no_grad;
+        layer->weight.copy_(mine(w, 0));
+        layer->bias.copy_(mine(b, 0));
+      }
+      auto x_local = (sequence_parallel ? mine(x, 1) : x).requires_grad_();
+      auto y = layer(x_local);
+      expect_close(y, gather_output ? y_ref : mine(y_ref, 2), "output");
+      (y * (gather_output ? g : mine(g, 2))).sum().backward();
+      expect_close(layer->weight.grad(), mine(w_ref.grad(), 0), "weight grad");
+      expect_close(layer->bias.grad(), mine(b_ref.grad(), 0), "bias grad");
+      expect_close(x_local.grad(), sequence_parallel ? mine(x_ref.grad(), 1) : x_ref.grad(), "input grad");
+    }
+  }
+}
+
+TEST(TensorParallelLayers, RowParallelLinear) {
+  for (auto [input_is_parallel, sequence_parallel] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
+    auto w = shared_random({kOut, kIn}, 5), b = shared_random({kOut}, 6);
+    auto x = shared_random({kBatch, kSeq, kIn}, 7), g = shared_random({kBatch, kSeq, kOut}, 8);
+    auto w_ref = w.clone().requires_grad_(), b_ref = b.clone().requires_grad_(),
+         x_ref = x.clone().requires_grad_();
+    auto y_ref = torch::nn::functional::linear(x_ref, w_ref, b_ref);
+    (y_ref * g).sum().backward();
+
+    RowParallelLinear layer(kIn, kOut, *group(), input_is_parallel, sequence_parallel);
+    layer->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      layer->weight.copy_(mine(w, 1));
+      layer->bias.copy_(b);
+    }
+    auto x_local = (input_is_parallel ? mine(x, 2) : x).requires_grad_();
+    auto y = layer(x_local);
+    expect_close(y, sequence_parallel ? mine(y_ref, 1) : y_ref, "output");
+    (y * (sequence_parallel ? mine(g, 1) : g)).sum().backward();
+    expect_close(layer->weight.grad(), mine(w_ref.grad(), 1), "weight grad");
+    auto bias_grad = layer->bias.grad().clone();
+    // With sequence parallelism each rank's bias sees its part of the sequence only.
+    if (sequence_parallel) group()->all_reduce(bias_grad, ReduceOp::sum);
+    expect_close(bias_grad, b_ref.grad(), "bias grad");
+    expect_close(x_local.grad(), input_is_parallel ? mine(x_ref.grad(), 2) : x_ref.grad(), "input grad");
+  }
+}
+
+TEST(TensorParallelLayers, VocabParallelEmbedding) {
+  const int64_t vocab = 48, hidden = 8;
+  auto table = shared_random({vocab, hidden}, 9), g = shared_random({kBatch, kSeq, hidden}, 10);
+  auto ids = torch::randint(0, vocab, {kBatch, kSeq}, at::detail::createCPUGenerator(11), torch::kLong);
+  auto table_ref = table.clone().requires_grad_();
+  auto y_ref = torch::embedding(table_ref, ids);
+  (y_ref * g).sum().backward();
+
+  VocabParallelEmbedding layer(vocab, hidden, *group());
+  layer->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    layer->weight.copy_(mine(table, 0));
+  }
+  auto y = layer(ids);
+  expect_close(y, y_ref, "output");
+  (y * g).sum().backward();
+  expect_close(layer->weight.grad(), mine(table_ref.grad(), 0), "weight grad");
+}
+
+TEST(TensorParallelLayers, VocabParallelCrossEntropyNeverGathersLogits) {
+  const int64_t tokens = 30, vocab = 48;
+  auto logits = shared_random({tokens, vocab}, 12).mul(3);
+  auto targets = torch::randint(0, vocab, {tokens}, at::detail::createCPUGenerator(13), torch::kLong);
+  auto logits_ref = logits.clone().requires_grad_();
+  auto loss_ref = torch::nn::functional::cross_entropy(
+      logits_ref, targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  auto weights = shared_random({tokens}, 14);
+  (loss_ref * weights).sum().backward();
+
+  auto local = mine(logits, 1).requires_grad_();
+  auto loss = vocab_parallel_cross_entropy(local, targets, *group());
+  expect_close(loss, loss_ref, "per-token loss");
+  (loss * weights).sum().backward();
+  expect_close(local.grad(), mine(logits_ref.grad(), 1), "logit grad");
+  expect_close(whole(local.grad(), 1), logits_ref.grad(), "logit grad, gathered");
+}
+
+namespace {
+
+// Counts the collectives passing through to the real group.
+class CountingGroup : public Communicator {
+ public:
+  explicit CountingGroup(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  void all_reduce(torch::Tensor& t, ReduceOp op) override { ++all_reduces; inner_.all_reduce(t, op); }
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    ++reduce_scatters;
+    inner_.reduce_scatter(out, in, op);
+  }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    ++all_gathers;
+    inner_.all_gather(out, in);
+  }
+  void broadcast(torch::Tensor& t, int root) override { inner_.broadcast(t, root); }
+  void send(const torch::Tensor& t, int peer) override { inner_.send(t, peer); }
+  void recv(torch::Tensor& t, int peer) override { inner_.recv(t, peer); }
+  void barrier() override { inner_.barrier(); }
+  std::shared_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+  void reset() { all_reduces = reduce_scatters = all_gathers = 0; }
+  int all_reduces = 0, reduce_scatters = 0, all_gathers = 0;
+
+ private:
+  Communicator& inner_;
+};
+
+}  // namespace
+
+// Megatron's accounting: a block issues 2 all-reduces forward and 2 backward; with sequence
+// parallelism each becomes an all-gather plus a reduce-scatter (same volume, no all-reduce).
+TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
+  ModelConfig config;
+  config.hidden_size = kIn;
+  config.num_attention_heads = 12;
+  config.seq_length = kSeq;
+  for (bool sequence_parallel : {false, true}) {
+    auto counting = std::make_shared<CountingGroup>(*group());
+    Block block(config, TensorParallel{counting, sequence_parallel});
+    block->to(torch::kDouble);
+    for (auto& p : block->parameters()) {
+      torch::NoGradGuard no_grad;
+      p.normal_(0, 0.1);
+    }
+    auto x = shared_random({kBatch, sequence_parallel ? kSeq / n() : kSeq, kIn}, 15).requires_grad_();
+    auto y = block(x);
+    if (!sequence_parallel) {
+      EXPECT_EQ(counting->all_reduces, 2);
+    } else {
+      EXPECT_EQ(counting->all_reduces, 0);
+      EXPECT_EQ(counting->all_gathers, 2);
+      EXPECT_EQ(counting->reduce_scatters, 2);
+    }
+    counting->reset();
+    y.sum().backward();
+    if (!sequence_parallel) {
+      EXPECT_EQ(counting->all_reduces, 2);
+      EXPECT_EQ(counting->all_gathers + counting->reduce_scatters, 0);
+    } else {
+      EXPECT_EQ(counting->all_reduces, 0);
+      EXPECT_EQ(counting->all_gathers, 2);
+      EXPECT_EQ(counting->reduce_scatters, 2);
+    }
+  }
+}

@@ -1,0 +1,65 @@
+#include "core/memory.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/flops.h"
+
+namespace trident {
+
+StateBytes state_bytes(const std::string& precision, const std::string& optimizer) {
+  const bool mixed = precision == "bf16" || precision == "fp16";
+  const double weight = precision == "fp64" ? 8 : mixed ? 2 : 4;
+  const double grad = mixed ? 4 : weight;      // mixed precision accumulates in fp32
+  const double main_copy = mixed ? 4 : 0;      // fp32 master weights
+  const double full = precision == "fp64" ? 8 : 4;
+  if (optimizer == "adamw") return {weight, grad, main_copy + 2 * full};
+  if (optimizer == "adam8bit") return {weight, grad, main_copy + 2};
+  if (optimizer == "sgd") return {weight, grad, main_copy + full};
+  fail("unknown optimizer '", optimizer, "' (adamw, adam8bit, sgd)");
+}
+
+double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layout) {
+  const double s = double(model.seq_length), b = double(layout.micro_batch),
+               h = double(model.hidden_size), a = double(model.num_attention_heads),
+               t = double(layout.tensor);
+  const double sbh = s * b * h;
+  if (layout.recompute == "full") return 2 * sbh / (layout.sequence_parallel ? t : 1);
+  const double attention_scores = layout.recompute == "selective" ? 0 : 5 * a * s / h;
+  if (layout.sequence_parallel) return sbh * (34 + attention_scores) / t;
+  return sbh * (10 + 24 / t + attention_scores / t);
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
+                               const std::string& precision, const std::string& optimizer) {
+  const double t = double(layout.tensor), p = double(layout.pipeline), d = double(layout.data);
+  MemoryEstimate out;
+
+  // Parameters of the first stage: its layers and the embeddings, split over TP.
+  const int64_t layers_per_stage = model.num_layers / layout.pipeline;
+  ModelConfig stage = model;
+  stage.num_layers = layers_per_stage;
+  out.parameters = double(gpt_parameter_count(stage, vocab)) / t;
+
+  const StateBytes bytes = state_bytes(precision, optimizer);
+  const int64_t zero = layout.zero_stage;
+  out.weights = out.parameters * bytes.weights / (zero >= 3 ? d : 1);
+  out.grads = out.parameters * bytes.grads / (zero >= 2 ? d : 1);
+  out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
+
+  double in_flight = double(std::min(layout.pipeline, layout.micro_batches));
+  if (layout.schedule == "gpipe") in_flight = double(layout.micro_batches);
+  if (layout.schedule == "interleaved_1f1b")
+    in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
+  // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
+  const double width = precision == "fp64" ? 4 : precision == "fp32" ? 2 : 1;
+  out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
+  const double logits = 2 * 4.0 * double(model.seq_length) * double(layout.micro_batch) * double(vocab) / t;
+  if (layout.pipeline == 1) out.activations += logits;
+
+  const double rest = out.weights + out.grads + out.optimizer + out.activations;
+  out.allowance = double(1 << 30) + 0.05 * rest;
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,56 @@
+// Memory per GPU of a training layout: model states by bytes per parameter (Rajbhandari et al.
+// 2019, ZeRO), activations by Korthikanti et al. 2022 (arXiv 2205.05198), in bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace trident {
+
+// How the work is split, as far as memory and time are concerned.
+struct LayoutShape {
+  int64_t tensor = 1, pipeline = 1, data = 1;
+  int64_t virtual_stages = 1;
+  bool sequence_parallel = false;
+  int64_t zero_stage = 0;                 // 0..3
+  std::string schedule = "1f1b";          // gpipe | 1f1b | interleaved_1f1b
+  int64_t micro_batch = 1;
+  int64_t micro_batches = 1;              // M = global / (micro * DP)
+  std::string recompute = "none";         // none | selective | full
+};
+
+// Bytes per parameter of each model state. Mixed precision (bf16/fp16) with AdamW: weights 2,
+// gradients 4 (accumulated in fp32, as Megatron does; 2 if kept in 16 bits), optimizer 12 (fp32
+// main copy, m, v): 18 in all. fp32 training: 4 + 4 + 8 (m, v). 8-bit Adam keeps 4 + 1 + 1;
+// SGD with momentum 4 + 4 (main copy and momentum) in mixed precision, 4 in fp32.
+struct StateBytes {
+  double weights = 2, grads = 4, optimizer = 12;
+};
+StateBytes state_bytes(const std::string& precision, const std::string& optimizer = "adamw");
+
+struct MemoryEstimate {
+  double parameters = 0;   // parameters held by the busiest rank (first pipeline stage)
+  double weights = 0, grads = 0, optimizer = 0;
+  double activations = 0;  // peak, with the micro-batches in flight
+  double allowance = 0;    // CUDA context, allocator fragmentation, communication buffers
+  double total() const { return weights + grads + optimizer + activations + allowance; }
+};
+
+// Activation bytes one transformer layer stores for one micro-batch of b sequences
+// (Korthikanti et al. 2022, eqs. 1-5, 16-bit activations): s b h (34 + 5 a s / h) without
+// parallelism; with TP t, s b h (10 + 24/t + 5 a s / (h t)); with TP and sequence parallelism
+// s b h (34 + 5 a s / h) / t. Selective recompute drops the 5 a s / h term; full recompute
+// keeps only the layer input, 2 s b h (divided by t with sequence parallelism).
+double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layout);
+
+// The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p
+// micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)).
+// The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
+// counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
+// measured). `optimizer` is adamw | adam8bit | sgd.
+MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
+                               const std::string& precision, const std::string& optimizer = "adamw");
+
+}  // namespace trident

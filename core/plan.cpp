@@ -1,0 +1,244 @@
+#include "core/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/flops.h"
+#include "core/json_line.h"
+#include "core/text.h"
+
+namespace trident {
+namespace {
+
+constexpr double kGiB = double(1 << 30);
+
+// Time of an all-reduce of `bytes` over n ranks at `bandwidth` GB/s (ring: 2(n-1)/n of the data).
+double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
+  return n <= 1 ? 0 : 2.0 * double(n - 1) / double(n) * bytes / (bandwidth * 1e9);
+}
+
+bool divides(int64_t part, int64_t whole) { return part > 0 && whole % part == 0; }
+
+std::string describe(const LayoutShape& l) {
+  return str("TP ", l.tensor, " x PP ", l.pipeline, " x DP ", l.data, ", micro-batch ", l.micro_batch,
+             ", recompute ", l.recompute);
+}
+
+}  // namespace
+
+PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hw) {
+  const auto& m = config.model;
+  const int64_t vocab = m.padded_vocab(layout.tensor);
+  PlanRow row;
+  row.layout = layout;
+  row.memory = estimate_memory(m, vocab, layout, config.precision);
+  row.fits = row.memory.total() <= hw.memory_gib * kGiB;
+
+  const int64_t gpus = layout.tensor * layout.pipeline * layout.data;
+  const IterationFlops flops =
+      iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
+  row.compute_s = flops.hardware / (double(gpus) * hw.peak_tflops * 1e12 * hw.efficiency);
+  row.bubble_s = row.compute_s * double(layout.pipeline - 1) /
+                 double(layout.virtual_stages * layout.micro_batches);
+
+  // Per micro-batch and layer: 2 all-reduces forward and 2 backward of s b h 16-bit values
+  // (all-gather + reduce-scatter with sequence parallelism: the same volume), 2 more with full
+  // recompute. TP stays inside a node.
+  const double activation_bytes = 2.0 * double(m.seq_length * layout.micro_batch * m.hidden_size);
+  const double per_layer = layout.recompute == "full" ? 6 : 4;
+  row.tensor_comm_s = per_layer * double(m.num_layers / layout.pipeline * layout.micro_batches) *
+                      all_reduce_seconds(activation_bytes, layout.tensor, hw.intra_node_gbs);
+
+  // Gradients (fp32) all-reduced once per iteration; DP crosses nodes once TP x DP does.
+  const bool dp_inside_node = layout.tensor * layout.data <= hw.gpus_per_node;
+  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, layout.data,
+                                       dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs);
+  // Activations and their gradients cross each stage boundary once per micro-batch.
+  if (layout.pipeline > 1) {
+    const bool stages_inside_node = gpus <= hw.gpus_per_node;
+    const double bytes = activation_bytes / double(layout.sequence_parallel ? layout.tensor : 1);
+    row.pipeline_comm_s = 2.0 * double(layout.micro_batches) * bytes /
+                          ((stages_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs) * 1e9);
+  }
+  row.tflops_per_gpu = flops.model / (row.seconds() * double(gpus)) / 1e12;
+  return row;
+}
+
+Plan make_plan(const Config& config, const Hardware& hw) {
+  const auto& m = config.model;
+  const int64_t global = config.batch.global_batch_size;
+  Plan plan;
+  plan.hardware = hw;
+  plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
+
+  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, const std::string& recompute)
+      -> std::optional<LayoutShape> {
+    if (!divides(tp * pp, hw.gpus) || !divides(pp, m.num_layers)) return std::nullopt;
+    if (!divides(tp, m.num_attention_heads) || !divides(tp, m.ffn())) return std::nullopt;
+    LayoutShape l;
+    l.tensor = tp;
+    l.pipeline = pp;
+    l.data = hw.gpus / (tp * pp);
+    if (!divides(micro * l.data, global)) return std::nullopt;
+    l.micro_batch = micro;
+    l.micro_batches = global / (micro * l.data);
+    l.sequence_parallel = config.parallel.sequence_parallel && tp > 1 && divides(tp, m.seq_length);
+    l.recompute = recompute;
+    return l;
+  };
+
+  for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
+    for (int64_t pp = 1; pp <= m.num_layers; ++pp)
+      for (int64_t micro = 1; micro <= global; micro *= 2)
+        for (const char* recompute : {"none", "selective", "full"})
+          if (auto l = shape(tp, pp, micro, recompute)) {
+            PlanRow row = evaluate_layout(config, *l, hw);
+            if (row.fits) plan.ranked.push_back(row);
+          }
+  std::sort(plan.ranked.begin(), plan.ranked.end(),
+            [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
+
+  // The rule of thumb, for the config's own micro-batch size and recompute.
+  const double memory = hw.memory_gib * kGiB;
+  const double states = plan.parameters * 18;
+  const int64_t micro = config.batch.micro_batch_size;
+  auto& why = plan.reasoning;
+  auto take = [&](int64_t tp, int64_t pp) {
+    auto l = shape(tp, pp, micro, config.recompute);
+    if (!l) return false;
+    PlanRow row = evaluate_layout(config, *l, hw);
+    if (!row.fits) return false;
+    plan.recommended = row;
+    return true;
+  };
+  if (states < 0.75 * memory) {
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B < 75% of ", hw.memory_gib,
+                      " GiB: no model parallelism, data parallelism over all ", hw.gpus, " GPUs"));
+    if (!take(1, 1)) why.push_back("but TP 1 x PP 1 does not divide the batch or fit; searching");
+  } else {
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B >= 75% of ", hw.memory_gib,
+                      " GiB: model parallelism needed"));
+  }
+  if (!plan.recommended) {
+    int64_t widest = 1;
+    for (int64_t tp = 1; tp <= hw.gpus_per_node && !plan.recommended; tp *= 2) {
+      if (shape(tp, 1, micro, config.recompute)) widest = tp;
+      if (take(tp, 1)) why.push_back(str("TP ", tp, " is the smallest tensor parallelism that fits"));
+    }
+    for (int64_t pp = 2; pp <= m.num_layers && !plan.recommended; ++pp)
+      if (take(widest, pp))
+        why.push_back(str("no TP within a node (<= ", hw.gpus_per_node, ") fits: TP ", widest,
+                          " and PP ", pp, ", the smallest pipeline depth that fits"));
+  }
+  if (!plan.recommended) {
+    why.push_back(str("no layout with micro-batch ", micro, " and recompute=", config.recompute,
+                      " fits in ", hw.memory_gib, " GiB on ", hw.gpus, " GPUs"));
+  } else {
+    const LayoutShape& l = plan.recommended->layout;
+    why.push_back("recommended: " + describe(l));
+    if (l.pipeline > 1 && l.micro_batches < 4 * l.pipeline)
+      why.push_back(str("warning: global / (micro batch x DP) = ", l.micro_batches,
+                        " micro-batches for ", l.pipeline, " stages: the pipeline bubble (p-1)/M is ",
+                        int(100.0 * double(l.pipeline - 1) / double(l.micro_batches)), "%"));
+  }
+  return plan;
+}
+
+const std::vector<ScalingRow>& megatron_scaling_table() {
+  static const std::vector<ScalingRow> rows = {
+      {"1.7b", 1.7, 24, 2304, 24, 1, 1, 32, 16, 512, 137},
+      {"3.6b", 3.6, 32, 3072, 30, 2, 1, 64, 16, 512, 138},
+      {"7.5b", 7.5, 32, 4096, 36, 4, 1, 128, 16, 512, 142},
+      {"18b", 18.4, 48, 6144, 40, 8, 1, 256, 8, 1024, 135},
+      {"39b", 39.1, 64, 8192, 48, 8, 2, 512, 4, 1536, 138},
+      {"76b", 76.1, 80, 10240, 60, 8, 4, 1024, 2, 1792, 140},
+      {"145b", 145.6, 96, 12288, 80, 8, 8, 1536, 2, 2304, 148},
+      {"310b", 310.1, 128, 16384, 96, 8, 16, 1920, 1, 2160, 155},
+      {"530b", 529.6, 128, 20480, 105, 8, 35, 2520, 1, 2520, 163},
+      {"1t", 1008.0, 160, 25600, 128, 8, 64, 3072, 1, 3072, 163},
+  };
+  return rows;
+}
+
+Config scaling_row_config(const ScalingRow& row) {
+  return Config::parse("", {str("model.num_layers=", row.layers), str("model.hidden_size=", row.hidden),
+                            str("model.num_attention_heads=", row.heads), "model.seq_length=2048",
+                            "model.vocab_size=51200", str("parallel.tensor=", row.tensor),
+                            str("parallel.pipeline=", row.pipeline),
+                            str("batch.micro_batch_size=", row.micro_batch),
+                            str("batch.global_batch_size=", row.global_batch), "precision=bf16",
+                            "recompute=full", "data.type=synthetic"});
+}
+
+std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
+  LayoutShape published;
+  published.tensor = row.tensor;
+  published.pipeline = row.pipeline;
+  published.data = row.gpus / (row.tensor * row.pipeline);
+  published.micro_batch = row.micro_batch;
+  published.micro_batches = row.global_batch / (row.micro_batch * published.data);
+  published.recompute = config.recompute;
+  const PlanRow theirs = evaluate_layout(config, published, plan.hardware);
+  const std::string table = str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " needs ",
+                                int(theirs.memory.total() / kGiB), " GiB");
+  if (!plan.recommended) return table + "; the rule of thumb found no layout that fits";
+  const LayoutShape& ours = plan.recommended->layout;
+  if (ours.tensor == row.tensor && ours.pipeline == row.pipeline)
+    return table + ": the rule of thumb picks the same TP and PP";
+  return str(table, theirs.fits ? " and fits too" : " and does not fit",
+             "; the rule of thumb stops at the smallest layout that fits, TP ", ours.tensor, " x PP ",
+             ours.pipeline, " (", int(plan.recommended->memory.total() / kGiB), " GiB)");
+}
+
+std::string plan_table(const Plan& plan, size_t max_rows) {
+  std::string out = str("# ", plan.hardware.gpus, " GPUs (", plan.hardware.gpus_per_node, " per node, ",
+                        plan.hardware.memory_gib, " GiB, ", plan.hardware.peak_tflops,
+                        " TFLOP/s peak at ", 100 * plan.hardware.efficiency, "% efficiency), ",
+                        si_units(plan.parameters), " parameters\n");
+  for (const auto& line : plan.reasoning) out += "# " + line + "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %9s\n", "TP",
+                "PP", "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble",
+                "tp-comm", "dp-comm", "pp-comm", "TFLOPS/GPU");
+  out += line;
+  auto row_line = [&](const PlanRow& r, const char* mark) {
+    const auto& l = r.layout;
+    std::snprintf(line, sizeof line, "%4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
+                  (long long)l.tensor, (long long)l.pipeline, (long long)l.data,
+                  (long long)l.micro_batch, (long long)l.micro_batches, l.recompute.c_str(),
+                  r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.bubble_s,
+                  r.tensor_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
+    out += line;
+  };
+  if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
+  for (size_t i = 0; i < plan.ranked.size() && i < max_rows; ++i) row_line(plan.ranked[i], "");
+  return out;
+}
+
+std::string plan_json(const Plan& plan) {
+  auto row_json = [](const PlanRow& r) {
+    const auto& l = r.layout;
+    JsonLine j;
+    j.add("tensor", l.tensor).add("pipeline", l.pipeline).add("data", l.data)
+        .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
+        .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", l.recompute)
+        .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
+        .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
+        .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
+        .add("iteration_s", r.seconds()).add("compute_s", r.compute_s).add("bubble_s", r.bubble_s)
+        .add("tensor_comm_s", r.tensor_comm_s).add("data_comm_s", r.data_comm_s)
+        .add("pipeline_comm_s", r.pipeline_comm_s).add("tflops_per_gpu", r.tflops_per_gpu);
+    return j.str();
+  };
+  std::string out = str("{\"parameters\": ", plan.parameters, ", \"recommended\": ",
+                        plan.recommended ? row_json(*plan.recommended) : std::string("null"),
+                        ", \"reasoning\": [");
+  for (size_t i = 0; i < plan.reasoning.size(); ++i)
+    out += (i ? ", " : "") + JsonLine().add("line", plan.reasoning[i]).str();
+  out += "], \"ranked\": [";
+  for (size_t i = 0; i < plan.ranked.size(); ++i) out += (i ? ",\n  " : "\n  ") + row_json(plan.ranked[i]);
+  return out + "]}\n";
+}
+
+}  // namespace trident

@@ -1,0 +1,69 @@
+// Layout planning: every valid (TP, PP, DP, micro-batch, recompute) for a model on a cluster,
+// its memory per GPU and an explained time estimate, plus the rule-of-thumb choice.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/memory.h"
+
+namespace trident {
+
+struct Hardware {
+  int64_t gpus = 8;
+  int64_t gpus_per_node = 8;
+  double memory_gib = 80;        // per GPU
+  double peak_tflops = 312;      // dense 16-bit, per GPU (A100)
+  double efficiency = 0.5;       // fraction of peak the matrix work reaches (stated assumption)
+  double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
+  double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
+};
+
+struct PlanRow {
+  LayoutShape layout;
+  MemoryEstimate memory;
+  // Iteration time = compute + bubble + communication (not overlapped: an upper bound).
+  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0;
+  double seconds() const { return compute_s + bubble_s + tensor_comm_s + data_comm_s + pipeline_comm_s; }
+  double tflops_per_gpu = 0;  // model FLOPs (no recompute) / time / GPUs
+  bool fits = false;
+};
+
+struct Plan {
+  Hardware hardware;
+  double parameters = 0;
+  std::vector<PlanRow> ranked;          // every valid layout that fits, fastest first
+  std::optional<PlanRow> recommended;   // the rule of thumb's choice for the config's batch
+  std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
+};
+
+// Estimates one layout (the config's model, global batch and precision).
+PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hardware);
+
+// The rule of thumb (Narayanan et al. 2021; shared DESIGN.md): data parallelism as far as
+// possible; no model parallelism when parameters x 18 bytes < 75% of GPU memory; else the
+// smallest TP (within a node) and then the smallest PP whose estimate fits; warn when
+// global / micro batch is close to DP (few micro-batches: a large pipeline bubble).
+// Uses the config's micro-batch size and recompute; ranks every layout besides.
+Plan make_plan(const Config& config, const Hardware& hardware);
+
+// Rows of the scaling table of Narayanan et al. 2021 (A100 80 GB, seq 2048, vocabulary 51200).
+struct ScalingRow {
+  const char* name;  // "1.7b" ... "1t", as in configs/gpt<name>.yaml
+  double billions;
+  int64_t heads, hidden, layers, tensor, pipeline, gpus, micro_batch, global_batch;
+  double tflops_per_gpu;
+};
+const std::vector<ScalingRow>& megatron_scaling_table();
+// The config of a row (bf16, full recompute, its TP and PP), as configs/ holds it.
+Config scaling_row_config(const ScalingRow& row);
+
+// How the plan's recommendation relates to the row's published layout, in one sentence.
+std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config);
+
+std::string plan_table(const Plan& plan, size_t max_rows);
+std::string plan_json(const Plan& plan);
+
+}  // namespace trident

@@ -1,0 +1,114 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/flops.h"
+#include "core/memory.h"
+#include "core/plan.h"
+
+using namespace trident;
+
+namespace {
+
+const std::string kSource = TRIDENT_SOURCE_DIR;
+constexpr double kGiB = double(1 << 30);
+
+}  // namespace
+
+TEST(Memory, StateBytesPerParameter) {
+  const StateBytes mixed = state_bytes("bf16");
+  EXPECT_EQ(mixed.weights + mixed.grads + mixed.optimizer, 18);  // 2 + 4 + 12
+  const StateBytes fp32 = state_bytes("fp32");
+  EXPECT_EQ(fp32.weights + fp32.grads + fp32.optimizer, 16);     // 4 + 4 + 8
+  EXPECT_EQ(state_bytes("bf16", "adam8bit").optimizer, 6);       // 4 + 1 + 1
+  EXPECT_EQ(state_bytes("bf16", "sgd").optimizer, 8);            // 4 + 4
+}
+
+TEST(Memory, KorthikantiActivationsByHand) {
+  ModelConfig m;
+  m.seq_length = 2048;
+  m.hidden_size = 4096;
+  m.num_attention_heads = 32;
+  LayoutShape l;
+  l.micro_batch = 1;
+  const double sbh = 2048.0 * 4096;
+  const double scores = 5.0 * 32 * 2048 / 4096;  // 5as/h = 80
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (34 + scores));
+  l.tensor = 8;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 24.0 / 8 + scores / 8));
+  l.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (34 + scores) / 8);
+  l.recompute = "selective";
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * 34 / 8);
+  l.recompute = "full";
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), 2 * sbh / 8);
+}
+
+TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
+  ModelConfig m;
+  LayoutShape l;
+  l.data = 4;
+  const MemoryEstimate plain = estimate_memory(m, 256, l, "bf16");
+  l.zero_stage = 1;
+  const MemoryEstimate one = estimate_memory(m, 256, l, "bf16");
+  l.zero_stage = 2;
+  const MemoryEstimate two = estimate_memory(m, 256, l, "bf16");
+  EXPECT_DOUBLE_EQ(one.optimizer, plain.optimizer / 4);
+  EXPECT_DOUBLE_EQ(one.grads, plain.grads);
+  EXPECT_DOUBLE_EQ(two.grads, plain.grads / 4);
+  EXPECT_DOUBLE_EQ(plain.weights + plain.grads + plain.optimizer, 18 * plain.parameters);
+  // 1F1B keeps at most p micro-batches in flight on the first stage, GPipe all M.
+  m.num_layers = 8;
+  l = LayoutShape{};
+  l.pipeline = 4;
+  l.micro_batches = 16;
+  const double one_f_one_b = estimate_memory(m, 256, l, "bf16").activations;
+  l.schedule = "gpipe";
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, l, "bf16").activations, one_f_one_b * 4);
+}
+
+// For every row of Megatron's scaling table, from its config in configs/: the parameter count
+// within 3% of the row's size, the row's own layout fits in 80 GB, and the rule of thumb picks
+// the row's TP and PP or says precisely why not.
+TEST(Plan, ReproducesTheMegatronScalingTable) {
+  for (const ScalingRow& row : megatron_scaling_table()) {
+    SCOPED_TRACE(row.name);
+    const Config config = Config::load(kSource + "/configs/gpt" + row.name + ".yaml");
+    EXPECT_EQ(config.parallel.tensor, row.tensor);
+    EXPECT_EQ(config.parallel.pipeline, row.pipeline);
+    const double parameters = double(gpt_parameter_count(config.model, config.model.padded_vocab()));
+    EXPECT_NEAR(parameters / 1e9, row.billions, 0.03 * row.billions);
+
+    Hardware a100;
+    a100.gpus = row.gpus;
+    const Plan plan = make_plan(config, a100);
+    ASSERT_TRUE(plan.recommended.has_value());
+    const std::string comparison = compare_with_row(plan, row, config);
+    EXPECT_EQ(comparison.find("does not fit"), std::string::npos) << comparison;
+    const auto& ours = plan.recommended->layout;
+    if (ours.tensor != row.tensor || ours.pipeline != row.pipeline) {
+      // Allowed only as a smaller layout that fits, the table's own fitting as well.
+      EXPECT_LE(ours.tensor * ours.pipeline, row.tensor * row.pipeline);
+      EXPECT_NE(comparison.find("fits too; the rule of thumb stops at the smallest layout"),
+                std::string::npos) << comparison;
+    }
+    EXPECT_LE(plan.recommended->memory.total(), 80 * kGiB);
+    std::printf("%-5s %s\n", row.name, comparison.c_str());
+  }
+}
+
+TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {
+  const Config config = Config::load(kSource + "/configs/gpt3.6b.yaml");
+  Hardware a100;
+  a100.gpus = 64;
+  const Plan plan = make_plan(config, a100);
+  ASSERT_GT(plan.ranked.size(), 10u);
+  for (size_t i = 0; i < plan.ranked.size(); ++i) {
+    EXPECT_TRUE(plan.ranked[i].fits);
+    EXPECT_LE(plan.ranked[i].memory.total(), 80 * kGiB);
+    if (i) EXPECT_LE(plan.ranked[i - 1].seconds(), plan.ranked[i].seconds());
+  }
+  const std::string json = plan_json(plan);
+  EXPECT_EQ(json.rfind("{\"parameters\": ", 0), 0u);
+  EXPECT_NE(json.find("\"tflops_per_gpu\""), std::string::npos);
+}

@@ -1,6 +1,7 @@
 #include "core/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -26,6 +27,21 @@ std::string describe(const LayoutShape& l) {
 }
 
 }  // namespace
+
+LayoutShape layout_of(const Config& config, int64_t data_parallel) {
+  LayoutShape l;
+  l.tensor = config.parallel.tensor;
+  l.pipeline = config.parallel.pipeline;
+  l.data = data_parallel;
+  l.virtual_stages = config.parallel.virtual_stages;
+  l.sequence_parallel = config.parallel.sequence_parallel;
+  l.zero_stage = config.parallel.zero_stage;
+  l.schedule = config.parallel.schedule;
+  l.micro_batch = config.batch.micro_batch_size;
+  l.micro_batches = config.batch.global_batch_size / (l.micro_batch * data_parallel);
+  l.recompute = config.recompute;
+  return l;
+}
 
 PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hw) {
   const auto& m = config.model;
@@ -214,6 +230,21 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
   if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
   for (size_t i = 0; i < plan.ranked.size() && i < max_rows; ++i) row_line(plan.ranked[i], "");
   return out;
+}
+
+std::string describe_row(const PlanRow& r) {
+  const auto& m = r.memory;
+  char time[256];
+  std::snprintf(time, sizeof time,
+                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + DP %.3g + "
+                "PP %.3g; %.3g TFLOPS per GPU",
+                r.seconds(), r.compute_s, r.bubble_s, r.tensor_comm_s, r.data_comm_s,
+                r.pipeline_comm_s, r.tflops_per_gpu);
+  return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), ", grads ",
+             binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), ", activations ",
+             binary_bytes(m.activations), ", allowance ", binary_bytes(m.allowance), ", total ",
+             binary_bytes(m.total()), " (", si_units(m.parameters),
+             " parameters on the busiest rank)\n", time);
 }
 
 std::string plan_json(const Plan& plan) {

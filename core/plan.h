@@ -39,6 +39,9 @@ struct Plan {
   std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
 };
 
+// The config's own layout at a given data-parallel size.
+LayoutShape layout_of(const Config& config, int64_t data_parallel);
+
 // Estimates one layout (the config's model, global batch and precision).
 PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hardware);
 
@@ -64,6 +67,8 @@ Config scaling_row_config(const ScalingRow& row);
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config);
 
 std::string plan_table(const Plan& plan, size_t max_rows);
+// Memory, time and TFLOPS of one row, several lines, for `train --dry-run` and logs.
+std::string describe_row(const PlanRow& row);
 std::string plan_json(const Plan& plan);
 
 }  // namespace trident

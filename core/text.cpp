@@ -67,4 +67,16 @@ std::string si_units(double value, int precision) {
   return buffer;
 }
 
+std::string binary_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int index = 0;
+  while (std::fabs(bytes) >= 1024.0 && index < 5) {
+    bytes /= 1024.0;
+    ++index;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.3g %s", bytes, units[index]);
+  return buffer;
+}
+
 }  // namespace trident

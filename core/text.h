@@ -19,5 +19,7 @@ std::vector<std::string> split(const std::string& text, char separator);
 
 // Human-readable quantities: 1.23e9 -> "1.23 G".
 std::string si_units(double value, int precision = 3);
+// Bytes in binary units: 3.37e6 -> "3.21 MiB".
+std::string binary_bytes(double bytes);
 
 }  // namespace trident

@@ -57,6 +57,25 @@ TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
   EXPECT_NE(r.output.find("world 32 = TP 1 x PP 1 x DP 32, 1 micro-batches"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("parameters: 1.65 G"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory per GPU (estimate): weights 3.08 GiB, grads 6.16 GiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("recommended: TP 1 x PP 1 x DP 32"), std::string::npos) << r.output;
+}
+
+TEST(PlanProgram, PrintsTheRuleOfThumbAndWritesJson) {
+  const auto dir = scratch_dir();
+  const std::string json = (dir / "plan.json").string();
+  Result r = run(kBin + "/plan --size 1t --rows 3 --json " + json);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("recommended: TP 8 x PP 64 x DP 6, micro-batch 1, recompute full"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the rule of thumb picks the same TP and PP"), std::string::npos) << r.output;
+  std::ifstream in(json);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("{\"parameters\": ", 0), 0u) << text.substr(0, 200);
+
+  r = run(kBin + "/plan --size 2t");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--size 2t is not a row of the scaling table"), std::string::npos) << r.output;
 }
 
 // The README's main job, shortened: real text in, a loss below the corpus's unigram entropy out.

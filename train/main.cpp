@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/flops.h"
+#include "core/plan.h"
 #include "core/text.h"
 #include "parallel/launch.h"
 #include "parallel/layout.h"
@@ -49,6 +50,30 @@ Arguments parse_arguments(int argc, char** argv) {
   return args;
 }
 
+// The layout, memory and FLOPs of this config at this world size, and the planner's view of
+// the same job, without building anything.
+void print_dry_run(const trident::Config& config, const trident::LaunchInfo& launch) {
+  using namespace trident;
+  const Layout layout = resolve_layout(config, launch.world_size);
+  const int64_t vocab = config.model.padded_vocab(config.parallel.tensor);
+  const IterationFlops flops =
+      iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute);
+  Hardware hardware;  // an A100 80 GB cluster, 8 per node, unless train.peak_tflops says otherwise
+  hardware.gpus = launch.world_size;
+  if (config.train.peak_tflops > 0) hardware.peak_tflops = config.train.peak_tflops;
+  std::printf("layout: world %lld = TP %lld x PP %lld x DP %lld, %lld micro-batches\n"
+              "parameters: %s (vocabulary padded to %lld)\n"
+              "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
+              (long long)layout.world_size, (long long)layout.tensor, (long long)layout.pipeline,
+              (long long)layout.data, (long long)layout.micro_batches,
+              si_units(double(gpt_parameter_count(config.model, vocab))).c_str(), (long long)vocab,
+              si_units(flops.model).c_str(), si_units(flops.hardware).c_str(),
+              si_units(flops.six_pd).c_str());
+  const PlanRow row = evaluate_layout(config, layout_of(config, layout.data), hardware);
+  std::printf("%s\n#\n# the planner on the same %lld GPUs:\n%s", describe_row(row).c_str(),
+              (long long)launch.world_size, plan_table(make_plan(config, hardware), 5).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,19 +87,7 @@ int main(int argc, char** argv) {
     const Arguments args = parse_arguments(argc, argv);
     trident::Config config = trident::Config::load(args.config, args.overrides);
     if (args.dry_run) {
-      const trident::Layout layout = trident::resolve_layout(config, launch.world_size);
-      const int64_t vocab = config.model.padded_vocab(config.parallel.tensor);
-      const auto flops = trident::iteration_flops(config.model, vocab,
-                                                  config.batch.global_batch_size, config.recompute);
-      if (rank == 0)
-        std::printf("layout: world %lld = TP %lld x PP %lld x DP %lld, %lld micro-batches\n"
-                    "parameters: %s\nFLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
-                    (long long)layout.world_size, (long long)layout.tensor,
-                    (long long)layout.pipeline, (long long)layout.data,
-                    (long long)layout.micro_batches,
-                    trident::si_units(double(trident::gpt_parameter_count(config.model, vocab))).c_str(),
-                    trident::si_units(flops.model).c_str(), trident::si_units(flops.hardware).c_str(),
-                    trident::si_units(flops.six_pd).c_str());
+      if (rank == 0) print_dry_run(config, launch);
       return 0;
     }
     trident::Trainer trainer(config, launch);

@@ -14,6 +14,8 @@
 #include "core/flops.h"
 #include "core/json_line.h"
 #include "core/logging.h"
+#include "core/memory.h"
+#include "core/plan.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "optim/adamw.h"
@@ -269,6 +271,26 @@ void Trainer::log_start() const {
                 data_->valid ? data_->valid->size() : 0, " validation samples"));
 }
 
+void Trainer::log_memory() const {
+  // Measured from the tensors this rank holds, next to the planner's estimate of the same.
+  auto bytes = [](const torch::Tensor& t) { return double(t.numel()) * double(t.element_size()); };
+  double weights = 0, optimizer = 0;
+  for (const auto& p : params_) weights += bytes(p);
+  for (const auto& item : optimizer_->state()) {
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*item.second);
+    for (const auto& t : {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()})
+      if (t.defined()) optimizer += bytes(t);
+  }
+  const MemoryEstimate estimate =
+      estimate_memory(config_.model, vocab_, layout_of(config_, layout_.data), config_.precision);
+  const auto mib = binary_bytes;
+  log::info(str("memory on rank 0, measured (estimate): weights ", mib(weights), " (",
+                mib(estimate.weights), "), grads ", mib(bytes(grads_->buffer())), " (",
+                mib(estimate.grads), "), optimizer ", mib(optimizer), " (", mib(estimate.optimizer),
+                "), activations not measured on ", device_.str(), " (", mib(estimate.activations),
+                ")"));
+}
+
 void Trainer::log_iteration(const IterationMetrics& m) const {
   char line[512];
   std::snprintf(line, sizeof line,
@@ -299,8 +321,10 @@ void Trainer::train() {
     metrics.open(t.metrics_file, iteration_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written");
   }
+  const int64_t first_iteration = iteration_;
   while (iteration_ < t.iters) {
     IterationMetrics m = step();
+    if (m.iteration == first_iteration + 1) log_memory();
     if (t.eval_interval > 0 && (m.iteration % t.eval_interval == 0 || m.iteration == t.iters))
       m.valid_loss = evaluate();
     if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))

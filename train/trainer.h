@@ -69,6 +69,7 @@ class Trainer {
   void reduce_sequence_parallel_grads();
   double global_grad_square_sum();
   void log_start() const;
+  void log_memory() const;
   void log_iteration(const IterationMetrics& m) const;
 
   Config config_;

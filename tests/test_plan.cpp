@@ -81,6 +81,10 @@ TEST(Plan, ReproducesTheMegatronScalingTable) {
 
     Hardware a100;
     a100.gpus = row.gpus;
+    const int64_t data = row.gpus / (row.tensor * row.pipeline);
+    const PlanRow published = evaluate_layout(config, layout_of(config, data), a100);
+    EXPECT_TRUE(published.fits) << published.memory.total() / kGiB << " GiB";
+    EXPECT_EQ(published.layout.micro_batches, row.global_batch / (row.micro_batch * data));
     const Plan plan = make_plan(config, a100);
     ASSERT_TRUE(plan.recommended.has_value());
     const std::string comparison = compare_with_row(plan, row, config);

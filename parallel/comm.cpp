@@ -29,6 +29,9 @@ class SelfCommunicator : public Communicator {
   void broadcast(torch::Tensor&, int) override {}
   void send(const torch::Tensor&, int) override { fail("send: a group of one has no peer"); }
   void recv(torch::Tensor&, int) override { fail("recv: a group of one has no peer"); }
+  void exchange(std::vector<Transfer>& transfers) override {
+    if (!transfers.empty()) fail("exchange: a group of one has no peer");
+  }
   void barrier() override {}
   std::shared_ptr<Communicator> split(int, int) override {
     return std::make_shared<SelfCommunicator>();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace trident {
 
@@ -40,6 +41,14 @@ class Communicator {
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void send(const torch::Tensor& tensor, int peer) = 0;
   virtual void recv(torch::Tensor& tensor, int peer) = 0;
+  // Several point-to-point transfers started together and completed together, so that two
+  // neighbours sending to each other cannot block one another (pipeline exchanges).
+  struct Transfer {
+    torch::Tensor tensor;
+    int peer;
+    bool send;
+  };
+  virtual void exchange(std::vector<Transfer>& transfers) = 0;
   virtual void barrier() = 0;
   // Members with the same color form a new group, ranked by (key, rank). Collective.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -124,6 +124,16 @@ class GlooCommunicator : public Communicator {
     wait(group_->recv(tensors, peer, 0), "recv");
   }
 
+  void exchange(std::vector<Transfer>& transfers) override {
+    std::vector<decltype(group_->barrier())> works;
+    for (auto& t : transfers) {
+      require_contiguous(t.tensor, "exchange");
+      std::vector<torch::Tensor> tensors = {movable(t.tensor)};
+      works.push_back(t.send ? group_->send(tensors, t.peer, 0) : group_->recv(tensors, t.peer, 0));
+    }
+    for (auto& work : works) wait(work, "exchange");
+  }
+
   void barrier() override { wait(group_->barrier(), "barrier"); }
 
   // c10d has no split for Gloo: exchange (color, key), then connect each new group through

@@ -160,6 +160,19 @@ class MpiCommunicator : public Communicator {
           "recv");
   }
 
+  void exchange(std::vector<Transfer>& transfers) override {
+    std::vector<MPI_Request> requests(transfers.size(), MPI_REQUEST_NULL);
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      auto& t = transfers[i];
+      const int count = count_of(t.tensor, "exchange");
+      const MPI_Datatype type = mpi_type(t.tensor, "exchange");
+      check(t.send ? MPI_Isend(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &requests[i])
+                   : MPI_Irecv(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &requests[i]),
+            "exchange");
+    }
+    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "exchange");
+  }
+
   void barrier() override { check(MPI_Barrier(comm_), "barrier"); }
 
   std::shared_ptr<Communicator> split(int color, int key) override {

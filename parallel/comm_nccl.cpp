@@ -109,6 +109,19 @@ class NcclCommunicator : public Communicator {
           "recv");
   }
 
+  void exchange(std::vector<Transfer>& transfers) override {
+    check(ncclGroupStart(), "group start");
+    for (auto& t : transfers) {
+      const auto type = nccl_type(t.tensor, "exchange");
+      check(t.send ? ncclSend(t.tensor.data_ptr(), size_t(t.tensor.numel()), type, t.peer, comm_,
+                              current_stream(t.tensor))
+                   : ncclRecv(t.tensor.data_ptr(), size_t(t.tensor.numel()), type, t.peer, comm_,
+                              current_stream(t.tensor)),
+            "exchange");
+    }
+    check(ncclGroupEnd(), "group end");
+  }
+
   // The one place that waits on the host: an all-reduce of one element, then a stream sync.
   void barrier() override {
     auto token = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA, device_));

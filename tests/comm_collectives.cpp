@@ -101,6 +101,20 @@ TEST(Collectives, SendAndReceiveAroundARing) {
   comm().barrier();
 }
 
+TEST(Collectives, ExchangeWithBothNeighboursAtOnce) {
+  // Large enough that a blocking send would wait for its receiver (MPI rendezvous).
+  const int next = (me() + 1) % n(), previous = (me() + n() - 1) % n();
+  const int64_t count = 1 << 20;
+  auto to_next = filled(count, me(), torch::kFloat), to_previous = filled(count, -me(), torch::kFloat);
+  auto from_previous = filled(count, 0, torch::kFloat), from_next = filled(count, 0, torch::kFloat);
+  std::vector<Communicator::Transfer> transfers = {
+      {to_next, next, true}, {to_previous, previous, true},
+      {from_previous, previous, false}, {from_next, next, false}};
+  comm().exchange(transfers);
+  EXPECT_TRUE(torch::equal(from_previous, filled(count, previous, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(from_next, filled(count, -next, torch::kFloat)));
+}
+
 TEST(Collectives, SplitGroupsByColorOrderedByKey) {
   auto group = comm().split(me() % 2, -me());  // descending rank order inside each parity
   int members = 0, rank_in_group = 0;

@@ -62,6 +62,7 @@ class FakeGroup : public Communicator {
   void broadcast(torch::Tensor&, int) override { ADD_FAILURE(); }
   void send(const torch::Tensor&, int) override { ADD_FAILURE(); }
   void recv(torch::Tensor&, int) override { ADD_FAILURE(); }
+  void exchange(std::vector<Transfer>&) override { ADD_FAILURE(); }
   void barrier() override {}
   std::shared_ptr<Communicator> split(int, int) override { return nullptr; }
 

@@ -163,6 +163,7 @@ class CountingGroup : public Communicator {
   void broadcast(torch::Tensor& t, int root) override { inner_.broadcast(t, root); }
   void send(const torch::Tensor& t, int peer) override { inner_.send(t, peer); }
   void recv(torch::Tensor& t, int peer) override { inner_.recv(t, peer); }
+  void exchange(std::vector<Transfer>& transfers) override { inner_.exchange(transfers); }
   void barrier() override { inner_.barrier(); }
   std::shared_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
   void reset() { all_reduces = reduce_scatters = all_gathers = 0; }

@@ -80,34 +80,43 @@ torch::Tensor BlockImpl::forward(torch::Tensor x) {
   return x + dropout(mlp(ln_2(x)));
 }
 
-GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp)
-    : config_(config), tp_(std::move(tp)) {
+GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage)
+    : config_(config), tp_(std::move(tp)), stage_(stage) {
   if (config.num_attention_heads % tp_.group->size() != 0)
     fail("model.num_attention_heads (", config.num_attention_heads,
          ") must be divisible by the tensor-parallel size ", tp_.group->size());
-  wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, *tp_.group));
-  wpe = register_module("wpe", torch::nn::Embedding(config.seq_length, config.hidden_size));
-  dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
-  for (int64_t i = 0; i < config.num_layers; ++i)
+  if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
+  if (stage_.embedding || stage_.head)
+    wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, *tp_.group));
+  if (stage_.embedding) {
+    wpe = register_module("wpe", torch::nn::Embedding(config.seq_length, config.hidden_size));
+    dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
+  }
+  for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
     blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_)));
-  ln_f = register_module("ln_f", layer_norm(config));
+  if (stage_.head) ln_f = register_module("ln_f", layer_norm(config));
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   Communicator& tp = *tp_.group;
-  auto positions = torch::arange(tokens.size(1), tokens.options());
-  auto x = wte(tokens) + wpe(positions);
-  if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
-  x = dropout(x);
+  torch::Tensor x = input;
+  if (stage_.embedding) {
+    auto positions = torch::arange(input.size(1), input.options());
+    x = wte(input) + wpe(positions);
+    if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
+    x = dropout(x);
+  }
   for (auto& block : blocks) x = block(x);
+  if (!stage_.head) return x;
   x = ln_f(x);
   // The head is the vocabulary-parallel embedding again: each rank scores its slice.
   x = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   return torch::nn::functional::linear(x, wte->weight);
 }
 
-torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto logits = forward(tokens);
+torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets) {
+  if (!stage_.head) fail("loss() needs the stage that holds the head");
+  auto logits = forward(input);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
   return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();
 }

@@ -58,15 +58,28 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+// The part of the model a pipeline stage (or one of its interleaved chunks) holds: contiguous
+// layers; the embeddings on the first, final LayerNorm and head on the last. The last stage of
+// a pipeline keeps its own copy of the tied embedding (same name, same initial values) whose
+// gradient is summed with the first stage's.
+struct Stage {
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;  // -1: all layers
+  bool embedding = true;
+  bool head = true;
+};
+
 class GPTImpl : public torch::nn::Module {
  public:
   // `vocab` is the padded vocabulary (rows of the embedding and the head, over all TP ranks).
-  GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {});
+  GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {}, Stage stage = {});
 
-  // tokens [b, s] int64 -> logits [b, s, vocab / t] (this rank's slice of the vocabulary).
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // Tokens [b, s] int64 on the first stage, else the previous stage's activations
+  // [b, s(/t with SP), h] -> logits [b, s, vocab / t] on the last stage (this rank's vocabulary
+  // slice), else activations for the next stage.
+  torch::Tensor forward(const torch::Tensor& input);
   // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
-  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets);
 
   // Draws every parameter whole from the seed, then keeps this rank's slice: normal(0, std)
   // for matrices and embeddings, std / sqrt(2 * layers) for the projections that add into the
@@ -83,6 +96,7 @@ class GPTImpl : public torch::nn::Module {
   std::vector<torch::Tensor> sequence_parallel_parameters();
 
   const TensorParallel& tensor_parallel() const { return tp_; }
+  const Stage& stage() const { return stage_; }
 
   VocabParallelEmbedding wte{nullptr};
   torch::nn::Embedding wpe{nullptr};
@@ -93,6 +107,7 @@ class GPTImpl : public torch::nn::Module {
  private:
   ModelConfig config_;
   TensorParallel tp_;
+  Stage stage_;
 };
 TORCH_MODULE(GPT);
 

@@ -166,7 +166,7 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   EXPECT_THROW(store.save(
                    3,
                    [](const std::string& folder) {
-                     std::ofstream(folder + "/model_tp0.pt") << "half a file";
+                     std::ofstream(folder + "/model_tp0_pp0.pt") << "half a file";
                      throw std::runtime_error("killed");
                    },
                    2),
@@ -187,7 +187,7 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
   train_with_checkpoints(data, ckpt, 1);
-  std::ofstream(CheckpointStore(ckpt).path(1) + "/optimizer_tp0.pt", std::ios::trunc) << "garbage";
+  std::ofstream(CheckpointStore(ckpt).path(1) + "/optimizer_tp0_pp0.pt", std::ios::trunc) << "garbage";
   auto message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
-  EXPECT_NE(message.find("optimizer_tp0.pt' cannot be loaded"), std::string::npos) << message;
+  EXPECT_NE(message.find("optimizer_tp0_pp0.pt' cannot be loaded"), std::string::npos) << message;
 }

@@ -153,14 +153,19 @@ void CheckpointStore::save(int64_t iteration,
   commit(iteration, keep);
 }
 
-std::string model_file(int64_t tp_rank) { return str("model_tp", tp_rank, ".pt"); }
-std::string optimizer_file(int64_t tp_rank) { return str("optimizer_tp", tp_rank, ".pt"); }
+std::string model_file(int64_t tp_rank, int64_t pp_rank) {
+  return str("model_tp", tp_rank, "_pp", pp_rank, ".pt");
+}
+std::string optimizer_file(int64_t tp_rank, int64_t pp_rank) {
+  return str("optimizer_tp", tp_rank, "_pp", pp_rank, ".pt");
+}
 
-void write_shard(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
                  torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  save_archive(dir / model_file(tp_rank), [&](auto& archive) { model.save(archive); });
-  save_archive(dir / optimizer_file(tp_rank), [&](auto& archive) { optimizer.save(archive); });
+  save_archive(dir / model_file(tp_rank, pp_rank), [&](auto& archive) { model.save(archive); });
+  save_archive(dir / optimizer_file(tp_rank, pp_rank),
+               [&](auto& archive) { optimizer.save(archive); });
 }
 
 void write_shared_state(const std::string& folder, const TrainingProgress& progress,
@@ -191,7 +196,8 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   }
   for (const auto& key : Config::keys()) {
     const bool must_match =
-        key.rfind("model.", 0) == 0 || key == "precision" || key == "parallel.tensor";
+        key.rfind("model.", 0) == 0 || key == "precision" || key == "parallel.tensor" ||
+        key == "parallel.pipeline";
     if (must_match && saved.get(key) != config.get(key))
       fail("checkpoint '", folder, "' was saved with ", key, "=", saved.get(key),
            " but this run has ", key, "=", config.get(key));
@@ -199,11 +205,12 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   return progress;
 }
 
-void read_checkpoint(const std::string& folder, int64_t tp_rank, GPTImpl& model,
+void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
                      torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  load_archive(dir / model_file(tp_rank), [&](auto& archive) { model.load(archive); });
-  load_archive(dir / optimizer_file(tp_rank), [&](auto& archive) { optimizer.load(archive); });
+  load_archive(dir / model_file(tp_rank, pp_rank), [&](auto& archive) { model.load(archive); });
+  load_archive(dir / optimizer_file(tp_rank, pp_rank),
+               [&](auto& archive) { optimizer.load(archive); });
   torch::Tensor rng;
   load_archive(dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one

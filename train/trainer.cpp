@@ -22,6 +22,7 @@
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -43,10 +44,9 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
 }
 
 // Everything that can be checked without building the model, so bad input fails fast.
-void check_supported(const Config& config, const Layout& layout) {
-  if (layout.pipeline > 1)
-    fail("parallel.pipeline > 1 is not available yet; this build parallelises over tensor and ",
-         "data (got PP ", layout.pipeline, ")");
+void check_supported(const Config& config) {
+  if (config.parallel.schedule == "interleaved_1f1b")
+    fail("parallel.schedule=interleaved_1f1b is not available yet; use 1f1b or gpipe");
   if (config.recompute != "none")
     fail("recompute=", config.recompute, " is not available yet; use recompute=none");
 }
@@ -60,7 +60,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
       dtype_(parameter_dtype(config_.precision)),
       vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
   log::set_primary(launch.rank == 0);
-  check_supported(config_, layout_);
+  check_supported(config_);
   CommOptions comm;
   comm.backend = config_.parallel.backend;
   comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);
@@ -92,8 +92,12 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   }
 
   torch::manual_seed(config_.train.seed);
+  const int64_t stage = groups_->coordinates().pp;
+  const int64_t layers_per_stage = config_.model.num_layers / layout_.pipeline;
   model_ = GPT(config_.model, vocab_,
-               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel});
+               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
+               Stage{stage * layers_per_stage, layers_per_stage, groups_->first_stage(),
+                     groups_->last_stage()});
   model_->to(dtype_);
   model_->initialize(config_.train.seed);
   model_->to(device_);
@@ -103,13 +107,22 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
     if (std::find_if(replicated_params_.begin(), replicated_params_.end(),
                      [&](const torch::Tensor& r) { return r.is_same(p); }) == replicated_params_.end())
       sharded_params_.push_back(p);
+  // The last stage's copy of the tied embedding: synchronised with the first stage's, and
+  // left out of the gradient norm, which counts the first stage's.
+  if (layout_.pipeline > 1 && (groups_->first_stage() || groups_->last_stage()))
+    tied_embedding_ = model_->wte->weight;
+  if (layout_.pipeline > 1 && !groups_->first_stage() && groups_->last_stage())
+    sharded_params_.erase(std::remove_if(sharded_params_.begin(), sharded_params_.end(),
+                                         [&](const torch::Tensor& p) { return p.is_same(tied_embedding_); }),
+                          sharded_params_.end());
   sequence_parallel_params_ = model_->sequence_parallel_parameters();
   grads_ = std::make_unique<DataParallelGrads>(
       params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
   optimizer_ = make_adamw(params_, config_.optimizer);
 
   if (!resume_from.empty()) {
-    read_checkpoint(resume_from, groups_->coordinates().tp, *model_, *optimizer_);
+    read_checkpoint(resume_from, groups_->coordinates().tp, groups_->coordinates().pp, *model_,
+                    *optimizer_);
     iteration_ = last_saved_ = progress.iteration;
     consumed_samples_ = progress.consumed_samples;
     log::info(str("resumed from ", resume_from, " at iteration ", iteration_, " (",
@@ -131,22 +144,20 @@ IterationMetrics Trainer::step() {
   set_learning_rate(*optimizer_, lr);
   grads_->zero();
 
-  const int64_t dp_rank = groups_->coordinates().dp;
+  // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the mean over
+  // this rank's share; the data-parallel average then makes it the global-batch mean.
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-  for (int64_t m = 0; m < layout_.micro_batches; ++m) {
-    Batch micro = data_->train->batch(
-        sample_position(consumed_samples_, m, batch.micro_batch_size, dp_rank, layout_.data),
-        batch.micro_batch_size);
-    // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the mean over
-    // this rank's share; the data-parallel average then makes it the global-batch mean.
-    auto loss = model_->loss(micro.tokens.to(device_), micro.targets.to(device_)) /
-                double(layout_.micro_batches);
-    if (m + 1 == layout_.micro_batches) grads_->arm();
-    loss.backward();
-    loss_sum += loss.detach().to(torch::kDouble);
-  }
+  const PipelineStats stats = run_pipeline(
+      groups_->pipeline(), pipeline_options(),
+      [&](int64_t micro, const torch::Tensor& input) {
+        return stage_forward(*data_->train, consumed_samples_, micro, input, loss_sum);
+      },
+      [&] { grads_->arm(); });
   grads_->finish();
   reduce_sequence_parallel_grads();
+  if (tied_embedding_.defined()) groups_->embedding().all_reduce(tied_embedding_.mutable_grad(), ReduceOp::sum);
+  // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
+  groups_->pipeline().all_reduce(loss_sum, ReduceOp::sum);
   groups_->data().all_reduce(loss_sum, ReduceOp::avg);
   const double grad_norm = std::sqrt(global_grad_square_sum());
   clip_grads(params_, grad_norm, config_.optimizer.clip_grad);
@@ -162,6 +173,8 @@ IterationMetrics Trainer::step() {
   m.consumed_samples = consumed_samples_;
   m.learning_rate = lr;
   m.grad_norm = grad_norm;
+  m.max_in_flight = stats.max_in_flight;
+  m.pipeline_transfer_ms = stats.transfer_ms;
   const double seconds = m.elapsed_ms / 1e3;
   m.tokens_per_second = double(batch.global_batch_size * config_.model.seq_length) / seconds;
   const IterationFlops flops =
@@ -180,17 +193,39 @@ double Trainer::evaluate() {
   model_->eval();
   const auto& batch = config_.batch;
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-  for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
-    for (int64_t m = 0; m < layout_.micro_batches; ++m) {
-      Batch micro = data_->valid->batch(sample_position(i * batch.global_batch_size, m,
-                                                        batch.micro_batch_size,
-                                                        groups_->coordinates().dp, layout_.data),
-                                        batch.micro_batch_size);
-      total += model_->loss(micro.tokens.to(device_), micro.targets.to(device_)).to(torch::kDouble);
-    }
-  }
+  for (int64_t i = 0; i < config_.train.eval_iters; ++i)
+    run_pipeline_forward(groups_->pipeline(), pipeline_options(),
+                         [&](int64_t micro, const torch::Tensor& input) {
+                           return stage_forward(*data_->valid, i * batch.global_batch_size, micro,
+                                                input, total);
+                         });
+  groups_->pipeline().all_reduce(total, ReduceOp::sum);
   groups_->data().all_reduce(total, ReduceOp::avg);
-  return total.item<double>() / double(config_.train.eval_iters * layout_.micro_batches);
+  return total.item<double>() / double(config_.train.eval_iters);
+}
+
+PipelineOptions Trainer::pipeline_options() const {
+  PipelineOptions options;
+  options.schedule = config_.parallel.schedule;
+  options.micro_batches = layout_.micro_batches;
+  const int64_t seq = config_.model.seq_length / (config_.parallel.sequence_parallel ? layout_.tensor : 1);
+  options.activation_shape = {config_.batch.micro_batch_size, seq, config_.model.hidden_size};
+  options.activation_options = torch::TensorOptions().dtype(dtype_).device(device_);
+  return options;
+}
+
+torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed, int64_t micro,
+                                     const torch::Tensor& input, torch::Tensor& loss_sum) {
+  const bool first = groups_->first_stage(), last = groups_->last_stage();
+  const int64_t size = config_.batch.micro_batch_size;
+  Batch batch;
+  if (first || last)
+    batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.data), size);
+  const torch::Tensor x = first ? batch.tokens.to(device_) : input;
+  if (!last) return model_->forward(x);
+  auto loss = model_->loss(x, batch.targets.to(device_)) / double(layout_.micro_batches);
+  loss_sum += loss.detach().to(torch::kDouble);
+  return loss;
 }
 
 void Trainer::reduce_sequence_parallel_grads() {
@@ -207,12 +242,13 @@ void Trainer::reduce_sequence_parallel_grads() {
 }
 
 double Trainer::global_grad_square_sum() {
-  // Shards are summed over the TP group; replicated parameters count once (from TP rank 0).
+  // Shards are summed over the model-parallel group (TP x PP); replicated parameters count
+  // once per stage (from TP rank 0), the tied embedding once (from the first stage).
   // Data-parallel replicas hold equal gradients after the all-reduce: no DP sum.
   auto total = grad_square_sum(sharded_params_);
   if (groups_->coordinates().tp == 0) total = total + grad_square_sum(replicated_params_);
   total = total.reshape({1}).contiguous();
-  groups_->tensor().all_reduce(total, ReduceOp::sum);
+  groups_->model().all_reduce(total, ReduceOp::sum);
   return total.item<double>();
 }
 
@@ -242,7 +278,7 @@ void Trainer::save_checkpoint() {
   step(leader, [&] { checkpoints_->begin(iteration_); });
   step(writer, [&] {
     const std::string folder = checkpoints_->staging_path(iteration_);
-    write_shard(folder, groups_->coordinates().tp, *model_, *optimizer_);
+    write_shard(folder, groups_->coordinates().tp, groups_->coordinates().pp, *model_, *optimizer_);
     if (leader) write_shared_state(folder, {iteration_, consumed_samples_}, config_);
   });
   step(leader, [&] { checkpoints_->commit(iteration_, config_.train.keep_checkpoints); });
@@ -343,6 +379,8 @@ void Trainer::train() {
           .add("tflops_hardware", m.tflops_hardware);
       if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
       if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
+      if (layout_.pipeline > 1)
+        json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
       metrics << json.str() << "\n" << std::flush;
     }
     for (const auto& callback : callbacks_) callback(m);

@@ -18,6 +18,8 @@ class AdamW;
 namespace trident {
 
 struct GPTData;
+class GPTSamples;
+struct PipelineOptions;
 class CheckpointStore;
 class DataParallelGrads;
 class ProcessGroups;
@@ -36,6 +38,8 @@ struct IterationMetrics {
   double tflops_hardware = 0;    // per device, recomputed forward work included
   double mfu = kUnknown;         // tflops_model / device peak, when the peak is known
   double valid_loss = kUnknown;  // set on validation iterations
+  int64_t max_in_flight = 0;     // this rank's pipeline stage: peak micro-batches held
+  double pipeline_transfer_ms = 0;  // this rank's time in pipeline exchanges
 };
 
 class Trainer {
@@ -66,6 +70,11 @@ class Trainer {
   int64_t padded_vocab() const { return vocab_; }
 
  private:
+  PipelineOptions pipeline_options() const;
+  // This stage's forward of one micro-batch (tokens read on the first and last stages); the
+  // last stage returns the loss scaled by 1/M and adds it to `loss_sum`.
+  torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t micro,
+                              const torch::Tensor& input, torch::Tensor& loss_sum);
   void reduce_sequence_parallel_grads();
   double global_grad_square_sum();
   void log_start() const;
@@ -82,6 +91,7 @@ class Trainer {
   std::unique_ptr<CheckpointStore> checkpoints_;
   GPT model_{nullptr};
   std::vector<torch::Tensor> params_, sharded_params_, replicated_params_, sequence_parallel_params_;
+  torch::Tensor tied_embedding_;  // first/last stage copy of wte when pipelined
   std::unique_ptr<DataParallelGrads> grads_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t iteration_ = 0;

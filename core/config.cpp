@@ -303,6 +303,8 @@ void Config::validate() const {
   if (p.sequence_parallel && m.seq_length % p.tensor != 0)
     fail("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
          ") with parallel.sequence_parallel");
+  if (p.schedule == "interleaved_1f1b" && p.pipeline < 2)
+    fail("parallel.schedule=interleaved_1f1b needs parallel.pipeline >= 2");
   if ((p.schedule == "interleaved_1f1b") != (p.virtual_stages > 1))
     fail("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
          p.schedule, " with ", p.virtual_stages, " virtual stages)");

@@ -61,13 +61,13 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   // Reassemble the tensor-parallel shards into whole parameters.
   Config config = Config::parse("", overrides);
   const int64_t tp = config.parallel.tensor;
-  std::vector<std::map<std::string, torch::Tensor>> shards{size_t(tp)};
+  std::vector<std::map<std::string, torch::Tensor>> shards(static_cast<size_t>(tp));
   for (int64_t r = 0; r < tp; ++r) {
     auto group = std::make_shared<FakeGroup>(int(r), int(tp));
     GPT model(config.model, config.model.padded_vocab(tp), TensorParallel{group, false});
     model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
     torch::serialize::InputArchive archive;
-    archive.load_from((dir / "ckpt" / "iter_0000006" / ("model_tp" + std::to_string(r) + ".pt")).string());
+    archive.load_from((dir / "ckpt" / "iter_0000006" / ("model_tp" + std::to_string(r) + "_pp0_v0.pt")).string());
     model->load(archive);
     for (const auto& item : model->named_parameters()) shards[size_t(r)][item.key()] = item.value();
   }

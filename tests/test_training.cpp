@@ -166,7 +166,7 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   EXPECT_THROW(store.save(
                    3,
                    [](const std::string& folder) {
-                     std::ofstream(folder + "/model_tp0_pp0.pt") << "half a file";
+                     std::ofstream(folder + "/model_tp0_pp0_v0.pt") << "half a file";
                      throw std::runtime_error("killed");
                    },
                    2),

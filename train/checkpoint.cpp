@@ -153,17 +153,19 @@ void CheckpointStore::save(int64_t iteration,
   commit(iteration, keep);
 }
 
-std::string model_file(int64_t tp_rank, int64_t pp_rank) {
-  return str("model_tp", tp_rank, "_pp", pp_rank, ".pt");
+std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk) {
+  return str("model_tp", tp_rank, "_pp", pp_rank, "_v", chunk, ".pt");
 }
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank) {
   return str("optimizer_tp", tp_rank, "_pp", pp_rank, ".pt");
 }
 
-void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
-                 torch::optim::Optimizer& optimizer) {
+void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                 const std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  save_archive(dir / model_file(tp_rank, pp_rank), [&](auto& archive) { model.save(archive); });
+  for (size_t c = 0; c < chunks.size(); ++c)
+    save_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
+                 [&](auto& archive) { chunks[c]->save(archive); });
   save_archive(dir / optimizer_file(tp_rank, pp_rank),
                [&](auto& archive) { optimizer.save(archive); });
 }
@@ -197,7 +199,7 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   for (const auto& key : Config::keys()) {
     const bool must_match =
         key.rfind("model.", 0) == 0 || key == "precision" || key == "parallel.tensor" ||
-        key == "parallel.pipeline";
+        key == "parallel.pipeline" || key == "parallel.virtual_stages";
     if (must_match && saved.get(key) != config.get(key))
       fail("checkpoint '", folder, "' was saved with ", key, "=", saved.get(key),
            " but this run has ", key, "=", config.get(key));
@@ -205,10 +207,12 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   return progress;
 }
 
-void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
-                     torch::optim::Optimizer& optimizer) {
+void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                     std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer) {
   const fs::path dir(folder);
-  load_archive(dir / model_file(tp_rank, pp_rank), [&](auto& archive) { model.load(archive); });
+  for (size_t c = 0; c < chunks.size(); ++c)
+    load_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
+                 [&](auto& archive) { chunks[c]->load(archive); });
   load_archive(dir / optimizer_file(tp_rank, pp_rank),
                [&](auto& archive) { optimizer.load(archive); });
   torch::Tensor rng;

@@ -16,7 +16,7 @@ class Optimizer;
 
 namespace trident {
 
-class GPTImpl;
+class GPT;
 struct Config;
 
 class CheckpointStore {
@@ -51,25 +51,25 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // position in the shuffled sample order
 };
 
-// Files of one model shard: model_tp<t>_pp<p>.pt and optimizer_tp<t>_pp<p>.pt for the rank at
-// tensor-parallel position t of pipeline stage p.
-std::string model_file(int64_t tp_rank, int64_t pp_rank);
+// Files of one model shard: model_tp<t>_pp<p>_v<c>.pt for model chunk c of the rank at
+// tensor-parallel position t of pipeline stage p, and optimizer_tp<t>_pp<p>.pt.
+std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank);
 
-// Writes this rank's shard of weights and optimizer state into `folder`.
-void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
-                 torch::optim::Optimizer& optimizer);
+// Writes this rank's shard of weights (every model chunk) and optimizer state into `folder`.
+void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                 const std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer);
 // Writes what all ranks share: rng.pt and progress.yaml (with the full config).
 void write_shared_state(const std::string& folder, const TrainingProgress& progress,
                         const Config& config);
 
 // Reads progress.yaml of a checkpoint after checking that its saved model.*, precision,
-// parallel.tensor and parallel.pipeline keys equal `config`'s; throws Error naming the first
-// that differs. Cheap: call it before building.
+// parallel.tensor, parallel.pipeline and parallel.virtual_stages keys equal `config`'s; throws
+// Error naming the first that differs. Cheap: call it before building.
 TrainingProgress read_progress(const std::string& folder, const Config& config);
 
 // Loads this rank's shard of weights and optimizer state, and the RNG state.
-void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank, GPTImpl& model,
-                     torch::optim::Optimizer& optimizer);
+void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                     std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer);
 
 }  // namespace trident

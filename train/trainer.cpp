@@ -45,8 +45,6 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
 
 // Everything that can be checked without building the model, so bad input fails fast.
 void check_supported(const Config& config) {
-  if (config.parallel.schedule == "interleaved_1f1b")
-    fail("parallel.schedule=interleaved_1f1b is not available yet; use 1f1b or gpipe");
   if (config.recompute != "none")
     fail("recompute=", config.recompute, " is not available yet; use recompute=none");
 }
@@ -92,36 +90,39 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   }
 
   torch::manual_seed(config_.train.seed);
-  const int64_t stage = groups_->coordinates().pp;
-  const int64_t layers_per_stage = config_.model.num_layers / layout_.pipeline;
-  model_ = GPT(config_.model, vocab_,
-               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
-               Stage{stage * layers_per_stage, layers_per_stage, groups_->first_stage(),
-                     groups_->last_stage()});
-  model_->to(dtype_);
-  model_->initialize(config_.train.seed);
-  model_->to(device_);
-  params_ = model_->parameters();
-  replicated_params_ = model_->replicated_parameters();
-  for (const auto& p : params_)
+  // Chunk c of stage r is virtual stage c * p + r: contiguous layers, the embedding on the
+  // model's first virtual stage, the head on its last.
+  const int64_t p = layout_.pipeline, v = config_.parallel.virtual_stages;
+  const int64_t layers = config_.model.num_layers / (p * v);
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t virtual_stage = c * p + groups_->coordinates().pp;
+    GPT chunk(config_.model, vocab_,
+              TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
+              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1});
+    chunk->to(dtype_);
+    chunk->initialize(config_.train.seed);
+    chunk->to(device_);
+    for (const auto& param : chunk->parameters()) params_.push_back(param);
+    for (const auto& param : chunk->replicated_parameters()) replicated_params_.push_back(param);
+    for (const auto& param : chunk->sequence_parallel_parameters())
+      sequence_parallel_params_.push_back(param);
+    // The last stage's copy of the tied embedding: synchronised with the first stage's, and
+    // left out of the gradient norm, which counts the first stage's.
+    if (p > 1 && chunk->wte) tied_embedding_ = chunk->wte->weight;
+    chunks_.push_back(chunk);
+  }
+  for (const auto& param : params_)
     if (std::find_if(replicated_params_.begin(), replicated_params_.end(),
-                     [&](const torch::Tensor& r) { return r.is_same(p); }) == replicated_params_.end())
-      sharded_params_.push_back(p);
-  // The last stage's copy of the tied embedding: synchronised with the first stage's, and
-  // left out of the gradient norm, which counts the first stage's.
-  if (layout_.pipeline > 1 && (groups_->first_stage() || groups_->last_stage()))
-    tied_embedding_ = model_->wte->weight;
-  if (layout_.pipeline > 1 && !groups_->first_stage() && groups_->last_stage())
-    sharded_params_.erase(std::remove_if(sharded_params_.begin(), sharded_params_.end(),
-                                         [&](const torch::Tensor& p) { return p.is_same(tied_embedding_); }),
-                          sharded_params_.end());
-  sequence_parallel_params_ = model_->sequence_parallel_parameters();
+                     [&](const torch::Tensor& r) { return r.is_same(param); }) ==
+            replicated_params_.end() &&
+        !(p > 1 && !groups_->first_stage() && param.is_same(tied_embedding_)))
+      sharded_params_.push_back(param);
   grads_ = std::make_unique<DataParallelGrads>(
       params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
   optimizer_ = make_adamw(params_, config_.optimizer);
 
   if (!resume_from.empty()) {
-    read_checkpoint(resume_from, groups_->coordinates().tp, groups_->coordinates().pp, *model_,
+    read_checkpoint(resume_from, groups_->coordinates().tp, groups_->coordinates().pp, chunks_,
                     *optimizer_);
     iteration_ = last_saved_ = progress.iteration;
     consumed_samples_ = progress.consumed_samples;
@@ -138,7 +139,7 @@ void Trainer::on_iteration(std::function<void(const IterationMetrics&)> callback
 
 IterationMetrics Trainer::step() {
   Stopwatch stopwatch;
-  model_->train();
+  for (auto& chunk : chunks_) chunk->train();
   const auto& batch = config_.batch;
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
   set_learning_rate(*optimizer_, lr);
@@ -149,8 +150,8 @@ IterationMetrics Trainer::step() {
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   const PipelineStats stats = run_pipeline(
       groups_->pipeline(), pipeline_options(),
-      [&](int64_t micro, const torch::Tensor& input) {
-        return stage_forward(*data_->train, consumed_samples_, micro, input, loss_sum);
+      [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
+        return stage_forward(*data_->train, consumed_samples_, chunk, micro, input, loss_sum);
       },
       [&] { grads_->arm(); });
   grads_->finish();
@@ -190,14 +191,14 @@ IterationMetrics Trainer::step() {
 double Trainer::evaluate() {
   if (!data_->valid) fail("evaluate() needs validation data: set data.valid_fraction > 0");
   torch::NoGradGuard no_grad;
-  model_->eval();
+  for (auto& chunk : chunks_) chunk->eval();
   const auto& batch = config_.batch;
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   for (int64_t i = 0; i < config_.train.eval_iters; ++i)
     run_pipeline_forward(groups_->pipeline(), pipeline_options(),
-                         [&](int64_t micro, const torch::Tensor& input) {
-                           return stage_forward(*data_->valid, i * batch.global_batch_size, micro,
-                                                input, total);
+                         [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
+                           return stage_forward(*data_->valid, i * batch.global_batch_size, chunk,
+                                                micro, input, total);
                          });
   groups_->pipeline().all_reduce(total, ReduceOp::sum);
   groups_->data().all_reduce(total, ReduceOp::avg);
@@ -208,22 +209,25 @@ PipelineOptions Trainer::pipeline_options() const {
   PipelineOptions options;
   options.schedule = config_.parallel.schedule;
   options.micro_batches = layout_.micro_batches;
+  options.virtual_stages = config_.parallel.virtual_stages;
   const int64_t seq = config_.model.seq_length / (config_.parallel.sequence_parallel ? layout_.tensor : 1);
   options.activation_shape = {config_.batch.micro_batch_size, seq, config_.model.hidden_size};
   options.activation_options = torch::TensorOptions().dtype(dtype_).device(device_);
   return options;
 }
 
-torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed, int64_t micro,
-                                     const torch::Tensor& input, torch::Tensor& loss_sum) {
-  const bool first = groups_->first_stage(), last = groups_->last_stage();
+torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk,
+                                     int64_t micro, const torch::Tensor& input,
+                                     torch::Tensor& loss_sum) {
+  GPT& model = chunks_[size_t(chunk)];
+  const bool first = model->stage().embedding, last = model->stage().head;
   const int64_t size = config_.batch.micro_batch_size;
   Batch batch;
   if (first || last)
     batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.data), size);
   const torch::Tensor x = first ? batch.tokens.to(device_) : input;
-  if (!last) return model_->forward(x);
-  auto loss = model_->loss(x, batch.targets.to(device_)) / double(layout_.micro_batches);
+  if (!last) return model->forward(x);
+  auto loss = model->loss(x, batch.targets.to(device_)) / double(layout_.micro_batches);
   loss_sum += loss.detach().to(torch::kDouble);
   return loss;
 }
@@ -278,7 +282,7 @@ void Trainer::save_checkpoint() {
   step(leader, [&] { checkpoints_->begin(iteration_); });
   step(writer, [&] {
     const std::string folder = checkpoints_->staging_path(iteration_);
-    write_shard(folder, groups_->coordinates().tp, groups_->coordinates().pp, *model_, *optimizer_);
+    write_shard(folder, groups_->coordinates().tp, groups_->coordinates().pp, chunks_, *optimizer_);
     if (leader) write_shared_state(folder, {iteration_, consumed_samples_}, config_);
   });
   step(leader, [&] { checkpoints_->commit(iteration_, config_.train.keep_checkpoints); });

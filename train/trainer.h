@@ -66,15 +66,17 @@ class Trainer {
   const Config& config() const { return config_; }
   const Layout& layout() const { return layout_; }
   const ProcessGroups& groups() const { return *groups_; }
-  GPT& model() { return model_; }
+  // This rank's first model chunk (its only one unless the schedule is interleaved).
+  GPT& model() { return chunks_.front(); }
+  std::vector<GPT>& model_chunks() { return chunks_; }
   int64_t padded_vocab() const { return vocab_; }
 
  private:
   PipelineOptions pipeline_options() const;
   // This stage's forward of one micro-batch (tokens read on the first and last stages); the
   // last stage returns the loss scaled by 1/M and adds it to `loss_sum`.
-  torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t micro,
-                              const torch::Tensor& input, torch::Tensor& loss_sum);
+  torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk,
+                              int64_t micro, const torch::Tensor& input, torch::Tensor& loss_sum);
   void reduce_sequence_parallel_grads();
   double global_grad_square_sum();
   void log_start() const;
@@ -89,7 +91,7 @@ class Trainer {
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
-  GPT model_{nullptr};
+  std::vector<GPT> chunks_;
   std::vector<torch::Tensor> params_, sharded_params_, replicated_params_, sequence_parallel_params_;
   torch::Tensor tied_embedding_;  // first/last stage copy of wte when pipelined
   std::unique_ptr<DataParallelGrads> grads_;

@@ -32,7 +32,7 @@ struct RunResult {
 };
 
 std::vector<std::string> model_overrides(const std::string& data) {
-  return {"data.path=" + data,       "model.num_layers=2",           "model.hidden_size=64",
+  return {"data.path=" + data,       "model.num_layers=8",           "model.hidden_size=64",
           "model.num_attention_heads=4", "model.seq_length=64",      "batch.global_batch_size=16",
           "model.make_vocab_size_divisible_by=64",  // 256 at TP 1, 2 and 4 alike
           "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     "train.iters=6",
@@ -58,26 +58,41 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   std::ifstream metrics(dir / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);)
     run.losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
-  // Reassemble the tensor-parallel shards into whole parameters.
+  // Reassemble the shards (TP ranks x pipeline stages x model chunks) into whole parameters.
   Config config = Config::parse("", overrides);
-  const int64_t tp = config.parallel.tensor;
-  std::vector<std::map<std::string, torch::Tensor>> shards(static_cast<size_t>(tp));
-  for (int64_t r = 0; r < tp; ++r) {
-    auto group = std::make_shared<FakeGroup>(int(r), int(tp));
-    GPT model(config.model, config.model.padded_vocab(tp), TensorParallel{group, false});
-    model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
-    torch::serialize::InputArchive archive;
-    archive.load_from((dir / "ckpt" / "iter_0000006" / ("model_tp" + std::to_string(r) + "_pp0_v0.pt")).string());
-    model->load(archive);
-    for (const auto& item : model->named_parameters()) shards[size_t(r)][item.key()] = item.value();
+  const int64_t tp = config.parallel.tensor, pp = config.parallel.pipeline,
+                v = config.parallel.virtual_stages, layers = config.model.num_layers / (pp * v);
+  std::map<std::string, std::vector<torch::Tensor>> pieces;  // name -> one per TP rank
+  for (int64_t stage = 0; stage < pp; ++stage) {
+    for (int64_t chunk = 0; chunk < v; ++chunk) {
+      const int64_t virtual_stage = chunk * pp + stage;
+      for (int64_t r = 0; r < tp; ++r) {
+        GPT model(config.model, config.model.padded_vocab(tp),
+                  TensorParallel{std::make_shared<FakeGroup>(int(r), int(tp)), false},
+                  Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == pp * v - 1});
+        model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
+        torch::serialize::InputArchive archive;
+        archive.load_from((dir / "ckpt" / "iter_0000006" /
+                           ("model_tp" + std::to_string(r) + "_pp" + std::to_string(stage) + "_v" +
+                            std::to_string(chunk) + ".pt")).string());
+        model->load(archive);
+        for (const auto& item : model->named_parameters()) {
+          auto& list = pieces[item.key()];
+          // The tied embedding's copy on the last stage must equal the first stage's.
+          if (int64_t(list.size()) == tp) {
+            EXPECT_TRUE(torch::equal(list[size_t(r)], item.value())) << item.key() << " copies differ";
+            continue;
+          }
+          list.push_back(item.value());
+        }
+      }
+    }
   }
-  for (const auto& [name, first] : shards[0]) {
+  for (const auto& [name, list] : pieces) {
     const int64_t dim = GPTImpl::partition_dim(name);
-    std::vector<torch::Tensor> pieces;
-    for (const auto& shard : shards) pieces.push_back(shard.at(name));
-    run.params[name] = dim < 0 ? first : torch::cat(pieces, dim);
+    run.params[name] = dim < 0 ? list.front() : torch::cat(list, dim);
     if (dim < 0)
-      for (const auto& piece : pieces) EXPECT_TRUE(torch::equal(piece, first)) << name << " differs across TP ranks";
+      for (const auto& piece : list) EXPECT_TRUE(torch::equal(piece, list.front())) << name << " differs across TP ranks";
   }
   return run;
 }
@@ -189,6 +204,56 @@ TEST_F(DataParallelRuns, SequenceParallelFourEqualsSerialFp64) {
 TEST_F(DataParallelRuns, TensorTwoByDataTwoEqualsSerialFp64) {
   expect_equal_runs(*serial_fp64_,
                     train(kMpirun + "4 ", *root_ / "tp2dp2", data_, 4, "fp64", {"parallel.tensor=2"}),
+                    true);
+}
+
+// Pipeline parallelism with each schedule, and the full 3D layout.
+TEST_F(DataParallelRuns, PipelineTwo1F1BEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "2 ", *root_ / "pp2", data_, 2, "fp64", {"parallel.pipeline=2"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, PipelineFour1F1BEqualsSerialFp32) {
+  expect_equal_runs(*serial_fp32_,
+                    train(kEnvLaunch + "4 -- ", *root_ / "pp4", data_, 2, "fp32", {"parallel.pipeline=4"}),
+                    false);
+}
+
+TEST_F(DataParallelRuns, PipelineTwoGPipeEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kEnvLaunch + "2 -- ", *root_ / "gpipe2", data_, 2, "fp64",
+                          {"parallel.pipeline=2", "parallel.schedule=gpipe"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, PipelineFourGPipeEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "4 ", *root_ / "gpipe4", data_, 4, "fp64",
+                          {"parallel.pipeline=4", "parallel.schedule=gpipe"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, PipelineTwoInterleavedEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "2 ", *root_ / "vpp2", data_, 2, "fp64",
+                          {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b",
+                           "parallel.virtual_stages=4"}),
+                    true);
+}
+
+TEST_F(DataParallelRuns, PipelineFourInterleavedEqualsSerialFp32) {
+  expect_equal_runs(*serial_fp32_,
+                    train(kMpirun + "4 ", *root_ / "vpp4", data_, 1, "fp32",
+                          {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b",
+                           "parallel.virtual_stages=2"}),
+                    false);
+}
+
+TEST_F(DataParallelRuns, ThreeDimensionalEqualsSerialFp64) {
+  expect_equal_runs(*serial_fp64_,
+                    train(kMpirun + "8 ", *root_ / "3d", data_, 2, "fp64",
+                          {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true"}),
                     true);
 }
 

@@ -89,6 +89,13 @@ TEST(Layout, ErrorsNameTheKeys) {
             std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"parallel.data=3"}), 2); });
   EXPECT_NE(message.find("parallel.data=3 but world size 2"), std::string::npos) << message;
+  message = error_of([] {
+    resolve_layout(config({"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b",
+                           "parallel.virtual_stages=2", "batch.global_batch_size=12"}),
+                   2);
+  });
+  EXPECT_NE(message.find("needs a multiple of parallel.pipeline (2) micro-batches"), std::string::npos)
+      << message;
   message = error_of([] { resolve_layout(config({"batch.global_batch_size=8"}), 4); });
   EXPECT_NE(message.find("must be a multiple of batch.micro_batch_size * data-parallel size = 4 * 4"),
             std::string::npos) << message;

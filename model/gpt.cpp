@@ -130,13 +130,6 @@ int64_t GPTImpl::partition_dim(const std::string& name) {
   return -1;
 }
 
-std::vector<torch::Tensor> GPTImpl::replicated_parameters() {
-  std::vector<torch::Tensor> out;
-  for (const auto& item : named_parameters())
-    if (partition_dim(item.key()) < 0) out.push_back(item.value());
-  return out;
-}
-
 std::vector<torch::Tensor> GPTImpl::sequence_parallel_parameters() {
   std::vector<torch::Tensor> out;
   if (!tp_.sequence_parallel) return out;

@@ -88,8 +88,6 @@ class GPTImpl : public torch::nn::Module {
 
   // The dimension along which tensor parallelism splits a parameter, -1 if replicated.
   static int64_t partition_dim(const std::string& name);
-  // Parameters every TP rank holds whole (partition_dim -1).
-  std::vector<torch::Tensor> replicated_parameters();
   // With sequence parallelism, the replicated parameters applied to this rank's part of the
   // sequence only (LayerNorms, row-parallel biases): their gradients are partial sums that
   // must be all-reduced over the TP group. Empty without sequence parallelism.

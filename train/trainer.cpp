@@ -70,53 +70,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   data_ = std::make_unique<GPTData>(config_);
 
   TrainingProgress progress;
-  std::string resume_from;
-  if (!config_.train.checkpoint_dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
-    const int64_t latest = checkpoints_->latest();
-    if (latest >= 0 && !config_.train.resume)
-      fail("train.checkpoint_dir '", checkpoints_->dir(), "' already holds checkpoints (latest: ",
-           "iteration ", latest, "); set train.resume=true to continue from it or choose another ",
-           "directory");
-    for (int64_t saved : checkpoints_->iterations())
-      if (saved > latest)
-        fail("train.checkpoint_dir '", checkpoints_->dir(), "' holds '", checkpoints_->path(saved),
-             "', newer than its `latest` pointer; this run would overwrite it. Move it away or ",
-             "choose another directory");
-    if (latest >= 0) {
-      resume_from = checkpoints_->path(latest);
-      progress = read_progress(resume_from, config_);
-    }
-  }
-
-  torch::manual_seed(config_.train.seed);
-  // Chunk c of stage r is virtual stage c * p + r: contiguous layers, the embedding on the
-  // model's first virtual stage, the head on its last.
-  const int64_t p = layout_.pipeline, v = config_.parallel.virtual_stages;
-  const int64_t layers = config_.model.num_layers / (p * v);
-  for (int64_t c = 0; c < v; ++c) {
-    const int64_t virtual_stage = c * p + groups_->coordinates().pp;
-    GPT chunk(config_.model, vocab_,
-              TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
-              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1});
-    chunk->to(dtype_);
-    chunk->initialize(config_.train.seed);
-    chunk->to(device_);
-    for (const auto& param : chunk->parameters()) params_.push_back(param);
-    for (const auto& param : chunk->replicated_parameters()) replicated_params_.push_back(param);
-    for (const auto& param : chunk->sequence_parallel_parameters())
-      sequence_parallel_params_.push_back(param);
-    // The last stage's copy of the tied embedding: synchronised with the first stage's, and
-    // left out of the gradient norm, which counts the first stage's.
-    if (p > 1 && chunk->wte) tied_embedding_ = chunk->wte->weight;
-    chunks_.push_back(chunk);
-  }
-  for (const auto& param : params_)
-    if (std::find_if(replicated_params_.begin(), replicated_params_.end(),
-                     [&](const torch::Tensor& r) { return r.is_same(param); }) ==
-            replicated_params_.end() &&
-        !(p > 1 && !groups_->first_stage() && param.is_same(tied_embedding_)))
-      sharded_params_.push_back(param);
+  const std::string resume_from = find_resume_point(progress);
+  build_model_chunks();
   grads_ = std::make_unique<DataParallelGrads>(
       params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
   optimizer_ = make_adamw(params_, config_.optimizer);
@@ -132,6 +87,55 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
 }
 
 Trainer::~Trainer() = default;
+
+std::string Trainer::find_resume_point(TrainingProgress& progress) {
+  if (config_.train.checkpoint_dir.empty()) return "";
+  checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
+  const int64_t latest = checkpoints_->latest();
+  if (latest >= 0 && !config_.train.resume)
+    fail("train.checkpoint_dir '", checkpoints_->dir(), "' already holds checkpoints (latest: ",
+         "iteration ", latest, "); set train.resume=true to continue from it or choose another ",
+         "directory");
+  for (int64_t saved : checkpoints_->iterations())
+    if (saved > latest)
+      fail("train.checkpoint_dir '", checkpoints_->dir(), "' holds '", checkpoints_->path(saved),
+           "', newer than its `latest` pointer; this run would overwrite it. Move it away or ",
+           "choose another directory");
+  if (latest < 0) return "";
+  progress = read_progress(checkpoints_->path(latest), config_);
+  return checkpoints_->path(latest);
+}
+
+void Trainer::build_model_chunks() {
+  torch::manual_seed(config_.train.seed);
+  // Chunk c of stage r is virtual stage c * p + r: contiguous layers, the embedding on the
+  // model's first virtual stage, the head on its last.
+  const int64_t p = layout_.pipeline, v = config_.parallel.virtual_stages;
+  const int64_t layers = config_.model.num_layers / (p * v);
+  for (int64_t c = 0; c < v; ++c) {
+    const int64_t virtual_stage = c * p + groups_->coordinates().pp;
+    GPT chunk(config_.model, vocab_,
+              TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
+              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1});
+    chunk->to(dtype_);
+    chunk->initialize(config_.train.seed);
+    chunk->to(device_);
+    for (const auto& item : chunk->named_parameters()) {
+      params_.push_back(item.value());
+      // The last stage's copy of the tied embedding: synchronised with the first stage's, and
+      // left out of the gradient norm, which counts the first stage's.
+      if (p > 1 && item.key() == "wte.weight") {
+        tied_embedding_ = item.value();
+        if (!chunk->stage().embedding) continue;
+      }
+      auto& kind = GPTImpl::partition_dim(item.key()) < 0 ? replicated_params_ : sharded_params_;
+      kind.push_back(item.value());
+    }
+    for (const auto& param : chunk->sequence_parallel_parameters())
+      sequence_parallel_params_.push_back(param);
+    chunks_.push_back(chunk);
+  }
+}
 
 void Trainer::on_iteration(std::function<void(const IterationMetrics&)> callback) {
   callbacks_.push_back(std::move(callback));

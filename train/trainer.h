@@ -21,6 +21,7 @@ struct GPTData;
 class GPTSamples;
 struct PipelineOptions;
 class CheckpointStore;
+struct TrainingProgress;
 class DataParallelGrads;
 class ProcessGroups;
 
@@ -72,6 +73,9 @@ class Trainer {
   int64_t padded_vocab() const { return vocab_; }
 
  private:
+  // Checks train.checkpoint_dir and returns the checkpoint to resume from ("" for none).
+  std::string find_resume_point(TrainingProgress& progress);
+  void build_model_chunks();
   PipelineOptions pipeline_options() const;
   // This stage's forward of one micro-batch (tokens read on the first and last stages); the
   // last stage returns the loss scaled by 1/M and adds it to `loss_sum`.

@@ -257,6 +257,34 @@ TEST_F(DataParallelRuns, ThreeDimensionalEqualsSerialFp64) {
                     true);
 }
 
+// A pipelined, tensor-parallel run stopped after 3 steps and resumed to 6 equals the straight
+// run: every rank restores its own shards.
+TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
+  const auto dir = *root_ / "resume";
+  std::string command = kMpirun + "4 " + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
+  for (const auto& o : model_overrides(data_)) command += " " + o;
+  command += " parallel.tensor=2 parallel.pipeline=2 batch.micro_batch_size=2 optimizer.decay_iters=6";
+  auto losses = [](const std::filesystem::path& metrics) {
+    std::vector<std::string> out;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) out.push_back(line.substr(line.find("\"loss\": "), 28));
+    return out;
+  };
+  auto r = run_command(command + " train.metrics_file=" + (dir / "straight.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ckpt = " train.checkpoint_dir=" + (dir / "ckpt").string();
+  r = run_command(command + ckpt + " train.iters=3 train.metrics_file=" + (dir / "first.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(command + ckpt + " train.metrics_file=" + (dir / "second.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  auto straight = losses(dir / "straight.jsonl"), first = losses(dir / "first.jsonl"),
+       second = losses(dir / "second.jsonl");
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(first, straight);
+  EXPECT_EQ(straight.size(), 6u);
+}
+
 namespace {
 
 const std::string kEndless = kBin + "/train --config " + kSource +

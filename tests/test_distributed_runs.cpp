@@ -39,6 +39,13 @@ std::vector<std::string> model_overrides(const std::string& data) {
           "train.eval_interval=0",   "data.valid_fraction=0"};
 }
 
+// The `train` command line for `launcher` ("" for one process) and these overrides.
+std::string train_command(const std::string& launcher, const std::vector<std::string>& overrides) {
+  std::string command = launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
+  for (const auto& o : overrides) command += " " + o;
+  return command;
+}
+
 // Trains with `launcher` ("" for one process) and reads back losses and final parameters.
 RunResult train(const std::string& launcher, const std::filesystem::path& dir,
                 const std::string& data, int micro_batch, const std::string& precision,
@@ -47,11 +54,9 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   overrides.push_back("batch.micro_batch_size=" + std::to_string(micro_batch));
   overrides.push_back("precision=" + precision);
   overrides.insert(overrides.end(), parallel.begin(), parallel.end());
-  std::string command = launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
-  for (const auto& o : overrides) command += " " + o;
-  command += " train.checkpoint_dir=" + (dir / "ckpt").string() +
-             " train.metrics_file=" + (dir / "metrics.jsonl").string();
-  auto result = run_command("timeout 300 " + command);
+  auto result = run_command("timeout 300 " + train_command(launcher, overrides) +
+                            " train.checkpoint_dir=" + (dir / "ckpt").string() +
+                            " train.metrics_file=" + (dir / "metrics.jsonl").string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
 
   RunResult run;
@@ -261,9 +266,10 @@ TEST_F(DataParallelRuns, ThreeDimensionalEqualsSerialFp64) {
 // run: every rank restores its own shards.
 TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   const auto dir = *root_ / "resume";
-  std::string command = kMpirun + "4 " + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
-  for (const auto& o : model_overrides(data_)) command += " " + o;
-  command += " parallel.tensor=2 parallel.pipeline=2 batch.micro_batch_size=2 optimizer.decay_iters=6";
+  auto overrides = model_overrides(data_);
+  overrides.insert(overrides.end(), {"parallel.tensor=2", "parallel.pipeline=2",
+                                     "batch.micro_batch_size=2", "optimizer.decay_iters=6"});
+  const std::string command = "timeout 300 " + train_command(kMpirun + "4 ", overrides);
   auto losses = [](const std::filesystem::path& metrics) {
     std::vector<std::string> out;
     std::ifstream in(metrics);

@@ -39,10 +39,22 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 }  // namespace
 
-SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp)
+Recompute parse_recompute(const std::string& mode) {
+  if (mode == "none") return Recompute::none;
+  if (mode == "selective") return Recompute::selective;
+  if (mode == "full") return Recompute::full;
+  fail("recompute=", mode, " is unknown; expected none, selective or full");
+}
+
+SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
+                                     Recompute recompute)
     : local_heads_(config.num_attention_heads / tp.group->size()),
       head_dim_(config.head_dim()),
-      dropout_(config.attention_dropout) {
+      dropout_(config.attention_dropout),
+      recompute_core_(recompute == Recompute::selective) {
+  core_ = [this](const std::vector<torch::Tensor>& qkv) {
+    return causal_attention(qkv[0], qkv[1], qkv[2], is_training() ? dropout_ : 0.0);
+  };
   const int64_t h = config.hidden_size;
   qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, *tp.group, false, tp.sequence_parallel));
   out = register_module("out", RowParallelLinear(h, h, *tp.group, true, tp.sequence_parallel));
@@ -52,7 +64,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv_local = qkv(x);  // [b, s, 3h/t]: the whole sequence, this rank's heads
   const int64_t b = qkv_local.size(0), s = qkv_local.size(1);
   auto heads = qkv_local.view({b, s, local_heads_, 3, head_dim_}).permute({3, 0, 2, 1, 4});
-  auto context = causal_attention(heads[0], heads[1], heads[2], is_training() ? dropout_ : 0.0);
+  const std::vector<torch::Tensor> qkv_heads = {heads[0], heads[1], heads[2]};
+  auto context = recompute_core_ && is_training() ? recompute(core_, qkv_heads) : core_(qkv_heads);
   return out(context.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
 }
 
@@ -67,20 +80,27 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
-BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp) {
+BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute)
+    : recompute_(recompute == Recompute::full) {
+  compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
   ln_1 = register_module("ln_1", layer_norm(config));
-  attn = register_module("attn", SelfAttention(config, tp));
+  attn = register_module("attn", SelfAttention(config, tp, recompute));
   ln_2 = register_module("ln_2", layer_norm(config));
   mlp = register_module("mlp", MLP(config, tp));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
-  x = x + dropout(attn(ln_1(x)));
+  return recompute_ && is_training() ? trident::recompute(compute_, {x}) : compute(x);
+}
+
+torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
+  auto x = input + dropout(attn(ln_1(input)));
   return x + dropout(mlp(ln_2(x)));
 }
 
-GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage)
+GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
+                 Recompute recompute)
     : config_(config), tp_(std::move(tp)), stage_(stage) {
   if (config.num_attention_heads % tp_.group->size() != 0)
     fail("model.num_attention_heads (", config.num_attention_heads,
@@ -93,7 +113,7 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
     dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
   }
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_)));
+    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute)));
   if (stage_.head) ln_f = register_module("ln_f", layer_norm(config));
 }
 

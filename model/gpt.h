@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "parallel/comm.h"
+#include "model/recompute.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
@@ -22,9 +23,15 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
+// Activation checkpointing (model/recompute.h): none, selective (the attention core:
+// softmax(QK^T)V, whose activations grow with s^2) or full (each block keeps only its input).
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& mode);
+
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp);
+  SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
+                    Recompute recompute = Recompute::none);
   torch::Tensor forward(const torch::Tensor& x);  // [b, s(/t with SP), h] -> same
 
   // QKV output rows are laid out [head][q|k|v][head_dim], so a contiguous slice of rows is a
@@ -35,6 +42,8 @@ class SelfAttentionImpl : public torch::nn::Module {
  private:
   int64_t local_heads_, head_dim_;
   double dropout_;
+  bool recompute_core_;
+  RecomputedFunction core_;  // the attention core, kept for recomputation in backward
 };
 TORCH_MODULE(SelfAttention);
 
@@ -49,12 +58,18 @@ TORCH_MODULE(MLP);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const ModelConfig& config, const TensorParallel& tp);
+  BlockImpl(const ModelConfig& config, const TensorParallel& tp,
+            Recompute recompute = Recompute::none);
   torch::Tensor forward(torch::Tensor x);
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};
   torch::nn::Dropout dropout{nullptr};
+
+ private:
+  torch::Tensor compute(const torch::Tensor& x);
+  bool recompute_;
+  RecomputedFunction compute_;  // the whole block, kept for recomputation in backward
 };
 TORCH_MODULE(Block);
 
@@ -72,7 +87,8 @@ struct Stage {
 class GPTImpl : public torch::nn::Module {
  public:
   // `vocab` is the padded vocabulary (rows of the embedding and the head, over all TP ranks).
-  GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {}, Stage stage = {});
+  GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {}, Stage stage = {},
+          Recompute recompute = Recompute::none);
 
   // Tokens [b, s] int64 on the first stage, else the previous stage's activations
   // [b, s(/t with SP), h] -> logits [b, s, vocab / t] on the last stage (this rank's vocabulary

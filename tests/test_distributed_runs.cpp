@@ -206,9 +206,10 @@ TEST_F(DataParallelRuns, SequenceParallelFourEqualsSerialFp64) {
                     true);
 }
 
-TEST_F(DataParallelRuns, TensorTwoByDataTwoEqualsSerialFp64) {
+TEST_F(DataParallelRuns, TensorTwoByDataTwoWithSelectiveRecomputeEqualsSerialFp64) {
   expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "4 ", *root_ / "tp2dp2", data_, 4, "fp64", {"parallel.tensor=2"}),
+                    train(kMpirun + "4 ", *root_ / "tp2dp2", data_, 4, "fp64",
+                          {"parallel.tensor=2", "recompute=selective"}),
                     true);
 }
 
@@ -255,10 +256,12 @@ TEST_F(DataParallelRuns, PipelineFourInterleavedEqualsSerialFp32) {
                     false);
 }
 
-TEST_F(DataParallelRuns, ThreeDimensionalEqualsSerialFp64) {
+// With full recomputation too: blocks re-run their forward (and its collectives) in backward.
+TEST_F(DataParallelRuns, ThreeDimensionalWithRecomputeEqualsSerialFp64) {
   expect_equal_runs(*serial_fp64_,
                     train(kMpirun + "8 ", *root_ / "3d", data_, 2, "fp64",
-                          {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true"}),
+                          {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                           "recompute=full"}),
                     true);
 }
 

@@ -4,6 +4,8 @@
 #include "core/flops.h"
 #include "model/gpt.h"
 #include "model/init.h"
+
+#include <map>
 #include "tests/helpers.h"
 
 using namespace trident;
@@ -133,5 +135,33 @@ TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
         EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key() << " rank " << rank << "/" << tp;
       }
     }
+  }
+}
+
+// Recomputation changes what is stored, not what is computed: with dropout on (the RNG is
+// replayed) the loss and every gradient are identical.
+TEST(Model, RecomputeGivesIdenticalGradients) {
+  ModelConfig m = tiny();
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.1;
+  auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
+  auto targets = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
+  std::map<std::string, torch::Tensor> reference;
+  double reference_loss = 0;
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    GPT model(m, m.padded_vocab(), TensorParallel{}, Stage{}, mode);
+    model->to(torch::kDouble);
+    model->initialize(3);
+    torch::manual_seed(42);
+    auto loss = model->loss(tokens, targets);
+    loss.backward();
+    if (mode == Recompute::none) {
+      reference_loss = loss.item<double>();
+      for (const auto& item : model->named_parameters()) reference[item.key()] = item.value().grad().clone();
+      continue;
+    }
+    EXPECT_EQ(loss.item<double>(), reference_loss);
+    for (const auto& item : model->named_parameters())
+      EXPECT_TRUE(torch::equal(item.value().grad(), reference[item.key()])) << item.key();
   }
 }

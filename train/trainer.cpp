@@ -43,12 +43,6 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
   return torch::Device(torch::kCUDA, int(launch.local_rank % torch::cuda::device_count()));
 }
 
-// Everything that can be checked without building the model, so bad input fails fast.
-void check_supported(const Config& config) {
-  if (config.recompute != "none")
-    fail("recompute=", config.recompute, " is not available yet; use recompute=none");
-}
-
 }  // namespace
 
 Trainer::Trainer(Config config, const LaunchInfo& launch)
@@ -58,7 +52,6 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
       dtype_(parameter_dtype(config_.precision)),
       vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
   log::set_primary(launch.rank == 0);
-  check_supported(config_);
   CommOptions comm;
   comm.backend = config_.parallel.backend;
   comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);
@@ -116,7 +109,8 @@ void Trainer::build_model_chunks() {
     const int64_t virtual_stage = c * p + groups_->coordinates().pp;
     GPT chunk(config_.model, vocab_,
               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
-              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1});
+              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1},
+              parse_recompute(config_.recompute));
     chunk->to(dtype_);
     chunk->initialize(config_.train.seed);
     chunk->to(device_);
@@ -344,7 +338,10 @@ void Trainer::log_iteration(const IterationMetrics& m) const {
                 static_cast<long long>(m.consumed_samples), m.elapsed_ms, m.tokens_per_second,
                 m.learning_rate, m.loss, m.grad_norm, m.tflops_6pd, m.tflops_model);
   std::string text = line;
-  if (config_.recompute != "none") text += str(" (hardware ", m.tflops_hardware, ")");
+  if (config_.recompute != "none") {
+    std::snprintf(line, sizeof line, " (hardware %.3f)", m.tflops_hardware);
+    text += line;
+  }
   if (!std::isnan(m.mfu)) text += str(" | MFU ", std::round(m.mfu * 1000) / 10, "%");
   if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
   log::info(text);

@@ -1,0 +1,20 @@
+// Activation checkpointing: LibTorch's C++ API has no torch.utils.checkpoint. A recomputed
+// function runs without building a graph in forward and keeps only its inputs (and the CPU RNG
+// state, so dropout draws the same masks); backward re-runs it with gradients on, then
+// back-propagates through the fresh graph. Collectives inside (tensor parallelism) run again in
+// the same order on every rank.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+namespace trident {
+
+using RecomputedFunction = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
+
+// `function` must outlive the backward pass (a module's own member function bound to it is).
+torch::Tensor recompute(const RecomputedFunction& function, const std::vector<torch::Tensor>& inputs);
+
+}  // namespace trident

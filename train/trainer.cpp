@@ -43,6 +43,13 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
   return torch::Device(torch::kCUDA, int(launch.local_rank % torch::cuda::device_count()));
 }
 
+// Keys the config accepts (the planner and --dry-run use them) that training cannot honour yet.
+void check_trainable(const Config& config) {
+  if (config.parallel.zero_stage > 0)
+    fail("parallel.zero_stage=", config.parallel.zero_stage,
+         " is not available yet: this build trains with a replicated optimizer (zero_stage=0)");
+}
+
 }  // namespace
 
 Trainer::Trainer(Config config, const LaunchInfo& launch)
@@ -52,6 +59,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
       dtype_(parameter_dtype(config_.precision)),
       vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
   log::set_primary(launch.rank == 0);
+  check_trainable(config_);
   CommOptions comm;
   comm.backend = config_.parallel.backend;
   comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);

@@ -28,17 +28,28 @@ inline bool is_16bit_float(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
 
-// Runs `body` on an fp32 copy of a bf16/fp16 tensor and copies the result back (backends
-// without 16-bit reductions); on other dtypes it runs `body` on the tensor itself.
-template <typename Body>
-void with_reducible_dtype(torch::Tensor& tensor, Body body) {
-  if (is_16bit_float(tensor)) {
-    torch::Tensor wide = tensor.to(torch::kFloat);
-    body(wide);
-    tensor.copy_(wide);
-  } else {
-    body(tensor);
+// An all-reduce in flight for backends without 16-bit reductions: it runs on `buffer()`, the
+// target itself or, for bf16/fp16, an fp32 copy that lives as long as the request. wait()
+// completes the transfer, averages for ReduceOp::avg and copies the result back.
+class WidenedAllReduce : public PendingCollective {
+ public:
+  WidenedAllReduce(const torch::Tensor& target, ReduceOp op, int size)
+      : target_(target), buffer_(is_16bit_float(target) ? target.to(torch::kFloat) : target),
+        op_(op), size_(size) {}
+  torch::Tensor& buffer() { return buffer_; }
+  void wait() final {
+    wait_for_transfer();
+    if (op_ == ReduceOp::avg) buffer_.div_(size_);
+    if (!buffer_.is_same(target_)) target_.copy_(buffer_);
   }
-}
+
+ protected:
+  virtual void wait_for_transfer() = 0;
+
+ private:
+  torch::Tensor target_, buffer_;
+  ReduceOp op_;
+  int size_;
+};
 
 }  // namespace trident

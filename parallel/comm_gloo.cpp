@@ -34,23 +34,14 @@ void wait(const WorkPtr& work, const char* operation) {
 }
 
 template <typename WorkPtr>
-class GlooPendingAllReduce : public PendingCollective {
+class GlooPendingAllReduce : public WidenedAllReduce {
  public:
-  GlooPendingAllReduce(WorkPtr work, torch::Tensor target, torch::Tensor buffer, ReduceOp op,
-                       int size)
-      : work_(std::move(work)), target_(std::move(target)), buffer_(std::move(buffer)), op_(op),
-        size_(size) {}
-  void wait() override {
-    trident::wait(work_, "all_reduce");
-    if (op_ == ReduceOp::avg) buffer_.div_(size_);
-    if (!buffer_.is_same(target_)) target_.copy_(buffer_);
-  }
+  using WidenedAllReduce::WidenedAllReduce;
+  void start(WorkPtr work) { work_ = std::move(work); }
 
  private:
+  void wait_for_transfer() override { trident::wait(work_, "all_reduce"); }
   WorkPtr work_;
-  torch::Tensor target_, buffer_;
-  ReduceOp op_;
-  int size_;
 };
 
 class GlooCommunicator : public Communicator {
@@ -78,13 +69,13 @@ class GlooCommunicator : public Communicator {
 
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
     require_contiguous(tensor, "all_reduce");
-    torch::Tensor buffer = is_16bit_float(tensor) ? tensor.to(torch::kFloat) : tensor;
-    std::vector<torch::Tensor> tensors = {buffer};
+    using Work = decltype(group_->barrier());
+    auto pending = std::make_unique<GlooPendingAllReduce<Work>>(tensor, op, size_);
+    std::vector<torch::Tensor> tensors = {pending->buffer()};
     c10d::AllreduceOptions options;
     options.reduceOp = gloo_op(op);
-    auto work = group_->allreduce(tensors, options);
-    return std::make_unique<GlooPendingAllReduce<decltype(work)>>(std::move(work), tensor, buffer,
-                                                                  op, size_);
+    pending->start(group_->allreduce(tensors, options));
+    return pending;
   }
 
   // Gloo has no reduce-scatter in every LibTorch: all-reduce, then keep this rank's chunk.

@@ -64,25 +64,13 @@ void ensure_initialized() {
   });
 }
 
-class MpiPendingAllReduce : public PendingCollective {
+class MpiPendingAllReduce : public WidenedAllReduce {
  public:
-  // 16-bit tensors are reduced in an fp32 copy that lives as long as the request.
-  MpiPendingAllReduce(const torch::Tensor& target, ReduceOp op, int size)
-      : target_(target), op_(op), size_(size) {
-    buffer_ = is_16bit_float(target) ? target.to(torch::kFloat) : target;
-  }
-  torch::Tensor& buffer() { return buffer_; }
+  using WidenedAllReduce::WidenedAllReduce;
   MPI_Request* request() { return &request_; }
-  void wait() override {
-    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
-    finish_average(buffer_, op_, size_);
-    if (!buffer_.is_same(target_)) target_.copy_(buffer_);
-  }
 
  private:
-  torch::Tensor target_, buffer_;
-  ReduceOp op_;
-  int size_;
+  void wait_for_transfer() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait"); }
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
@@ -101,14 +89,7 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  void all_reduce(torch::Tensor& tensor, ReduceOp op) override {
-    with_reducible_dtype(tensor, [&](torch::Tensor& t) {
-      check(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t, "all_reduce"),
-                          mpi_type(t, "all_reduce"), mpi_op(op), comm_),
-            "all_reduce");
-      finish_average(t, op, size_);
-    });
-  }
+  void all_reduce(torch::Tensor& tensor, ReduceOp op) override { all_reduce_async(tensor, op)->wait(); }
 
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
     auto pending = std::make_unique<MpiPendingAllReduce>(tensor, op, size_);

@@ -147,6 +147,15 @@ class DataParallelRuns : public ::testing::Test {
     delete serial_fp64_;
     delete root_;
   }
+  // Trains the layout and compares it with the single-process run of the same precision.
+  static void expect_matches_serial(const std::string& launcher, const std::string& name,
+                                    int micro_batch, const std::string& precision,
+                                    const std::vector<std::string>& parallel = {}) {
+    const bool fp64 = precision == "fp64";
+    expect_equal_runs(fp64 ? *serial_fp64_ : *serial_fp32_,
+                      train(launcher, *root_ / name, data_, micro_batch, precision, parallel), fp64);
+  }
+
   static std::filesystem::path* root_;
   static std::string data_;
   static RunResult *serial_fp32_, *serial_fp64_;
@@ -161,108 +170,82 @@ RunResult* DataParallelRuns::serial_fp64_ = nullptr;
 // The single-process reference reads 16 samples per step as 2 micro-batches of 8; the
 // parallel runs read the same 16 as DP ranks x micro-batches x micro-batch size.
 TEST_F(DataParallelRuns, MpiTwoRanksEqualSerialFp32) {
-  expect_equal_runs(*serial_fp32_, train(kMpirun + "2 ", *root_ / "mpi2", data_, 4, "fp32"), false);
+  expect_matches_serial(kMpirun + "2 ", "mpi2", 4, "fp32");
 }
 
 TEST_F(DataParallelRuns, MpiFourRanksEqualSerialFp64) {
-  expect_equal_runs(*serial_fp64_, train(kMpirun + "4 ", *root_ / "mpi4", data_, 2, "fp64"), true);
+  expect_matches_serial(kMpirun + "4 ", "mpi4", 2, "fp64");
 }
 
 TEST_F(DataParallelRuns, EnvLaunchTwoRanksEqualSerialFp64) {
-  expect_equal_runs(*serial_fp64_, train(kEnvLaunch + "2 -- ", *root_ / "env2", data_, 8, "fp64"),
-                    true);
+  expect_matches_serial(kEnvLaunch + "2 -- ", "env2", 8, "fp64");
 }
 
 TEST_F(DataParallelRuns, EnvLaunchFourRanksEqualSerialFp32) {
-  expect_equal_runs(*serial_fp32_, train(kEnvLaunch + "4 -- ", *root_ / "env4", data_, 1, "fp32"),
-                    false);
+  expect_matches_serial(kEnvLaunch + "4 -- ", "env4", 1, "fp32");
 }
 
 // Tensor parallelism (with and without sequence parallelism) and TP x DP against the same
 // single-process runs.
 TEST_F(DataParallelRuns, TensorParallelTwoEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "2 ", *root_ / "tp2", data_, 8, "fp64", {"parallel.tensor=2"}),
-                    true);
+  expect_matches_serial(kMpirun + "2 ", "tp2", 8, "fp64", {"parallel.tensor=2"});
 }
 
 TEST_F(DataParallelRuns, TensorParallelFourEqualsSerialFp32) {
-  expect_equal_runs(*serial_fp32_,
-                    train(kMpirun + "4 ", *root_ / "tp4", data_, 8, "fp32", {"parallel.tensor=4"}),
-                    false);
+  expect_matches_serial(kMpirun + "4 ", "tp4", 8, "fp32", {"parallel.tensor=4"});
 }
 
 TEST_F(DataParallelRuns, SequenceParallelTwoEqualsSerialFp32) {
-  expect_equal_runs(*serial_fp32_,
-                    train(kEnvLaunch + "2 -- ", *root_ / "sp2", data_, 8, "fp32",
-                          {"parallel.tensor=2", "parallel.sequence_parallel=true"}),
-                    false);
+  expect_matches_serial(kEnvLaunch + "2 -- ", "sp2", 8, "fp32",
+                        {"parallel.tensor=2", "parallel.sequence_parallel=true"});
 }
 
 TEST_F(DataParallelRuns, SequenceParallelFourEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "4 ", *root_ / "sp4", data_, 8, "fp64",
-                          {"parallel.tensor=4", "parallel.sequence_parallel=true"}),
-                    true);
+  expect_matches_serial(kMpirun + "4 ", "sp4", 8, "fp64",
+                        {"parallel.tensor=4", "parallel.sequence_parallel=true"});
 }
 
 TEST_F(DataParallelRuns, TensorTwoByDataTwoWithSelectiveRecomputeEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "4 ", *root_ / "tp2dp2", data_, 4, "fp64",
-                          {"parallel.tensor=2", "recompute=selective"}),
-                    true);
+  expect_matches_serial(kMpirun + "4 ", "tp2dp2", 4, "fp64",
+                        {"parallel.tensor=2", "recompute=selective"});
 }
 
 // Pipeline parallelism with each schedule, and the full 3D layout.
 TEST_F(DataParallelRuns, PipelineTwo1F1BEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "2 ", *root_ / "pp2", data_, 2, "fp64", {"parallel.pipeline=2"}),
-                    true);
+  expect_matches_serial(kMpirun + "2 ", "pp2", 2, "fp64", {"parallel.pipeline=2"});
 }
 
 TEST_F(DataParallelRuns, PipelineFour1F1BEqualsSerialFp32) {
-  expect_equal_runs(*serial_fp32_,
-                    train(kEnvLaunch + "4 -- ", *root_ / "pp4", data_, 2, "fp32", {"parallel.pipeline=4"}),
-                    false);
+  expect_matches_serial(kEnvLaunch + "4 -- ", "pp4", 2, "fp32", {"parallel.pipeline=4"});
 }
 
 TEST_F(DataParallelRuns, PipelineTwoGPipeEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kEnvLaunch + "2 -- ", *root_ / "gpipe2", data_, 2, "fp64",
-                          {"parallel.pipeline=2", "parallel.schedule=gpipe"}),
-                    true);
+  expect_matches_serial(kEnvLaunch + "2 -- ", "gpipe2", 2, "fp64",
+                        {"parallel.pipeline=2", "parallel.schedule=gpipe"});
 }
 
 TEST_F(DataParallelRuns, PipelineFourGPipeEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "4 ", *root_ / "gpipe4", data_, 4, "fp64",
-                          {"parallel.pipeline=4", "parallel.schedule=gpipe"}),
-                    true);
+  expect_matches_serial(kMpirun + "4 ", "gpipe4", 4, "fp64",
+                        {"parallel.pipeline=4", "parallel.schedule=gpipe"});
 }
 
 TEST_F(DataParallelRuns, PipelineTwoInterleavedEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "2 ", *root_ / "vpp2", data_, 2, "fp64",
-                          {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b",
-                           "parallel.virtual_stages=4"}),
-                    true);
+  expect_matches_serial(kMpirun + "2 ", "vpp2", 2, "fp64",
+                        {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b",
+                         "parallel.virtual_stages=4"});
 }
 
 TEST_F(DataParallelRuns, PipelineFourInterleavedEqualsSerialFp32) {
-  expect_equal_runs(*serial_fp32_,
-                    train(kMpirun + "4 ", *root_ / "vpp4", data_, 1, "fp32",
-                          {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b",
-                           "parallel.virtual_stages=2"}),
-                    false);
+  expect_matches_serial(kMpirun + "4 ", "vpp4", 1, "fp32",
+                        {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b",
+                         "parallel.virtual_stages=2"});
 }
 
 // With full recomputation too: blocks re-run their forward (and its collectives) in backward.
 TEST_F(DataParallelRuns, ThreeDimensionalWithRecomputeEqualsSerialFp64) {
-  expect_equal_runs(*serial_fp64_,
-                    train(kMpirun + "8 ", *root_ / "3d", data_, 2, "fp64",
-                          {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
-                           "recompute=full"}),
-                    true);
+  expect_matches_serial(kMpirun + "8 ", "3d", 2, "fp64",
+                        {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                         "recompute=full"});
 }
 
 // A pipelined, tensor-parallel run stopped after 3 steps and resumed to 6 equals the straight

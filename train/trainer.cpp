@@ -265,7 +265,7 @@ double Trainer::global_grad_square_sum() {
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   // World rank 0 prepares and publishes; the first data-parallel replica writes one shard per
-  // TP rank; every step ends with all ranks agreeing that nobody failed.
+  // (TP rank, stage, chunk); every step ends with all ranks agreeing that nobody failed.
   Communicator& world = groups_->world();
   const bool leader = world.rank() == 0;
   const bool writer = groups_->coordinates().dp == 0;

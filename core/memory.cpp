@@ -44,7 +44,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const StateBytes bytes = state_bytes(precision, optimizer);
   const int64_t zero = layout.zero_stage;
   out.weights = out.parameters * bytes.weights / (zero >= 3 ? d : 1);
-  out.grads = out.parameters * bytes.grads / (zero >= 2 ? d : 1);
+  // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
+  out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
   out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
 
   double in_flight = double(std::min(layout.pipeline, layout.micro_batches));

@@ -24,7 +24,9 @@ struct LayoutShape {
 // Bytes per parameter of each model state. Mixed precision (bf16/fp16) with AdamW: weights 2,
 // gradients 4 (accumulated in fp32, as Megatron does; 2 if kept in 16 bits), optimizer 12 (fp32
 // main copy, m, v): 18 in all. fp32 training: 4 + 4 + 8 (m, v). 8-bit Adam keeps 4 + 1 + 1;
-// SGD with momentum 4 + 4 (main copy and momentum) in mixed precision, 4 in fp32.
+// SGD with momentum 4 + 4 (main copy and momentum) in mixed precision, 4 in fp32. ZeRO divides
+// the optimizer states by d from stage 1 and the gradients from stage 2 (stage 1 holds the whole
+// gradient buffer plus its reduced 1/d slice, as optim/zero.h does); stage 3 also the weights.
 struct StateBytes {
   double weights = 2, grads = 4, optimizer = 12;
 };

@@ -181,6 +181,9 @@ const std::vector<Field>& schema() {
       field("optimizer.beta2", TRIDENT_MEMBER(optimizer.beta2), fraction_below_one()),
       field("optimizer.eps", TRIDENT_MEMBER(optimizer.eps), positive_number()),
       field("optimizer.clip_grad", TRIDENT_MEMBER(optimizer.clip_grad), non_negative_number()),
+      field("loss_scale.initial", TRIDENT_MEMBER(loss_scale.initial), positive_number()),
+      field("loss_scale.min", TRIDENT_MEMBER(loss_scale.min), positive_number()),
+      field("loss_scale.window", TRIDENT_MEMBER(loss_scale.window), at_least(1)),
 
       field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),

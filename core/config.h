@@ -60,6 +60,13 @@ struct OptimizerConfig {
   double clip_grad = 1.0;  // 0 disables clipping
 };
 
+// fp16 only: the dynamic loss scale's start, floor, and how many good steps in a row double it.
+struct LossScaleConfig {
+  double initial = 65536;
+  double min = 1;
+  int64_t window = 1000;
+};
+
 struct DataConfig {
   std::string type = "indexed";  // indexed | synthetic
   std::string path;              // prefix of <path>.bin / <path>.idx
@@ -89,6 +96,7 @@ struct Config {
   std::string precision = "fp32";  // fp32 | fp64 | bf16 | fp16
   std::string recompute = "none";  // none | selective | full
   OptimizerConfig optimizer;
+  LossScaleConfig loss_scale;
   DataConfig data;
   TrainConfig train;
 

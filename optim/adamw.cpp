@@ -1,28 +1,24 @@
 #include "optim/adamw.h"
 
+#include <cmath>
+
 namespace trident {
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(const std::vector<torch::Tensor>& params,
-                                                const OptimizerConfig& config) {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto options = [&](double weight_decay) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(config.lr)
-            .betas({config.beta1, config.beta2})
-            .eps(config.eps)
-            .weight_decay(weight_decay));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(config.weight_decay));
-  groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                               torch::optim::AdamWOptions(config.lr));
-}
-
-void set_learning_rate(torch::optim::AdamW& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+void adamw_update(std::vector<AdamWSlice>& slices, const OptimizerConfig& config, double lr,
+                  int64_t step) {
+  torch::NoGradGuard no_grad;
+  const double b1 = config.beta1, b2 = config.beta2;
+  const double correction1 = 1 - std::pow(b1, double(step));
+  const double correction2 = 1 - std::pow(b2, double(step));
+  for (auto& s : slices) {
+    if (config.weight_decay != 0)
+      for (const auto& [offset, length] : s.decayed)
+        s.param.narrow(0, offset, length).mul_(1 - lr * config.weight_decay);
+    s.exp_avg.mul_(b1).add_(s.grad, 1 - b1);
+    s.exp_avg_sq.mul_(b2).addcmul_(s.grad, s.grad, 1 - b2);
+    auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(correction2)).add_(config.eps);
+    s.param.addcdiv_(s.exp_avg, denom, -lr / correction1);
+  }
 }
 
 }  // namespace trident

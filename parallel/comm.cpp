@@ -51,6 +51,13 @@ std::unique_ptr<PendingCollective> Communicator::all_reduce_async(torch::Tensor&
   return std::make_unique<CompletedCollective>();
 }
 
+std::unique_ptr<PendingCollective> Communicator::reduce_scatter_async(torch::Tensor& out,
+                                                                      const torch::Tensor& in,
+                                                                      ReduceOp op) {
+  reduce_scatter(out, in, op);
+  return std::make_unique<CompletedCollective>();
+}
+
 void require_contiguous(const torch::Tensor& tensor, const char* operation) {
   if (!tensor.is_contiguous()) fail(operation, ": the tensor must be contiguous");
 }

@@ -37,6 +37,10 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op);
   virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
                               ReduceOp op = ReduceOp::sum) = 0;
+  // Starts a reduce-scatter that may overlap with computation. The default completes at once.
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_async(torch::Tensor& out,
+                                                                  const torch::Tensor& in,
+                                                                  ReduceOp op);
   virtual void all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void send(const torch::Tensor& tensor, int peer) = 0;

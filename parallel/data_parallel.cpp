@@ -7,88 +7,146 @@
 #include "core/error.h"
 
 namespace trident {
+namespace {
+// Stage 2 lets this many bucket reductions run at once before waiting for the oldest: enough
+// to overlap with backward, few enough to bound the transient bucket memory.
+constexpr size_t kMaxInFlight = 2;
+}  // namespace
 
 // Runs after AccumulateGrad has added a micro-batch's gradient into .grad.
 class DataParallelGrads::ReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  ReadyHook(DataParallelGrads* owner, size_t bucket) : owner_(owner), bucket_(bucket) {}
+  ReadyHook(DataParallelGrads* owner, size_t param) : owner_(owner), param_(param) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list&) override {
-    owner_->on_ready(bucket_);
+    owner_->on_ready(param_);
     return outputs;
   }
 
  private:
   DataParallelGrads* owner_;
-  size_t bucket_;
+  size_t param_;
 };
 
 DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communicator& data_parallel,
-                                     int64_t bucket_bytes)
-    : group_(data_parallel) {
-  if (params.empty()) fail("data parallelism needs at least one parameter");
-  std::reverse(params.begin(), params.end());
-  int64_t total = 0;
-  for (const auto& p : params) total += p.numel();
-  buffer_ = torch::zeros({total}, params.front().options().requires_grad(false));
-  const int64_t bucket_elements =
-      std::max<int64_t>(1, bucket_bytes / int64_t(params.front().element_size()));
+                                     GradBufferOptions options)
+    : group_(data_parallel), options_(std::move(options)), params_(std::move(params)) {
+  if (options_.zero_stage < 0 || options_.zero_stage > 2)
+    fail("parallel.zero_stage must be 0, 1 or 2, got ", options_.zero_stage);
+  std::vector<int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel());
+  const int64_t element = torch::elementSize(options_.dtype);
+  const int64_t shards = options_.zero_stage == 0 ? 1 : group_.size();
+  layout_ = make_flat_layout(numels, std::max<int64_t>(1, options_.bucket_bytes / element), shards,
+                             options_.isolate);
+  buckets_.resize(layout_.buckets.size());
 
-  int64_t offset = 0, bucket_start = 0;
-  std::vector<size_t> bucket_of(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto& p = params[i];
-    p.mutable_grad() = buffer_.narrow(0, offset, p.numel()).view_as(p);
-    offset += p.numel();
-    if (buckets_.empty() || buckets_.back().view.defined()) buckets_.emplace_back();
-    buckets_.back().num_params++;
-    bucket_of[i] = buckets_.size() - 1;
-    if (offset - bucket_start >= bucket_elements || i + 1 == params.size()) {
-      buckets_.back().view = buffer_.narrow(0, bucket_start, offset - bucket_start);
-      bucket_start = offset;
-    }
+  const auto on = params_.front().options().dtype(options_.dtype).requires_grad(false);
+  if (options_.zero_stage < 2) {
+    buffer_ = torch::zeros({layout_.total}, on);
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      buckets_[b].storage = buffer_.narrow(0, layout_.buckets[b].start, layout_.buckets[b].numel);
   }
-  if (group_.size() == 1) return;  // nothing to reduce: no hooks
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
-    accumulator->add_post_hook(std::make_unique<ReadyHook>(this, bucket_of[i]));
+  if (options_.zero_stage > 0) shard_ = torch::zeros({layout_.shard_numel()}, on);
+  grads_are_views_ = buffer_.defined() && params_.front().scalar_type() == options_.dtype;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].scalar_type() != params_.front().scalar_type())
+      fail("data-parallel gradients need parameters of one dtype");
+    if (grads_are_views_) params_[i].mutable_grad() = storage_of(i).view_as(params_[i]);
+  }
+  if (grads_are_views_ && group_.size() == 1) return;  // nothing to add or reduce: no hooks
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
     accumulators_.push_back(std::move(accumulator));
   }
 }
 
 DataParallelGrads::~DataParallelGrads() = default;
 
-void DataParallelGrads::zero() { buffer_.zero_(); }
+torch::Tensor DataParallelGrads::storage_of(size_t param) {
+  const size_t b = layout_.bucket_of[param];
+  Bucket& bucket = buckets_[b];
+  if (!bucket.storage.defined())  // stage 2: allocated when the bucket's first gradient comes
+    bucket.storage = torch::zeros({layout_.buckets[b].numel},
+                                  params_[param].options().dtype(options_.dtype).requires_grad(false));
+  return bucket.storage.narrow(0, layout_.offset[param] - layout_.buckets[b].start,
+                               layout_.numel[param]);
+}
+
+void DataParallelGrads::zero() {
+  if (buffer_.defined()) buffer_.zero_();
+  if (shard_.defined()) shard_.zero_();
+}
 
 void DataParallelGrads::arm() {
   armed_ = true;
   started_during_backward_ = 0;
-  for (auto& bucket : buckets_) bucket.ready = 0;
+  if (options_.zero_stage < 2)
+    for (auto& bucket : buckets_) bucket.ready = 0;
 }
 
-void DataParallelGrads::on_ready(size_t index) {
-  if (!armed_) return;
-  Bucket& bucket = buckets_[index];
-  if (++bucket.ready == bucket.num_params) {
-    start(bucket);
-    ++started_during_backward_;
+void DataParallelGrads::on_ready(size_t param) {
+  if (!grads_are_views_) {
+    torch::Tensor& grad = params_[param].mutable_grad();
+    storage_of(param).view_as(grad).add_(grad);
+    grad.reset();
+  }
+  if (!armed_ && options_.zero_stage < 2) return;
+  const size_t b = layout_.bucket_of[param];
+  Bucket& bucket = buckets_[b];
+  if (++bucket.ready == layout_.buckets[b].params.size()) {
+    bucket.ready = 0;
+    start(b);
+    if (armed_) ++started_during_backward_;
   }
 }
 
-void DataParallelGrads::start(Bucket& bucket) {
-  bucket.pending = group_.all_reduce_async(bucket.view, ReduceOp::avg);
+void DataParallelGrads::start(size_t b) {
+  Bucket& bucket = buckets_[b];
+  Flight flight{b, bucket.storage, torch::Tensor(), nullptr};
+  if (layout_.shards == 1) {
+    flight.pending = group_.all_reduce_async(flight.sent, ReduceOp::avg);
+  } else {
+    flight.received = torch::empty({layout_.slice_numel(b)}, flight.sent.options());
+    flight.pending = group_.reduce_scatter_async(flight.received, flight.sent, ReduceOp::avg);
+  }
+  bucket.started = true;
+  in_flight_.push_back(std::move(flight));
+  if (options_.zero_stage == 2) {
+    bucket.storage = torch::Tensor();  // the next micro-batch fills a fresh one
+    if (in_flight_.size() > kMaxInFlight) complete_oldest();
+  }
+}
+
+void DataParallelGrads::complete_oldest() {
+  Flight& flight = in_flight_.front();
+  flight.pending->wait();
+  // Stage 2 adds one micro-batch's share at a time; stage 1 adds into a zeroed shard once.
+  if (layout_.shards > 1) reduced(flight.bucket).add_(flight.received);
+  in_flight_.pop_front();
 }
 
 void DataParallelGrads::finish() {
-  if (group_.size() > 1) {
-    for (auto& bucket : buckets_)
-      if (!bucket.pending) start(bucket);
-    for (auto& bucket : buckets_) {
-      bucket.pending->wait();
-      bucket.pending.reset();
+  if (!(grads_are_views_ && group_.size() == 1)) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const bool unreduced = options_.zero_stage == 2 ? buckets_[b].storage.defined() : !buckets_[b].started;
+      if (unreduced) start(b);
     }
+    while (!in_flight_.empty()) complete_oldest();
   }
+  for (auto& bucket : buckets_) bucket.ready = 0, bucket.started = false;
   armed_ = false;
+}
+
+torch::Tensor DataParallelGrads::reduced(size_t b) const {
+  if (layout_.shards == 1) return buckets_[b].storage;
+  return shard_.narrow(0, layout_.buckets[b].shard_start, layout_.slice_numel(b));
+}
+
+int64_t DataParallelGrads::bytes() const {
+  int64_t elements = (buffer_.defined() ? buffer_.numel() : 0) + (shard_.defined() ? shard_.numel() : 0);
+  return elements * int64_t(torch::elementSize(options_.dtype));
 }
 
 }  // namespace trident

@@ -1,14 +1,25 @@
-// Data-parallel gradients: one flat buffer per model replica, cut into buckets in reverse
-// parameter order (the order backward produces gradients), each bucket all-reduced (averaged)
-// over the data-parallel group as soon as its last gradient is final, while backward goes on.
+// Data-parallel gradients in one flat buffer (parallel/flat_layout.h), reduced over the
+// data-parallel group bucket by bucket as soon as a bucket's gradients are final, while
+// backward goes on.
+//
+// Gradients accumulate in `dtype`: the parameters' own (their .grad is then a view of the
+// buffer, and AccumulateGrad adds into it in place) or fp32 for 16-bit parameters (a hook adds
+// each micro-batch's .grad into the buffer and frees it). ZeRO stages:
+//   0  every bucket is all-reduced (averaged): every rank holds every mean gradient;
+//   1  the buffer is kept whole, each bucket reduce-scattered: rank r keeps the mean of its slice;
+//   2  only the shard is kept: a bucket's storage lives while a micro-batch's backward fills
+//      it and is reduce-scattered and freed right after, every micro-batch (as DeepSpeed does;
+//      M reduce-scatters per iteration instead of one, for 1/d of the gradient memory).
 #pragma once
 
 #include <torch/types.h>
 
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "parallel/comm.h"
+#include "parallel/flat_layout.h"
 
 namespace torch::autograd {
 struct Node;
@@ -16,42 +27,63 @@ struct Node;
 
 namespace trident {
 
+struct GradBufferOptions {
+  torch::Dtype dtype = torch::kFloat;  // accumulation dtype
+  int64_t bucket_bytes = 25 << 20;
+  int64_t zero_stage = 0;              // 0, 1 or 2
+  std::vector<bool> isolate;           // per parameter: a bucket of its own
+};
+
 class DataParallelGrads {
  public:
-  // Makes every parameter's .grad a view of the flat buffer (so accumulation over
-  // micro-batches adds into it in place) and installs one post-accumulation hook per parameter.
   DataParallelGrads(std::vector<torch::Tensor> params, Communicator& data_parallel,
-                    int64_t bucket_bytes);
+                    GradBufferOptions options);
   ~DataParallelGrads();
 
-  // Zeroes the buffer; use instead of optimizer.zero_grad(), which could drop the views.
+  // Zeroes the gradients; use instead of optimizer.zero_grad(), which could drop the views.
   void zero();
-  // The next backward is the last of the iteration: start each bucket's all-reduce as soon
-  // as its gradients are final.
+  // The next backward is the last of the iteration: start each bucket's reduction as soon as
+  // its gradients are final (stage 2 reduces after every backward and needs no arming).
   void arm();
-  // Starts the buckets that have not started (parameters that got no gradient), waits for
-  // all, and disarms. Afterwards every gradient is the mean over the data-parallel group.
+  // Reduces what has not been reduced, waits for all, and disarms. Afterwards reduced(b) holds
+  // this rank's mean gradients of bucket b.
   void finish();
 
+  const FlatLayout& layout() const { return layout_; }
+  // This rank's reduced slice of bucket b (the whole bucket at stage 0).
+  torch::Tensor reduced(size_t bucket) const;
   size_t num_buckets() const { return buckets_.size(); }
-  // Buckets whose all-reduce began inside the last backward (overlap), for tests and logs.
+  // Buckets whose reduction began inside the last backward (overlap), for tests and logs.
   size_t started_during_backward() const { return started_during_backward_; }
-  const torch::Tensor& buffer() const { return buffer_; }
+  // Bytes of gradient storage held between iterations.
+  int64_t bytes() const;
 
  private:
   struct Bucket {
-    torch::Tensor view;         // contiguous slice of buffer_
-    size_t num_params = 0;
-    size_t ready = 0;
+    torch::Tensor storage;  // the bucket's gradients (a view of buffer_ unless transient)
+    size_t ready = 0;       // gradients final so far
+    bool started = false;   // reduction started this iteration
+  };
+  struct Flight {  // a reduction in progress
+    size_t bucket;
+    torch::Tensor sent, received;
     std::unique_ptr<PendingCollective> pending;
   };
   class ReadyHook;
-  void on_ready(size_t bucket);
-  void start(Bucket& bucket);
+  void on_ready(size_t param);
+  torch::Tensor storage_of(size_t param);
+  void start(size_t bucket);
+  void complete_oldest();
 
   Communicator& group_;
-  torch::Tensor buffer_;
+  GradBufferOptions options_;
+  FlatLayout layout_;
+  std::vector<torch::Tensor> params_;
+  bool grads_are_views_;   // .grad is a view of buffer_; otherwise hooks add and free it
+  torch::Tensor buffer_;   // every gradient (stages 0 and 1)
+  torch::Tensor shard_;    // this rank's reduced slices (stages 1 and 2)
   std::vector<Bucket> buckets_;
+  std::deque<Flight> in_flight_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
   bool armed_ = false;
   size_t started_during_backward_ = 0;

@@ -148,25 +148,44 @@ TEST(ProcessGroups, TensorAndDataGroupsReduceTheRightRanks) {
   EXPECT_EQ(t.item<double>(), double(me() / 2 * 4 + 1));  // ranks 2k and 2k+1
 }
 
-TEST(DataParallelGrads, BucketsAverageOverlappedWithBackward) {
-  auto a = torch::zeros({300}, torch::requires_grad()), b = torch::zeros({500}, torch::requires_grad()),
-       c = torch::zeros({70}, torch::requires_grad());
-  DataParallelGrads grads({a, b, c}, trident::testing::world(), /*bucket_bytes=*/4 * 400);
-  // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
-  EXPECT_EQ(grads.num_buckets(), 2u);
-  for (int step = 0; step < 2; ++step) {
-    grads.zero();
-    for (int micro = 0; micro < 2; ++micro) {
-      if (micro == 1) grads.arm();
-      auto loss = (a * (me() + 1)).sum() + (b * 2 * (me() + 1)).sum() + (c * 3 * (me() + 1)).sum();
-      loss.backward();
+// Every ZeRO stage reduces the same means; stages 1 and 2 leave each rank its slices only.
+TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
+  for (int64_t stage : {0, 1, 2}) {
+    SCOPED_TRACE(stage);
+    auto a = torch::zeros({300}, torch::requires_grad()), b = torch::zeros({500}, torch::requires_grad()),
+         c = torch::zeros({70}, torch::requires_grad());
+    GradBufferOptions options;
+    options.bucket_bytes = 4 * 400;
+    options.zero_stage = stage;
+    DataParallelGrads grads({a, b, c}, trident::testing::world(), options);
+    // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
+    ASSERT_EQ(grads.num_buckets(), 2u);
+    const FlatLayout& layout = grads.layout();
+    for (int step = 0; step < 2; ++step) {
+      grads.zero();
+      for (int micro = 0; micro < 2; ++micro) {
+        if (micro == 1) grads.arm();
+        auto loss = (a * (me() + 1)).sum() + (b * 2 * (me() + 1)).sum() + (c * 3 * (me() + 1)).sum();
+        loss.backward();
+      }
+      grads.finish();
+      if (stage < 2) EXPECT_EQ(grads.started_during_backward(), 2u);
+      const double mean = (n() + 1) / 2.0 * 2;  // two micro-batches
+      auto expected = torch::zeros({layout.total});
+      // a, b, c were given as parameters 0, 1, 2 with factors 1, 2, 3.
+      expected.narrow(0, layout.offset[0], 300).fill_(mean);
+      expected.narrow(0, layout.offset[1], 500).fill_(2 * mean);
+      expected.narrow(0, layout.offset[2], 70).fill_(3 * mean);
+      const int64_t rank = stage == 0 ? 0 : me();
+      for (size_t k = 0; k < grads.num_buckets(); ++k)
+        EXPECT_TRUE(torch::allclose(grads.reduced(k),
+                                    expected.narrow(0, layout.slice_start(k, rank), layout.slice_numel(k))));
     }
-    grads.finish();
-    EXPECT_EQ(grads.started_during_backward(), 2u);
-    const double mean = (n() + 1) / 2.0 * 2;  // two micro-batches
-    EXPECT_TRUE(torch::allclose(a.grad(), torch::full({300}, mean)));
-    EXPECT_TRUE(torch::allclose(b.grad(), torch::full({500}, 2 * mean)));
-    EXPECT_TRUE(torch::allclose(c.grad(), torch::full({70}, 3 * mean)));
+    const int64_t shards = stage == 0 ? 1 : n();
+    EXPECT_EQ(layout.total % shards, 0);
+    const int64_t held = stage == 0 ? layout.total : stage == 1 ? layout.total + layout.total / shards
+                                                                : layout.total / shards;
+    EXPECT_EQ(grads.bytes(), 4 * held);
   }
 }
 

@@ -5,7 +5,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -19,6 +18,8 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "model/gpt.h"
+#include "optim/loss_scaler.h"
+#include "optim/zero.h"
 
 namespace fs = std::filesystem;
 
@@ -156,18 +157,26 @@ void CheckpointStore::save(int64_t iteration,
 std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk) {
   return str("model_tp", tp_rank, "_pp", pp_rank, "_v", chunk, ".pt");
 }
-std::string optimizer_file(int64_t tp_rank, int64_t pp_rank) {
-  return str("optimizer_tp", tp_rank, "_pp", pp_rank, ".pt");
+std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
+  return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".pt");
 }
 
-void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                 const std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer) {
+void write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                       const std::vector<GPT>& chunks) {
   const fs::path dir(folder);
   for (size_t c = 0; c < chunks.size(); ++c)
     save_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
                  [&](auto& archive) { chunks[c]->save(archive); });
-  save_archive(dir / optimizer_file(tp_rank, pp_rank),
-               [&](auto& archive) { optimizer.save(archive); });
+}
+
+void write_optimizer_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                           int64_t dp_rank, const ZeroOptimizer& optimizer, const LossScaler& scaler) {
+  save_archive(fs::path(folder) / optimizer_file(tp_rank, pp_rank, dp_rank), [&](auto& archive) {
+    optimizer.save(archive);
+    const auto state = scaler.state();
+    archive.write("loss_scale", torch::tensor({state.scale}, torch::kDouble));
+    archive.write("loss_scale_counts", torch::tensor({state.good_steps, state.skipped}, torch::kLong));
+  });
 }
 
 void write_shared_state(const std::string& folder, const TrainingProgress& progress,
@@ -207,19 +216,39 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   return progress;
 }
 
-void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                     std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer) {
+void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                      std::vector<GPT>& chunks) {
   const fs::path dir(folder);
   for (size_t c = 0; c < chunks.size(); ++c)
     load_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
                  [&](auto& archive) { chunks[c]->load(archive); });
-  load_archive(dir / optimizer_file(tp_rank, pp_rank),
-               [&](auto& archive) { optimizer.load(archive); });
   torch::Tensor rng;
   load_archive(dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(rng);
+}
+
+void read_optimizer_shards(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                           ZeroOptimizer& optimizer, LossScaler& scaler) {
+  const fs::path dir(folder);
+  std::vector<torch::serialize::InputArchive> shards;
+  for (int64_t d = 0; fs::exists(dir / optimizer_file(tp_rank, pp_rank, d)); ++d) {
+    shards.emplace_back();
+    load_archive(dir / optimizer_file(tp_rank, pp_rank, d),
+                 [&](auto& archive) { shards.back() = std::move(archive); });
+  }
+  if (shards.empty())
+    fail("checkpoint file '", (dir / optimizer_file(tp_rank, pp_rank, 0)).string(), "' is missing");
+  try {
+    optimizer.load(shards);
+    torch::Tensor scale, counts;
+    shards.front().read("loss_scale", scale);
+    shards.front().read("loss_scale_counts", counts);
+    scaler.restore({scale.item<double>(), counts[0].item<int64_t>(), counts[1].item<int64_t>()});
+  } catch (const c10::Error& e) {
+    fail("the optimizer state in '", folder, "' cannot be loaded: ", e.what_without_backtrace());
+  }
 }
 
 }  // namespace trident

@@ -10,13 +10,11 @@
 #include <string>
 #include <vector>
 
-namespace torch::optim {
-class Optimizer;
-}
-
 namespace trident {
 
 class GPT;
+class LossScaler;
+class ZeroOptimizer;
 struct Config;
 
 class CheckpointStore {
@@ -51,14 +49,20 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // position in the shuffled sample order
 };
 
-// Files of one model shard: model_tp<t>_pp<p>_v<c>.pt for model chunk c of the rank at
-// tensor-parallel position t of pipeline stage p, and optimizer_tp<t>_pp<p>.pt.
+// Files of one checkpoint: model_tp<t>_pp<p>_v<c>.pt for model chunk c of the rank at
+// tensor-parallel position t of pipeline stage p (written by the first data-parallel replica),
+// and optimizer_tp<t>_pp<p>_dp<d>.pt, data-parallel rank d's shard of main parameters and AdamW
+// moments with the loss scale (from every rank under ZeRO; without it, only rank 0's file,
+// which holds all).
 std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk);
-std::string optimizer_file(int64_t tp_rank, int64_t pp_rank);
+std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 
-// Writes this rank's shard of weights (every model chunk) and optimizer state into `folder`.
-void write_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                 const std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer);
+// Writes this rank's shard of weights (every model chunk) into `folder`.
+void write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                       const std::vector<GPT>& chunks);
+// Writes this rank's optimizer shard and the loss scale into `folder`.
+void write_optimizer_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                           int64_t dp_rank, const ZeroOptimizer& optimizer, const LossScaler& scaler);
 // Writes what all ranks share: rng.pt and progress.yaml (with the full config).
 void write_shared_state(const std::string& folder, const TrainingProgress& progress,
                         const Config& config);
@@ -68,8 +72,13 @@ void write_shared_state(const std::string& folder, const TrainingProgress& progr
 // Error naming the first that differs. Cheap: call it before building.
 TrainingProgress read_progress(const std::string& folder, const Config& config);
 
-// Loads this rank's shard of weights and optimizer state, and the RNG state.
-void read_checkpoint(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                     std::vector<GPT>& chunks, torch::optim::Optimizer& optimizer);
+// Loads this rank's shard of weights and the RNG state; call before the optimizer is built.
+void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                      std::vector<GPT>& chunks);
+// Loads the optimizer state and loss scale from every optimizer_tp<t>_pp<p>_dp*.pt of `folder`,
+// taking the pieces this rank holds: a run may resume with another data-parallel size or ZeRO
+// stage (each rank then reads all shards of its tensor and pipeline position).
+void read_optimizer_shards(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                           ZeroOptimizer& optimizer, LossScaler& scaler);
 
 }  // namespace trident

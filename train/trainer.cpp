@@ -1,7 +1,6 @@
 #include "train/trainer.h"
 
 #include <torch/cuda.h>
-#include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -18,9 +17,10 @@
 #include "core/plan.h"
 #include "core/text.h"
 #include "core/timer.h"
-#include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/zero.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
@@ -32,8 +32,21 @@ namespace {
 
 torch::Dtype parameter_dtype(const std::string& precision) {
   if (precision == "fp64") return torch::kDouble;
-  if (precision == "fp32") return torch::kFloat;
-  fail("precision=", precision, " is not available yet: this build trains in fp32 or fp64");
+  if (precision == "bf16") return torch::kBFloat16;
+  if (precision == "fp16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+// LibTorch 1.13 has no fp16 matrix multiply on the CPU (2.x has).
+void check_precision_runs_on(const std::string& precision, const torch::Device& device) {
+  if (precision != "fp16" || device.is_cuda()) return;
+  try {
+    auto x = torch::ones({2, 2}, torch::kHalf);
+    (void)torch::mm(x, x);
+  } catch (const c10::Error&) {
+    fail("precision=fp16 needs train.device=cuda with this LibTorch (it has no fp16 matrix "
+         "multiply on the CPU); use precision=bf16 on the CPU");
+  }
 }
 
 torch::Device training_device(const std::string& device, const LaunchInfo& launch) {
@@ -43,13 +56,6 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
   return torch::Device(torch::kCUDA, int(launch.local_rank % torch::cuda::device_count()));
 }
 
-// Keys the config accepts (the planner and --dry-run use them) that training cannot honour yet.
-void check_trainable(const Config& config) {
-  if (config.parallel.zero_stage > 0)
-    fail("parallel.zero_stage=", config.parallel.zero_stage,
-         " is not available yet: this build trains with a replicated optimizer (zero_stage=0)");
-}
-
 }  // namespace
 
 Trainer::Trainer(Config config, const LaunchInfo& launch)
@@ -57,9 +63,10 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
       layout_(resolve_layout(config_, launch.world_size)),
       device_(training_device(config_.train.device, launch)),
       dtype_(parameter_dtype(config_.precision)),
-      vocab_(config_.model.padded_vocab(config_.parallel.tensor)) {
+      vocab_(config_.model.padded_vocab(config_.parallel.tensor)),
+      main_dtype_(dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat) {
   log::set_primary(launch.rank == 0);
-  check_trainable(config_);
+  check_precision_runs_on(config_.precision, device_);
   CommOptions comm;
   comm.backend = config_.parallel.backend;
   comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);
@@ -73,13 +80,19 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
   TrainingProgress progress;
   const std::string resume_from = find_resume_point(progress);
   build_model_chunks();
-  grads_ = std::make_unique<DataParallelGrads>(
-      params_, groups_->data(), int64_t(config_.parallel.bucket_mb * (1 << 20)));
-  optimizer_ = make_adamw(params_, config_.optimizer);
+  const auto& at = groups_->coordinates();
+  // Model weights load before the optimizer makes the parameters views of its flat buffer.
+  if (!resume_from.empty()) read_model_shard(resume_from, at.tp, at.pp, chunks_);
+  ZeroOptions zero;
+  zero.zero_stage = config_.parallel.zero_stage;
+  zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
+  zero.main_dtype = main_dtype_;
+  zero.isolate = tied_;
+  optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->data(), config_.optimizer, zero);
+  scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == "fp16");
 
   if (!resume_from.empty()) {
-    read_checkpoint(resume_from, groups_->coordinates().tp, groups_->coordinates().pp, chunks_,
-                    *optimizer_);
+    read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
     iteration_ = last_saved_ = progress.iteration;
     consumed_samples_ = progress.consumed_samples;
     log::info(str("resumed from ", resume_from, " at iteration ", iteration_, " (",
@@ -122,19 +135,20 @@ void Trainer::build_model_chunks() {
     chunk->to(dtype_);
     chunk->initialize(config_.train.seed);
     chunk->to(device_);
+    const auto sequence_parallel = chunk->sequence_parallel_parameters();
     for (const auto& item : chunk->named_parameters()) {
-      params_.push_back(item.value());
-      // The last stage's copy of the tied embedding: synchronised with the first stage's, and
-      // left out of the gradient norm, which counts the first stage's.
-      if (p > 1 && item.key() == "wte.weight") {
-        tied_embedding_ = item.value();
-        if (!chunk->stage().embedding) continue;
-      }
-      auto& kind = GPTImpl::partition_dim(item.key()) < 0 ? replicated_params_ : sharded_params_;
-      kind.push_back(item.value());
+      const torch::Tensor& param = item.value();
+      params_.push_back(param);
+      // When pipelined, the first and last stage each hold the tied embedding: their gradients
+      // are summed, and the norm counts the first stage's.
+      const bool tied = p > 1 && item.key() == "wte.weight";
+      const bool replicated = GPTImpl::partition_dim(item.key()) < 0;
+      tied_.push_back(tied);
+      counted_.push_back((!tied || chunk->stage().embedding) &&
+                         (!replicated || groups_->coordinates().tp == 0));
+      sequence_parallel_.push_back(std::any_of(sequence_parallel.begin(), sequence_parallel.end(),
+                                               [&](const torch::Tensor& t) { return t.is_same(param); }));
     }
-    for (const auto& param : chunk->sequence_parallel_parameters())
-      sequence_parallel_params_.push_back(param);
     chunks_.push_back(chunk);
   }
 }
@@ -148,27 +162,33 @@ IterationMetrics Trainer::step() {
   for (auto& chunk : chunks_) chunk->train();
   const auto& batch = config_.batch;
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
-  set_learning_rate(*optimizer_, lr);
-  grads_->zero();
+  DataParallelGrads& grads = optimizer_->grads();
+  grads.zero();
 
   // Each micro-batch's mean loss is scaled by 1/M so the gradients add up to the mean over
   // this rank's share; the data-parallel average then makes it the global-batch mean.
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  const double loss_scale = scaler_->scale();
   const PipelineStats stats = run_pipeline(
       groups_->pipeline(), pipeline_options(),
       [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-        return stage_forward(*data_->train, consumed_samples_, chunk, micro, input, loss_sum);
+        auto out = stage_forward(*data_->train, consumed_samples_, chunk, micro, input, loss_sum);
+        return chunks_[size_t(chunk)]->stage().head && loss_scale != 1 ? out * loss_scale : out;
       },
-      [&] { grads_->arm(); });
-  grads_->finish();
-  reduce_sequence_parallel_grads();
-  if (tied_embedding_.defined()) groups_->embedding().all_reduce(tied_embedding_.mutable_grad(), ReduceOp::sum);
+      [&] { grads.arm(); });
+  grads.finish();
+  all_reduce_grads(sequence_parallel_, groups_->tensor());
+  all_reduce_grads(tied_, groups_->embedding());
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
   groups_->pipeline().all_reduce(loss_sum, ReduceOp::sum);
   groups_->data().all_reduce(loss_sum, ReduceOp::avg);
-  const double grad_norm = std::sqrt(global_grad_square_sum());
-  clip_grads(params_, grad_norm, config_.optimizer.clip_grad);
-  optimizer_->step();
+  const double grad_norm = std::sqrt(global_grad_square_sum()) / loss_scale;
+  const bool stepped = scaler_->update(std::isfinite(grad_norm));
+  if (stepped) {
+    const double factor = clip_coefficient(grad_norm, config_.optimizer.clip_grad) / loss_scale;
+    if (factor != 1.0) optimizer_->scale_grads(factor);
+    optimizer_->step(lr);
+  }
 
   ++iteration_;
   consumed_samples_ += batch.global_batch_size;
@@ -180,6 +200,9 @@ IterationMetrics Trainer::step() {
   m.consumed_samples = consumed_samples_;
   m.learning_rate = lr;
   m.grad_norm = grad_norm;
+  m.loss_scale = loss_scale;
+  m.skipped = !stepped;
+  m.skipped_total = scaler_->skipped();
   m.max_in_flight = stats.max_in_flight;
   m.pipeline_transfer_ms = stats.transfer_ms;
   const double seconds = m.elapsed_ms / 1e3;
@@ -238,27 +261,25 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
   return loss;
 }
 
-void Trainer::reduce_sequence_parallel_grads() {
-  if (sequence_parallel_params_.empty()) return;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : sequence_parallel_params_) grads.push_back(p.grad().view(-1));
-  auto flat = torch::cat(grads);  // one all-reduce for all of them
-  groups_->tensor().all_reduce(flat, ReduceOp::sum);
+void Trainer::all_reduce_grads(const std::vector<bool>& which, Communicator& group) {
+  if (group.size() == 1 || std::none_of(which.begin(), which.end(), [](bool b) { return b; })) return;
+  std::vector<torch::Tensor> pieces = optimizer_->grad_pieces(which);
+  if (pieces.empty()) return;
+  auto flat = torch::cat(pieces);  // one all-reduce for all of them
+  group.all_reduce(flat, ReduceOp::sum);
   int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.narrow(0, offset, g.numel()));
-    offset += g.numel();
+  for (auto& piece : pieces) {
+    piece.copy_(flat.narrow(0, offset, piece.numel()));
+    offset += piece.numel();
   }
 }
 
 double Trainer::global_grad_square_sum() {
-  // Shards are summed over the model-parallel group (TP x PP); replicated parameters count
-  // once per stage (from TP rank 0), the tied embedding once (from the first stage).
-  // Data-parallel replicas hold equal gradients after the all-reduce: no DP sum.
-  auto total = grad_square_sum(sharded_params_);
-  if (groups_->coordinates().tp == 0) total = total + grad_square_sum(replicated_params_);
-  total = total.reshape({1}).contiguous();
-  groups_->model().all_reduce(total, ReduceOp::sum);
+  // Each rank counts the gradients it holds that no other rank counts (see counted_); the sum
+  // runs over the model-parallel group (TP x PP), and over data-parallel ranks too when their
+  // shards differ (ZeRO).
+  auto total = optimizer_->grad_square_sum(counted_).reshape({1}).contiguous();
+  (optimizer_->sharded() ? groups_->world() : groups_->model()).all_reduce(total, ReduceOp::sum);
   return total.item<double>();
 }
 
@@ -286,9 +307,11 @@ void Trainer::save_checkpoint() {
       fail("another rank could not save checkpoint ", checkpoints_->path(iteration_));
   };
   step(leader, [&] { checkpoints_->begin(iteration_); });
-  step(writer, [&] {
+  const auto& at = groups_->coordinates();
+  step(writer || optimizer_->sharded(), [&] {
     const std::string folder = checkpoints_->staging_path(iteration_);
-    write_shard(folder, groups_->coordinates().tp, groups_->coordinates().pp, chunks_, *optimizer_);
+    if (writer) write_model_shard(folder, at.tp, at.pp, chunks_);
+    write_optimizer_shard(folder, at.tp, at.pp, at.dp, *optimizer_, *scaler_);
     if (leader) write_shared_state(folder, {iteration_, consumed_samples_}, config_);
   });
   step(leader, [&] { checkpoints_->commit(iteration_, config_.train.keep_checkpoints); });
@@ -318,23 +341,16 @@ void Trainer::log_start() const {
 }
 
 void Trainer::log_memory() const {
-  // Measured from the tensors this rank holds, next to the planner's estimate of the same.
-  auto bytes = [](const torch::Tensor& t) { return double(t.numel()) * double(t.element_size()); };
-  double weights = 0, optimizer = 0;
-  for (const auto& p : params_) weights += bytes(p);
-  for (const auto& item : optimizer_->state()) {
-    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*item.second);
-    for (const auto& t : {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()})
-      if (t.defined()) optimizer += bytes(t);
-  }
+  // Counted from the tensors this rank holds, next to the planner's estimate of the same.
+  const StateMemory held = optimizer_->memory();
   const MemoryEstimate estimate =
       estimate_memory(config_.model, vocab_, layout_of(config_, layout_.data), config_.precision);
   const auto mib = binary_bytes;
-  log::info(str("memory on rank 0, measured (estimate): weights ", mib(weights), " (",
-                mib(estimate.weights), "), grads ", mib(bytes(grads_->buffer())), " (",
-                mib(estimate.grads), "), optimizer ", mib(optimizer), " (", mib(estimate.optimizer),
-                "), activations not measured on ", device_.str(), " (", mib(estimate.activations),
-                ")"));
+  log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",
+                mib(estimate.weights), "), grads ", mib(double(held.grads)), " (",
+                mib(estimate.grads), "), optimizer ", mib(double(held.optimizer)), " (",
+                mib(estimate.optimizer), "), activations not measured on ", device_.str(), " (",
+                mib(estimate.activations), ")"));
 }
 
 void Trainer::log_iteration(const IterationMetrics& m) const {
@@ -351,6 +367,8 @@ void Trainer::log_iteration(const IterationMetrics& m) const {
     text += line;
   }
   if (!std::isnan(m.mfu)) text += str(" | MFU ", std::round(m.mfu * 1000) / 10, "%");
+  if (config_.precision == "fp16")
+    text += str(" | loss_scale ", m.loss_scale, " | skipped ", m.skipped_total);
   if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
   log::info(text);
 }
@@ -385,6 +403,8 @@ void Trainer::train() {
           .add("loss", m.loss)
           .add("lr", m.learning_rate)
           .add("grad_norm", m.grad_norm)
+          .add("loss_scale", m.loss_scale)
+          .add("skipped", int64_t(m.skipped))
           .add("elapsed_ms", m.elapsed_ms)
           .add("tokens_per_s", m.tokens_per_second)
           .add("tflops_6pd", m.tflops_6pd)

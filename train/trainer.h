@@ -11,10 +11,6 @@
 #include "parallel/launch.h"
 #include "parallel/layout.h"
 
-namespace torch::optim {
-class AdamW;
-}
-
 namespace trident {
 
 struct GPTData;
@@ -22,8 +18,10 @@ class GPTSamples;
 struct PipelineOptions;
 class CheckpointStore;
 struct TrainingProgress;
-class DataParallelGrads;
+class ZeroOptimizer;
+class LossScaler;
 class ProcessGroups;
+class Communicator;
 
 struct IterationMetrics {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
@@ -31,7 +29,10 @@ struct IterationMetrics {
   int64_t consumed_samples = 0;  // after this iteration
   double loss = 0;
   double learning_rate = 0;
-  double grad_norm = 0;          // before clipping
+  double grad_norm = 0;          // before clipping (unscaled)
+  double loss_scale = 1;         // fp16's dynamic scale used by this iteration
+  bool skipped = false;          // fp16: inf or nan in the gradients, the optimizer did not step
+  int64_t skipped_total = 0;     // skipped iterations so far
   double elapsed_ms = 0;
   double tokens_per_second = 0;
   double tflops_6pd = 0;         // per device, 6 * parameters * tokens
@@ -53,7 +54,8 @@ class Trainer {
 
   // Iterates up to train.iters, logging, validating and checkpointing as configured.
   void train();
-  // One iteration: M micro-batches forward and backward, clip, AdamW step.
+  // One iteration: M micro-batches forward and backward, clip, AdamW step (skipped by fp16's
+  // loss scaler when the gradients overflow).
   IterationMetrics step();
   // Mean validation loss over train.eval_iters global batches (the same batches every call).
   double evaluate();
@@ -81,7 +83,9 @@ class Trainer {
   // last stage returns the loss scaled by 1/M and adds it to `loss_sum`.
   torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk,
                               int64_t micro, const torch::Tensor& input, torch::Tensor& loss_sum);
-  void reduce_sequence_parallel_grads();
+  // Sums the marked parameters' gradients over `group` (sequence-parallel ones over TP, the
+  // tied embedding over its first and last stage).
+  void all_reduce_grads(const std::vector<bool>& which, Communicator& group);
   double global_grad_square_sum();
   void log_start() const;
   void log_memory() const;
@@ -96,10 +100,14 @@ class Trainer {
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::vector<GPT> chunks_;
-  std::vector<torch::Tensor> params_, sharded_params_, replicated_params_, sequence_parallel_params_;
-  torch::Tensor tied_embedding_;  // first/last stage copy of wte when pipelined
-  std::unique_ptr<DataParallelGrads> grads_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<torch::Tensor> params_;  // every chunk's, in model order
+  // Per parameter: counted in the gradient norm (TP shards everywhere, replicated ones on TP
+  // rank 0, the tied embedding on the first stage only); all-reduced over TP (sequence
+  // parallelism); the tied embedding of the first or last stage when pipelined.
+  std::vector<bool> counted_, sequence_parallel_, tied_;
+  torch::Dtype main_dtype_;
+  std::unique_ptr<ZeroOptimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   int64_t last_saved_ = -1;

@@ -1,0 +1,185 @@
+#include "optim/zero.h"
+
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * int64_t(t.element_size()) : 0;
+}
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& data_parallel,
+                             const OptimizerConfig& config, ZeroOptions options)
+    : group_(data_parallel), config_(config), params_(std::move(params)) {
+  GradBufferOptions grad_options;
+  grad_options.dtype = options.main_dtype;  // gradients accumulate in the main dtype
+  grad_options.bucket_bytes = options.bucket_bytes;
+  grad_options.zero_stage = options.zero_stage;
+  grad_options.isolate = options.isolate;
+  grads_ = std::make_unique<DataParallelGrads>(params_, group_, grad_options);
+  const FlatLayout& layout = grads_->layout();
+  const int64_t rank = sharded() ? group_.rank() : 0;
+
+  torch::NoGradGuard no_grad;
+  param_buffer_ = torch::zeros({layout.total}, params_.front().options().requires_grad(false));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto view = param_buffer_.narrow(0, layout.offset[i], layout.numel[i]).view_as(params_[i]);
+    view.copy_(params_[i]);
+    params_[i].set_data(view);
+  }
+
+  const auto main_options = param_buffer_.options().dtype(options.main_dtype);
+  if (options.main_dtype != param_buffer_.scalar_type())
+    main_ = torch::empty({layout.shard_numel()}, main_options);
+  exp_avg_ = torch::zeros({layout.shard_numel()}, main_options);
+  exp_avg_sq_ = torch::zeros({layout.shard_numel()}, main_options);
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    const int64_t start = layout.buckets[b].shard_start, length = layout.slice_numel(b);
+    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank), length);
+    AdamWSlice slice;
+    slice.param = own;
+    if (main_.defined()) {
+      slice.param = main_.narrow(0, start, length);
+      slice.param.copy_(own);
+    }
+    slice.grad = grads_->reduced(b);
+    slice.exp_avg = exp_avg_.narrow(0, start, length);
+    slice.exp_avg_sq = exp_avg_sq_.narrow(0, start, length);
+    slices_.push_back(std::move(slice));
+  }
+  segments_ = layout.segments(rank);
+  for (const auto& s : segments_) {
+    if (params_[s.param].dim() < 2) continue;
+    auto& runs = slices_[s.bucket].decayed;
+    if (!runs.empty() && runs.back().first + runs.back().second == s.slice_offset)
+      runs.back().second += s.numel;
+    else
+      runs.emplace_back(s.slice_offset, s.numel);
+  }
+}
+
+std::vector<torch::Tensor> ZeroOptimizer::grad_pieces(const std::vector<bool>& which) const {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& s : segments_)
+    if (which[s.param]) pieces.push_back(grads_->reduced(s.bucket).narrow(0, s.slice_offset, s.numel));
+  return pieces;
+}
+
+torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) const {
+  // Norms of whole runs of counted parameters, squared in fp64: no temporaries the size of the
+  // gradients, and inf or nan anywhere makes the sum inf or nan (the loss scaler's signal).
+  torch::NoGradGuard no_grad;
+  auto total = torch::zeros({}, param_buffer_.options().dtype(torch::kDouble));
+  auto add = [&](size_t bucket, int64_t offset, int64_t length) {
+    auto norm = grads_->reduced(bucket).narrow(0, offset, length).norm().to(torch::kDouble);
+    total += norm * norm;
+  };
+  size_t bucket = 0;
+  int64_t offset = 0, length = 0;
+  for (const auto& s : segments_) {
+    if (!counted[s.param]) continue;
+    if (length > 0 && s.bucket == bucket && offset + length == s.slice_offset) {
+      length += s.numel;
+      continue;
+    }
+    if (length > 0) add(bucket, offset, length);
+    bucket = s.bucket, offset = s.slice_offset, length = s.numel;
+  }
+  if (length > 0) add(bucket, offset, length);
+  return total;
+}
+
+void ZeroOptimizer::scale_grads(double factor) {
+  torch::NoGradGuard no_grad;
+  for (auto& slice : slices_) slice.grad.mul_(factor);
+}
+
+void ZeroOptimizer::step(double lr) {
+  ++step_;
+  adamw_update(slices_, config_, lr, step_);
+  publish();
+}
+
+void ZeroOptimizer::publish() {
+  torch::NoGradGuard no_grad;
+  const FlatLayout& layout = grads_->layout();
+  const int64_t rank = sharded() ? group_.rank() : 0;
+  for (size_t b = 0; b < layout.buckets.size(); ++b) {
+    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank), layout.slice_numel(b));
+    if (main_.defined()) own.copy_(slices_[b].param);
+    if (!sharded()) continue;
+    auto bucket = param_buffer_.narrow(0, layout.buckets[b].start, layout.buckets[b].numel);
+    group_.all_gather(bucket, own.clone());
+  }
+}
+
+StateMemory ZeroOptimizer::memory() const {
+  return {bytes_of(param_buffer_), grads_->bytes(),
+          bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_)};
+}
+
+void ZeroOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("step", torch::tensor(step_));
+  auto index = torch::empty({int64_t(segments_.size()), 3}, torch::kLong);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const auto& s = segments_[i];
+    index[int64_t(i)][0] = int64_t(s.param);
+    index[int64_t(i)][1] = s.param_offset;
+    index[int64_t(i)][2] = s.numel;
+    const auto& slice = slices_[s.bucket];
+    // Copies, so that the files hold these elements and not the buffers they live in.
+    auto piece = [&](const torch::Tensor& t) { return t.narrow(0, s.slice_offset, s.numel).clone(); };
+    archive.write(str("main.", i), piece(slice.param));
+    archive.write(str("exp_avg.", i), piece(slice.exp_avg));
+    archive.write(str("exp_avg_sq.", i), piece(slice.exp_avg_sq));
+  }
+  archive.write("segments", index);
+}
+
+void ZeroOptimizer::load(std::vector<torch::serialize::InputArchive>& shards) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<size_t>> mine(params_.size());
+  for (size_t j = 0; j < segments_.size(); ++j) mine[segments_[j].param].push_back(j);
+  int64_t covered = 0, wanted = 0;
+  for (const auto& s : segments_) wanted += s.numel;
+  for (auto& archive : shards) {
+    torch::Tensor step, index;
+    archive.read("step", step);
+    archive.read("segments", index);
+    step_ = step.item<int64_t>();
+    for (int64_t i = 0; i < index.size(0); ++i) {
+      const auto param = size_t(index[i][0].item<int64_t>());
+      const int64_t offset = index[i][1].item<int64_t>(), numel = index[i][2].item<int64_t>();
+      if (param >= params_.size()) fail("the optimizer state names parameter ", param, " of ", params_.size());
+      torch::Tensor saved[3];
+      for (size_t j : mine[param]) {
+        const auto& s = segments_[j];
+        const int64_t lo = std::max(offset, s.param_offset);
+        const int64_t hi = std::min(offset + numel, s.param_offset + s.numel);
+        if (lo >= hi) continue;
+        if (!saved[0].defined()) {
+          archive.read(str("main.", i), saved[0]);
+          archive.read(str("exp_avg.", i), saved[1]);
+          archive.read(str("exp_avg_sq.", i), saved[2]);
+        }
+        auto& slice = slices_[s.bucket];
+        const torch::Tensor* targets[3] = {&slice.param, &slice.exp_avg, &slice.exp_avg_sq};
+        for (int k = 0; k < 3; ++k)
+          targets[k]->narrow(0, s.slice_offset + lo - s.param_offset, hi - lo)
+              .copy_(saved[k].narrow(0, lo - offset, hi - lo));
+        covered += hi - lo;
+      }
+    }
+  }
+  if (covered != wanted)
+    fail("the optimizer state covers ", covered, " of this rank's ", wanted, " elements");
+  publish();
+}
+
+}  // namespace trident

@@ -1,0 +1,82 @@
+// The optimizer over the data-parallel group, ZeRO stages 0-2 (Rajbhandari et al. 2019) with
+// mixed precision, in the layout of Megatron's distributed optimizer:
+//  - the model's parameters become views of one flat buffer laid out like the gradients
+//    (parallel/flat_layout.h), so a bucket of updated parameters is one all-gather;
+//  - main parameters in `main_dtype` (fp32 for bf16/fp16 models; the parameters themselves
+//    for fp32/fp64 models) and AdamW's moments are kept for this rank's shard only: 1/d of them
+//    from stage 1 on, all of them at stage 0;
+//  - step() updates the shard and writes it back into the model's parameters on every rank.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/config.h"
+#include "optim/adamw.h"
+#include "parallel/comm.h"
+#include "parallel/data_parallel.h"
+
+namespace torch::serialize {
+class InputArchive;
+class OutputArchive;
+}  // namespace torch::serialize
+
+namespace trident {
+
+struct ZeroOptions {
+  int64_t zero_stage = 0;
+  int64_t bucket_bytes = 25 << 20;
+  torch::Dtype main_dtype = torch::kFloat;
+  std::vector<bool> isolate;  // per parameter: a bucket of its own (see make_flat_layout)
+};
+
+struct StateMemory {
+  int64_t weights = 0, grads = 0, optimizer = 0;  // bytes this rank holds
+};
+
+class ZeroOptimizer {
+ public:
+  // `params` in model order, of one dtype.
+  ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& data_parallel,
+                const OptimizerConfig& config, ZeroOptions options);
+
+  DataParallelGrads& grads() { return *grads_; }
+  // After grads().finish(): this rank's reduced gradients of the parameters marked in `which`,
+  // as views (in an order that is the same on every rank holding the same parameters at the
+  // same places), for reductions over other groups.
+  std::vector<torch::Tensor> grad_pieces(const std::vector<bool>& which) const;
+  // Sum of squares of this rank's reduced gradients of the parameters marked in `counted`
+  // (an fp64 scalar on the gradients' device). Sharded stages sum over the data-parallel
+  // group afterwards.
+  torch::Tensor grad_square_sum(const std::vector<bool>& counted) const;
+  void scale_grads(double factor);
+  // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
+  void step(double lr);
+  bool sharded() const { return grads_->layout().shards > 1; }
+  int64_t steps() const { return step_; }
+  StateMemory memory() const;
+
+  // This rank's shard of main parameters and moments, by parameter and element range, so that
+  // a run with another data-parallel size or ZeRO stage can pick its own pieces (load).
+  void save(torch::serialize::OutputArchive& archive) const;
+  // Takes from every saved shard the pieces this rank holds; then updates the model.
+  void load(std::vector<torch::serialize::InputArchive>& shards);
+
+ private:
+  void publish();  // main parameters -> model parameters on every rank
+
+  Communicator& group_;
+  OptimizerConfig config_;
+  std::vector<torch::Tensor> params_;
+  torch::Tensor param_buffer_;  // the model's parameters, flat
+  std::unique_ptr<DataParallelGrads> grads_;
+  torch::Tensor main_;          // this rank's main parameters, unless param_buffer_ holds them
+  torch::Tensor exp_avg_, exp_avg_sq_;
+  std::vector<FlatLayout::Segment> segments_;  // this rank's pieces of parameters
+  std::vector<AdamWSlice> slices_;              // one per bucket
+  int64_t step_ = 0;
+};
+
+}  // namespace trident

@@ -1,0 +1,135 @@
+// The pieces of the ZeRO optimizer that need no communication: the flat layout, the AdamW
+// update against LibTorch's own, the state memory per ZeRO stage, and the loss scaler.
+#include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/zero.h"
+#include "parallel/flat_layout.h"
+#include "tests/helpers.h"
+
+using namespace trident;
+using trident::testing::FakeGroup;
+
+TEST(FlatLayout, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
+  const std::vector<int64_t> numels = {300, 7, 500, 70, 1};
+  for (int64_t shards : {1, 2, 3, 4}) {
+    SCOPED_TRACE(shards);
+    const FlatLayout layout = make_flat_layout(numels, 400, shards, {false, false, true, false, false});
+    int64_t start = 0, shard_start = 0;
+    for (const auto& bucket : layout.buckets) {
+      EXPECT_EQ(bucket.start, start);
+      EXPECT_EQ(bucket.numel % shards, 0);
+      EXPECT_EQ(bucket.shard_start, shard_start);
+      start += bucket.numel;
+      shard_start += bucket.numel / shards;
+    }
+    EXPECT_EQ(layout.total, start);
+    EXPECT_EQ(layout.shard_numel() * shards, layout.total);
+    // Reverse order: {1, 70} close at 71 < 400, then the isolated 500 alone, then {7, 300}.
+    ASSERT_EQ(layout.buckets.size(), 3u);
+    EXPECT_EQ(layout.buckets[0].params, (std::vector<size_t>{4, 3}));
+    EXPECT_EQ(layout.buckets[1].params, std::vector<size_t>{2});
+    EXPECT_EQ(layout.buckets[2].params, (std::vector<size_t>{1, 0}));
+    std::vector<int64_t> seen(numels.size(), 0);
+    for (int64_t rank = 0; rank < shards; ++rank)
+      for (const auto& s : layout.segments(rank)) {
+        EXPECT_EQ(layout.slice_start(s.bucket, rank) + s.slice_offset, layout.offset[s.param] + s.param_offset);
+        EXPECT_LE(s.slice_offset + s.numel, layout.slice_numel(s.bucket));
+        seen[s.param] += s.numel;
+      }
+    EXPECT_EQ(seen, numels);
+  }
+}
+
+TEST(AdamW, FlatUpdateEqualsLibTorchAdamW) {
+  torch::manual_seed(0);
+  OptimizerConfig config;
+  config.weight_decay = 0.1;
+  const double lr = 1e-2;
+  auto matrix = torch::randn({5, 4}, torch::kDouble), bias = torch::randn({4}, torch::kDouble);
+  auto theirs_matrix = matrix.clone().requires_grad_(), theirs_bias = bias.clone().requires_grad_();
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto options = [&](double decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr)
+                                                            .betas({config.beta1, config.beta2})
+                                                            .eps(config.eps)
+                                                            .weight_decay(decay));
+  };
+  groups.emplace_back(std::vector<torch::Tensor>{theirs_matrix}, options(config.weight_decay));
+  groups.emplace_back(std::vector<torch::Tensor>{theirs_bias}, options(0.0));
+  torch::optim::AdamW theirs(std::move(groups));
+
+  // Ours: both in one flat slice, the matrix's run decaying.
+  auto flat = torch::cat({matrix.view(-1), bias});
+  auto grad = torch::zeros_like(flat);
+  std::vector<AdamWSlice> slices = {{flat, grad, torch::zeros_like(flat), torch::zeros_like(flat), {{0, 20}}}};
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto g = torch::randn({24}, torch::kDouble);
+    grad.copy_(g);
+    theirs_matrix.mutable_grad() = g.narrow(0, 0, 20).view({5, 4}).clone();
+    theirs_bias.mutable_grad() = g.narrow(0, 20, 4).clone();
+    theirs.step();
+    adamw_update(slices, config, lr, step);
+  }
+  EXPECT_TRUE(torch::allclose(flat.narrow(0, 0, 20), theirs_matrix.detach().view(-1), 1e-14, 1e-14));
+  EXPECT_TRUE(torch::allclose(flat.narrow(0, 20, 4), theirs_bias.detach(), 1e-14, 1e-14));
+}
+
+// Bytes per parameter of each state, by stage, for a data-parallel group of 4 (no
+// communication happens while the optimizer is built).
+TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
+  const int64_t d = 4;
+  auto memory = [&](int64_t stage, torch::Dtype dtype) {
+    std::vector<torch::Tensor> params = {torch::zeros({64, 32}, dtype).requires_grad_(),
+                                         torch::zeros({32}, dtype).requires_grad_()};
+    FakeGroup group(1, int(d));
+    ZeroOptions options;
+    options.zero_stage = stage;
+    options.main_dtype = torch::kFloat;
+    ZeroOptimizer optimizer(params, group, OptimizerConfig{}, options);
+    return optimizer.memory();
+  };
+  const int64_t n = 64 * 32 + 32;  // divisible by 4: no padding
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(dtype);
+    const int64_t weight = dtype == torch::kFloat ? 4 : 2;
+    const int64_t optimizer = dtype == torch::kFloat ? 8 : 12;  // + fp32 main copy when mixed
+    const StateMemory stage0 = memory(0, dtype), stage1 = memory(1, dtype), stage2 = memory(2, dtype);
+    for (const auto& m : {stage0, stage1, stage2}) EXPECT_EQ(m.weights, weight * n);
+    EXPECT_EQ(stage0.grads, 4 * n);
+    EXPECT_EQ(stage0.optimizer, optimizer * n);
+    EXPECT_EQ(stage1.optimizer, optimizer * n / d);
+    EXPECT_EQ(stage1.grads, 4 * n + 4 * n / d);  // the whole buffer and the reduce-scatter's slice
+    EXPECT_EQ(stage2.optimizer, optimizer * n / d);
+    EXPECT_EQ(stage2.grads, 4 * n / d);
+  }
+}
+
+TEST(LossScaler, SkipsAndBacksOffOnOverflowAndGrowsAfterAWindow) {
+  LossScaleConfig config;
+  config.initial = 1024;
+  config.window = 3;
+  config.min = 256;
+  LossScaler scaler(config, /*dynamic=*/true);
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_EQ(scaler.scale(), 512);
+  EXPECT_EQ(scaler.skipped(), 1);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 512);  // the overflow restarted the window
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.scale(), 1024);
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_FALSE(scaler.update(false));
+  EXPECT_EQ(scaler.scale(), 256);  // the floor
+  EXPECT_EQ(scaler.skipped(), 4);
+
+  LossScaler none(config, /*dynamic=*/false);
+  EXPECT_EQ(none.scale(), 1);
+  EXPECT_TRUE(none.update(false));
+  EXPECT_EQ(none.skipped(), 0);
+}

@@ -1,13 +1,11 @@
 #include "optim/grad_clip.h"
 
-#include <algorithm>
-
 namespace trident {
 
-double clip_coefficient(double norm, double max_norm) {
-  if (max_norm <= 0) return 1.0;
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm) {
+  if (max_norm <= 0) return torch::ones_like(norm);
   // The 1e-6 keeps the factor finite at a zero norm, as torch.nn.utils.clip_grad_norm_ does.
-  return std::min(1.0, max_norm / (norm + 1e-6));
+  return (max_norm / (norm + 1e-6)).clamp_max(1.0);
 }
 
 }  // namespace trident

@@ -14,6 +14,7 @@ class LossScaler {
  public:
   LossScaler(const LossScaleConfig& config, bool dynamic);
   double scale() const { return scale_; }
+  bool dynamic() const { return dynamic_; }
   // Records one step's outcome (`finite`: its gradients were all finite) and returns whether
   // the optimizer should step.
   bool update(bool finite);

@@ -95,7 +95,7 @@ torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) c
   return total;
 }
 
-void ZeroOptimizer::scale_grads(double factor) {
+void ZeroOptimizer::scale_grads(const torch::Tensor& factor) {
   torch::NoGradGuard no_grad;
   for (auto& slice : slices_) slice.grad.mul_(factor);
 }

@@ -51,7 +51,8 @@ class ZeroOptimizer {
   // (an fp64 scalar on the gradients' device). Sharded stages sum over the data-parallel
   // group afterwards.
   torch::Tensor grad_square_sum(const std::vector<bool>& counted) const;
-  void scale_grads(double factor);
+  // Multiplies this rank's reduced gradients by a scalar tensor (clipping and unscaling).
+  void scale_grads(const torch::Tensor& factor);
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
   bool sharded() const { return grads_->layout().shards > 1; }

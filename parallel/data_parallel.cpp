@@ -54,7 +54,9 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
       fail("data-parallel gradients need parameters of one dtype");
     if (grads_are_views_) params_[i].mutable_grad() = storage_of(i).view_as(params_[i]);
   }
-  if (grads_are_views_ && group_.size() == 1) return;  // nothing to add or reduce: no hooks
+  // One process without ZeRO and gradients accumulated in place: nothing to add or reduce.
+  unreduced_ = options_.zero_stage == 0 && grads_are_views_ && group_.size() == 1;
+  if (unreduced_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
     accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
@@ -105,7 +107,7 @@ void DataParallelGrads::on_ready(size_t param) {
 void DataParallelGrads::start(size_t b) {
   Bucket& bucket = buckets_[b];
   Flight flight{b, bucket.storage, torch::Tensor(), nullptr};
-  if (layout_.shards == 1) {
+  if (options_.zero_stage == 0) {
     flight.pending = group_.all_reduce_async(flight.sent, ReduceOp::avg);
   } else {
     flight.received = torch::empty({layout_.slice_numel(b)}, flight.sent.options());
@@ -123,12 +125,12 @@ void DataParallelGrads::complete_oldest() {
   Flight& flight = in_flight_.front();
   flight.pending->wait();
   // Stage 2 adds one micro-batch's share at a time; stage 1 adds into a zeroed shard once.
-  if (layout_.shards > 1) reduced(flight.bucket).add_(flight.received);
+  if (options_.zero_stage > 0) reduced(flight.bucket).add_(flight.received);
   in_flight_.pop_front();
 }
 
 void DataParallelGrads::finish() {
-  if (!(grads_are_views_ && group_.size() == 1)) {
+  if (!unreduced_) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const bool unreduced = options_.zero_stage == 2 ? buckets_[b].storage.defined() : !buckets_[b].started;
       if (unreduced) start(b);
@@ -140,7 +142,7 @@ void DataParallelGrads::finish() {
 }
 
 torch::Tensor DataParallelGrads::reduced(size_t b) const {
-  if (layout_.shards == 1) return buckets_[b].storage;
+  if (options_.zero_stage == 0) return buckets_[b].storage;
   return shard_.narrow(0, layout_.buckets[b].shard_start, layout_.slice_numel(b));
 }
 

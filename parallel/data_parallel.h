@@ -80,6 +80,7 @@ class DataParallelGrads {
   FlatLayout layout_;
   std::vector<torch::Tensor> params_;
   bool grads_are_views_;   // .grad is a view of buffer_; otherwise hooks add and free it
+  bool unreduced_;         // gradients need no reduction and no hooks
   torch::Tensor buffer_;   // every gradient (stages 0 and 1)
   torch::Tensor shard_;    // this rank's reduced slices (stages 1 and 2)
   std::vector<Bucket> buckets_;

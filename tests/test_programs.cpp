@@ -112,3 +112,17 @@ TEST(TrainProgram, TinyGptOnRealTextBeatsTheUnigramEntropy) {
   EXPECT_LT(loss, entropy) << train.output;
   EXPECT_LT(valid, entropy) << train.output;
 }
+
+// The compute benchmark's table, at toy sizes: every row present, numbers where the device can
+// run the dtype, and a clear error for a bad option.
+TEST(BenchProgram, PrintsATableOfEveryBenchmark) {
+  Result r = run(kBin + "/bench --quick --iters 1 --warmup 0 --device cpu --dtype fp32,bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* row : {"| matrix multiply (n 256)", "| vector multiply", "| BERT-large layer (h 64",
+                          "| GPT-2 XL layer", "| T5-large encoder layer", "| T5-large decoder layer"})
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  EXPECT_NE(r.output.find("bf16 fwd+bwd |"), std::string::npos) << r.output;
+  r = run(kBin + "/bench --dtype fp8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--dtype takes fp32, tf32, fp16 and bf16, got 'fp8'"), std::string::npos) << r.output;
+}

@@ -99,6 +99,21 @@ TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
     EXPECT_TRUE(torch::allclose(item.value(), pb[item.key()], 1e-10, 1e-12)) << item.key();
 }
 
+// In one process ZeRO's shard is everything: stages 1 and 2 train exactly as stage 0.
+TEST(Training, ZeroStagesInOneProcessEqualStageZero) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  std::vector<std::vector<double>> losses;
+  for (const char* stage : {"0", "1", "2"}) {
+    Trainer trainer(small_config(data, {"train.iters=3", "precision=fp64",
+                                        std::string("parallel.zero_stage=") + stage}));
+    losses.push_back(run(trainer));
+  }
+  EXPECT_LT(losses[0].back(), losses[0].front());
+  EXPECT_EQ(losses[1], losses[0]);
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[2][i], losses[0][i], 1e-12);
+}
+
 // bf16 weights and activations with fp32 main weights and gradient accumulation follow the fp32
 // run: every loss within 3% of it (bf16 keeps 8 significant bits).
 TEST(MixedPrecision, Bf16TracksTheFp32LossCurve) {

@@ -26,6 +26,7 @@
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/device.h"
 
 namespace trident {
 namespace {
@@ -157,10 +158,24 @@ void Trainer::on_iteration(std::function<void(const IterationMetrics&)> callback
   callbacks_.push_back(std::move(callback));
 }
 
+// An iteration whose loss, gradient norm and time are still on the device: train() reads them
+// at log intervals only, so the host runs ahead of the GPU in between.
+struct Trainer::PendingStep {
+  IterationMetrics metrics;  // all but what the device still computes
+  torch::Tensor loss, grad_norm;
+  std::unique_ptr<IntervalTimer> timer;
+};
+
 IterationMetrics Trainer::step() {
-  Stopwatch stopwatch;
+  PendingStep pending = run_step();
+  return complete(pending);
+}
+
+Trainer::PendingStep Trainer::run_step() {
+  PendingStep pending;
+  pending.timer = std::make_unique<IntervalTimer>(device_);
+  pending.timer->start();
   for (auto& chunk : chunks_) chunk->train();
-  const auto& batch = config_.batch;
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
   DataParallelGrads& grads = optimizer_->grads();
   grads.zero();
@@ -182,29 +197,37 @@ IterationMetrics Trainer::step() {
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
   groups_->pipeline().all_reduce(loss_sum, ReduceOp::sum);
   groups_->data().all_reduce(loss_sum, ReduceOp::avg);
-  const double grad_norm = std::sqrt(global_grad_square_sum()) / loss_scale;
-  const bool stepped = scaler_->update(std::isfinite(grad_norm));
+  const torch::Tensor grad_norm = global_grad_square_sum().sqrt() / loss_scale;
+  // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
+  const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
   if (stepped) {
-    const double factor = clip_coefficient(grad_norm, config_.optimizer.clip_grad) / loss_scale;
-    if (factor != 1.0) optimizer_->scale_grads(factor);
+    optimizer_->scale_grads(clip_coefficient(grad_norm, config_.optimizer.clip_grad) / loss_scale);
     optimizer_->step(lr);
   }
+  pending.timer->stop();
 
   ++iteration_;
-  consumed_samples_ += batch.global_batch_size;
-
-  IterationMetrics m;
-  m.loss = loss_sum.item<double>();  // the one host synchronisation of the step
-  m.elapsed_ms = stopwatch.elapsed_ms();
+  consumed_samples_ += config_.batch.global_batch_size;
+  IterationMetrics& m = pending.metrics;
   m.iteration = iteration_;
   m.consumed_samples = consumed_samples_;
   m.learning_rate = lr;
-  m.grad_norm = grad_norm;
   m.loss_scale = loss_scale;
   m.skipped = !stepped;
   m.skipped_total = scaler_->skipped();
   m.max_in_flight = stats.max_in_flight;
   m.pipeline_transfer_ms = stats.transfer_ms;
+  pending.loss = loss_sum;
+  pending.grad_norm = grad_norm;
+  return pending;
+}
+
+IterationMetrics Trainer::complete(PendingStep& pending) {
+  IterationMetrics m = pending.metrics;
+  m.loss = pending.loss.item<double>();
+  m.grad_norm = pending.grad_norm.item<double>();
+  m.elapsed_ms = pending.timer->elapsed_ms();
+  const auto& batch = config_.batch;
   const double seconds = m.elapsed_ms / 1e3;
   m.tokens_per_second = double(batch.global_batch_size * config_.model.seq_length) / seconds;
   const IterationFlops flops =
@@ -254,9 +277,13 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
   Batch batch;
   if (first || last)
     batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.data), size);
-  const torch::Tensor x = first ? batch.tokens.to(device_) : input;
+  // From pinned memory, copies to the GPU do not make the host wait for them.
+  auto to_device = [&](const torch::Tensor& t) {
+    return device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t;
+  };
+  const torch::Tensor x = first ? to_device(batch.tokens) : input;
   if (!last) return model->forward(x);
-  auto loss = model->loss(x, batch.targets.to(device_)) / double(layout_.micro_batches);
+  auto loss = model->loss(x, to_device(batch.targets)) / double(layout_.micro_batches);
   loss_sum += loss.detach().to(torch::kDouble);
   return loss;
 }
@@ -274,13 +301,13 @@ void Trainer::all_reduce_grads(const std::vector<bool>& which, Communicator& gro
   }
 }
 
-double Trainer::global_grad_square_sum() {
+torch::Tensor Trainer::global_grad_square_sum() {
   // Each rank counts the gradients it holds that no other rank counts (see counted_); the sum
   // runs over the model-parallel group (TP x PP), and over data-parallel ranks too when their
   // shards differ (ZeRO).
   auto total = optimizer_->grad_square_sum(counted_).reshape({1}).contiguous();
   (optimizer_->sharded() ? groups_->world() : groups_->model()).all_reduce(total, ReduceOp::sum);
-  return total.item<double>();
+  return total.reshape({});
 }
 
 void Trainer::save_checkpoint() {
@@ -341,15 +368,24 @@ void Trainer::log_start() const {
 }
 
 void Trainer::log_memory() const {
-  // Counted from the tensors this rank holds, next to the planner's estimate of the same.
+  // States counted from the tensors this rank holds, next to the planner's estimate of the
+  // same; on CUDA the allocator's peak over the first iteration gives the activations (with
+  // temporaries) as what it held beyond the states.
   const StateMemory held = optimizer_->memory();
   const MemoryEstimate estimate =
       estimate_memory(config_.model, vocab_, layout_of(config_, layout_.data), config_.precision);
   const auto mib = binary_bytes;
+  std::string activations = str("not measured on ", device_.str());
+  if (const auto stats = allocator_stats(device_)) {
+    const double states = double(held.weights + held.grads + held.optimizer);
+    activations = str(mib(double(stats->peak_allocated) - states), " beyond the states at the peak of ",
+                      mib(double(stats->peak_allocated)), " allocated, ", mib(double(stats->reserved)),
+                      " reserved");
+  }
   log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",
                 mib(estimate.weights), "), grads ", mib(double(held.grads)), " (",
                 mib(estimate.grads), "), optimizer ", mib(double(held.optimizer)), " (",
-                mib(estimate.optimizer), "), activations not measured on ", device_.str(), " (",
+                mib(estimate.optimizer), "), activations ", activations, " (",
                 mib(estimate.activations), ")"));
 }
 
@@ -373,6 +409,27 @@ void Trainer::log_iteration(const IterationMetrics& m) const {
   log::info(text);
 }
 
+void Trainer::write_metrics(std::ofstream& file, const IterationMetrics& m) const {
+  JsonLine json;
+  json.add("iteration", m.iteration)
+      .add("consumed_samples", m.consumed_samples)
+      .add("loss", m.loss)
+      .add("lr", m.learning_rate)
+      .add("grad_norm", m.grad_norm)
+      .add("loss_scale", m.loss_scale)
+      .add("skipped", int64_t(m.skipped))
+      .add("elapsed_ms", m.elapsed_ms)
+      .add("tokens_per_s", m.tokens_per_second)
+      .add("tflops_6pd", m.tflops_6pd)
+      .add("tflops_model", m.tflops_model)
+      .add("tflops_hardware", m.tflops_hardware);
+  if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
+  if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
+  if (layout_.pipeline > 1)
+    json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
+  file << json.str() << "\n" << std::flush;
+}
+
 void Trainer::train() {
   const auto& t = config_.train;
   log_start();
@@ -389,35 +446,28 @@ void Trainer::train() {
     if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written");
   }
   const int64_t first_iteration = iteration_;
+  reset_peak_memory(device_);
+  // Iterations queue up on the device; their numbers are read (one synchronisation) when one
+  // of them is logged, validated or checkpointed.
+  std::vector<PendingStep> pending;
   while (iteration_ < t.iters) {
-    IterationMetrics m = step();
-    if (m.iteration == first_iteration + 1) log_memory();
-    if (t.eval_interval > 0 && (m.iteration % t.eval_interval == 0 || m.iteration == t.iters))
-      m.valid_loss = evaluate();
-    if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
-      log_iteration(m);
-    if (metrics.is_open()) {
-      JsonLine json;
-      json.add("iteration", m.iteration)
-          .add("consumed_samples", m.consumed_samples)
-          .add("loss", m.loss)
-          .add("lr", m.learning_rate)
-          .add("grad_norm", m.grad_norm)
-          .add("loss_scale", m.loss_scale)
-          .add("skipped", int64_t(m.skipped))
-          .add("elapsed_ms", m.elapsed_ms)
-          .add("tokens_per_s", m.tokens_per_second)
-          .add("tflops_6pd", m.tflops_6pd)
-          .add("tflops_model", m.tflops_model)
-          .add("tflops_hardware", m.tflops_hardware);
-      if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
-      if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
-      if (layout_.pipeline > 1)
-        json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
-      metrics << json.str() << "\n" << std::flush;
+    pending.push_back(run_step());
+    const int64_t it = iteration_;
+    const bool validate = t.eval_interval > 0 && (it % t.eval_interval == 0 || it == t.iters);
+    const bool save = checkpoints_ && t.save_interval > 0 && it % t.save_interval == 0;
+    const bool logged = it % t.log_interval == 0 || it == t.iters || it == first_iteration + 1;
+    if (!(validate || save || logged)) continue;
+    for (auto& step : pending) {
+      IterationMetrics m = complete(step);
+      if (m.iteration == first_iteration + 1) log_memory();
+      if (m.iteration == it && validate) m.valid_loss = evaluate();
+      if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
+        log_iteration(m);
+      if (metrics.is_open()) write_metrics(metrics, m);
+      for (const auto& callback : callbacks_) callback(m);
     }
-    for (const auto& callback : callbacks_) callback(m);
-    if (checkpoints_ && t.save_interval > 0 && m.iteration % t.save_interval == 0) save_checkpoint();
+    pending.clear();
+    if (save) save_checkpoint();
   }
   if (checkpoints_ && last_saved_ != iteration_) save_checkpoint();
 }

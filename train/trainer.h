@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -86,7 +87,11 @@ class Trainer {
   // Sums the marked parameters' gradients over `group` (sequence-parallel ones over TP, the
   // tied embedding over its first and last stage).
   void all_reduce_grads(const std::vector<bool>& which, Communicator& group);
-  double global_grad_square_sum();
+  torch::Tensor global_grad_square_sum();  // on the device: no host synchronisation
+  struct PendingStep;
+  PendingStep run_step();
+  IterationMetrics complete(PendingStep& pending);  // reads the device's numbers
+  void write_metrics(std::ofstream& file, const IterationMetrics& m) const;
   void log_start() const;
   void log_memory() const;
   void log_iteration(const IterationMetrics& m) const;

@@ -1,0 +1,268 @@
+// bench: what one device computes, in TFLOP/s, for the building blocks of transformer training.
+//
+//   build/bench [--device cuda|cpu] [--dtype fp32,tf32,fp16,bf16] [--iters 20] [--warmup 5]
+//               [--quick]
+//
+// Rows: an n x n x n matrix multiply (2 n^3 FLOPs), an element-wise vector multiply (1 FLOP per
+// element: memory-bound, shown for scale), and the forward / forward+backward of one layer of
+// BERT-large, GPT-2 XL and T5-large (encoder, and decoder with cross-attention), counting the
+// matrix multiplies of the layer (Megatron's convention: the full s x s attention, backward
+// twice the forward). Columns: dtype x pass. tf32 is fp32 storage with TensorFloat-32 matrix
+// multiplies (CUDA only). Times are the median of `iters` runs after `warmup`, taken with CUDA
+// events on a GPU. --quick shrinks every size (a smoke test on a CPU).
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/normalization.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "train/device.h"
+
+using namespace trident;
+namespace F = torch::nn::functional;
+
+namespace {
+
+struct Options {
+  torch::Device device = torch::cuda::is_available() ? torch::kCUDA : torch::kCPU;
+  std::vector<std::string> dtypes = {"fp32", "tf32", "fp16", "bf16"};
+  int iters = 20, warmup = 5;
+  bool quick = false;
+};
+
+// One transformer layer's shape and flavour.
+struct LayerShape {
+  std::string name;
+  int64_t hidden, heads, ffn, seq, batch;
+  bool causal;       // GPT: masked self-attention
+  bool cross;        // T5 decoder: attention over an encoder output of the same length
+  bool post_norm;    // BERT: LayerNorm after each residual add
+  bool bias;         // T5 has none
+  std::string activation;  // gelu | relu
+};
+
+std::vector<LayerShape> layer_shapes(bool quick) {
+  std::vector<LayerShape> shapes = {
+      {"BERT-large layer", 1024, 16, 4096, 512, 16, false, false, true, true, "gelu"},
+      {"GPT-2 XL layer", 1600, 25, 6400, 1024, 8, true, false, false, true, "gelu"},
+      {"T5-large encoder layer", 1024, 16, 4096, 512, 16, false, false, false, false, "relu"},
+      {"T5-large decoder layer", 1024, 16, 4096, 512, 16, true, true, false, false, "relu"},
+  };
+  for (auto& s : shapes) {
+    if (quick) s.hidden = 64, s.heads = 4, s.ffn = 256, s.seq = 32, s.batch = 2;
+    s.name += str(" (h ", s.hidden, ", s ", s.seq, ", b ", s.batch, ")");
+  }
+  return shapes;
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        bool causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, causal);
+#else
+  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  if (causal) {
+    auto future = torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  }
+  return at::matmul(scores.softmax(-1), v);
+#endif
+}
+
+// The weights of one layer and its forward; x and memory are [b, s, h].
+class Layer {
+ public:
+  Layer(const LayerShape& shape, const torch::TensorOptions& options) : s_(shape) {
+    const int64_t h = s_.hidden;
+    auto weight = [&](int64_t out, int64_t in) {
+      return (torch::randn({out, in}, options) * 0.02).requires_grad_();
+    };
+    auto bias = [&](int64_t n) {
+      return s_.bias ? torch::zeros({n}, options).requires_grad_() : torch::Tensor();
+    };
+    qkv_ = weight(3 * h, h), qkv_b_ = bias(3 * h), out_ = weight(h, h), out_b_ = bias(h);
+    up_ = weight(s_.ffn, h), up_b_ = bias(s_.ffn), down_ = weight(h, s_.ffn), down_b_ = bias(h);
+    if (s_.cross) q_ = weight(h, h), kv_ = weight(2 * h, h), cross_out_ = weight(h, h);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory) const {
+    auto norm = [&](const torch::Tensor& t) { return torch::layer_norm(t, {s_.hidden}); };
+    auto residual = [&](const torch::Tensor& t, const std::function<torch::Tensor(const torch::Tensor&)>& f) {
+      return s_.post_norm ? norm(t + f(t)) : t + f(norm(t));
+    };
+    auto y = residual(x, [&](const torch::Tensor& t) {
+      auto qkv = split_heads(F::linear(t, qkv_, qkv_b_), 3);
+      return F::linear(merge_heads(attention(qkv[0], qkv[1], qkv[2], s_.causal)), out_, out_b_);
+    });
+    if (s_.cross)
+      y = residual(y, [&](const torch::Tensor& t) {
+        auto q = split_heads(F::linear(t, q_), 1)[0];
+        auto kv = split_heads(F::linear(memory, kv_), 2);
+        return F::linear(merge_heads(attention(q, kv[0], kv[1], false)), cross_out_);
+      });
+    return residual(y, [&](const torch::Tensor& t) {
+      auto up = F::linear(t, up_, up_b_);
+      up = s_.activation == "relu" ? torch::relu(up) : torch::gelu(up, "tanh");
+      return F::linear(up, down_, down_b_);
+    });
+  }
+
+  // Matrix-multiply FLOPs of one forward.
+  double forward_flops() const {
+    const double b = double(s_.batch), s = double(s_.seq), h = double(s_.hidden), f = double(s_.ffn);
+    double flops = 2 * b * s * (4 * h * h + 2 * h * f) + 4 * b * s * s * h;
+    if (s_.cross) flops += 2 * b * s * 4 * h * h + 4 * b * s * s * h;
+    return flops;
+  }
+
+ private:
+  // [b, s, n*h] -> n tensors [b, heads, s, d]
+  std::vector<torch::Tensor> split_heads(const torch::Tensor& t, int64_t n) const {
+    const int64_t d = s_.hidden / s_.heads;
+    auto parts = t.view({t.size(0), t.size(1), n, s_.heads, d}).permute({2, 0, 3, 1, 4});
+    return parts.unbind(0);
+  }
+  torch::Tensor merge_heads(const torch::Tensor& t) const {
+    return t.transpose(1, 2).reshape({t.size(0), t.size(2), s_.hidden});
+  }
+
+  LayerShape s_;
+  torch::Tensor qkv_, qkv_b_, out_, out_b_, up_, up_b_, down_, down_b_, q_, kv_, cross_out_;
+};
+
+// Median milliseconds of `run` over o.iters runs after o.warmup.
+double median_ms(const Options& o, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  std::vector<double> times;
+  for (int i = 0; i < o.iters; ++i) {
+    IntervalTimer timer(o.device);
+    timer.start();
+    run();
+    timer.stop();
+    times.push_back(timer.elapsed_ms());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+torch::Dtype storage_type(const std::string& dtype) {
+  if (dtype == "fp16") return torch::kHalf;
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp32" || dtype == "tf32") return torch::kFloat;
+  fail("--dtype takes fp32, tf32, fp16 and bf16, got '", dtype, "'");
+}
+
+// TFLOP/s of every (row, column) that this device and LibTorch can run; absent ones are n/a.
+using Table = std::map<std::string, std::map<std::string, double>>;
+
+void run_benchmarks(const Options& o, Table& table, std::vector<std::string>& rows) {
+  const int64_t n = o.quick ? 256 : 8192, elements = o.quick ? 1 << 16 : int64_t(1) << 28;
+  const std::string matmul = str("matrix multiply (n ", n, ")");
+  const std::string vector = str("vector multiply (", si_units(double(elements)), " elements)");
+  rows = {matmul, vector};
+  for (const auto& shape : layer_shapes(o.quick)) rows.push_back(shape.name);
+
+  for (const auto& dtype : o.dtypes) {
+    if (dtype == "tf32" && !o.device.is_cuda()) continue;
+    at::globalContext().setAllowTF32CuBLAS(dtype == "tf32");
+    at::globalContext().setAllowTF32CuDNN(dtype == "tf32");
+    const auto options = torch::TensorOptions().dtype(storage_type(dtype)).device(o.device);
+    auto tflops = [](double flops, double ms) { return flops / ms / 1e9; };
+    try {
+      torch::NoGradGuard no_grad;
+      auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+      table[matmul][dtype + " fwd"] = tflops(2.0 * double(n * n * n), median_ms(o, [&] { (void)torch::mm(a, b); }));
+      auto x = torch::randn({elements}, options), y = torch::randn({elements}, options);
+      auto z = torch::empty_like(x);
+      table[vector][dtype + " fwd"] = tflops(double(elements), median_ms(o, [&] { torch::mul_out(z, x, y); }));
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "bench: %s %s skipped: %s\n", matmul.c_str(), dtype.c_str(), e.what_without_backtrace());
+    }
+    for (const auto& shape : layer_shapes(o.quick)) {
+      try {
+        Layer layer(shape, options);
+        auto x = torch::randn({shape.batch, shape.seq, shape.hidden}, options).requires_grad_();
+        auto memory = torch::randn({shape.batch, shape.seq, shape.hidden}, options);
+        {
+          torch::NoGradGuard no_grad;
+          table[shape.name][dtype + " fwd"] =
+              tflops(layer.forward_flops(), median_ms(o, [&] { (void)layer.forward(x, memory); }));
+        }
+        auto grad = torch::randn_like(x);
+        table[shape.name][dtype + " fwd+bwd"] = tflops(3 * layer.forward_flops(), median_ms(o, [&] {
+          layer.forward(x, memory).backward(grad);
+        }));
+      } catch (const c10::Error& e) {
+        std::fprintf(stderr, "bench: %s %s skipped: %s\n", shape.name.c_str(), dtype.c_str(),
+                     e.what_without_backtrace());
+      }
+    }
+  }
+  at::globalContext().setAllowTF32CuBLAS(false);
+}
+
+void print_table(const Options& o, const Table& table, const std::vector<std::string>& rows) {
+  std::vector<std::string> columns;
+  for (const auto& dtype : o.dtypes)
+    for (const char* pass : {" fwd", " fwd+bwd"}) columns.push_back(dtype + pass);
+  std::printf("TFLOP/s on %s, LibTorch %s, median of %d runs\n", o.device.str().c_str(),
+              TORCH_VERSION, o.iters);
+  std::printf("| %-46s |", "benchmark");
+  for (const auto& c : columns) std::printf(" %12s |", c.c_str());
+  std::printf("\n|%s|", std::string(48, '-').c_str());
+  for (size_t i = 0; i < columns.size(); ++i) std::printf("%s|", std::string(14, '-').c_str());
+  std::printf("\n");
+  for (const auto& row : rows) {
+    std::printf("| %-46s |", row.c_str());
+    const auto cells = table.count(row) ? table.at(row) : std::map<std::string, double>{};
+    for (const auto& c : columns) {
+      if (cells.count(c))
+        std::printf(" %12.4g |", cells.at(c));
+      else
+        std::printf(" %12s |", "-");
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--quick") {
+        o.quick = true;
+        continue;
+      }
+      if (i + 1 >= argc) fail("option ", arg, " needs a value");
+      const std::string value = argv[++i];
+      if (arg == "--device") o.device = torch::Device(value);
+      else if (arg == "--dtype") o.dtypes = split(value, ',');
+      else if (arg == "--iters") o.iters = std::max(1, std::stoi(value));
+      else if (arg == "--warmup") o.warmup = std::max(0, std::stoi(value));
+      else fail("unknown option ", arg, " (--device, --dtype, --iters, --warmup, --quick)");
+    }
+    for (const auto& dtype : o.dtypes) storage_type(dtype);
+    if (o.device.is_cuda() && !torch::cuda::is_available()) fail("--device cuda: no GPU visible");
+    Table table;
+    std::vector<std::string> rows;
+    run_benchmarks(o, table, rows);
+    print_table(o, table, rows);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

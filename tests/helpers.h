@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "parallel/comm.h"
 #include "train/indexed_dataset.h"
 
@@ -32,7 +33,7 @@ inline std::filesystem::path scratch_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   auto dir = std::filesystem::temp_directory_path() /
              (std::string("trident-") + info->test_suite_name() + "-" + info->name());
-  std::filesystem::remove_all(dir);
+  trident::remove_tree(dir.string());
   std::filesystem::create_directories(dir);
   return dir;
 }

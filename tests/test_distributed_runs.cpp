@@ -133,7 +133,7 @@ class DataParallelRuns : public ::testing::Test {
     // One folder per process: CTest runs each test of this suite as its own process, in parallel.
     root_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                       ("trident-dp-runs-" + std::to_string(::getpid())));
-    std::filesystem::remove_all(*root_);
+    remove_tree(root_->string());
     std::filesystem::create_directories(*root_);
     data_ = (*root_ / "corpus").string();
     auto prep = run_command(kBin + "/preprocess --quiet --output " + data_ + " " + kSource + "/core");
@@ -142,7 +142,7 @@ class DataParallelRuns : public ::testing::Test {
     serial_fp64_ = new RunResult(train("", *root_ / "serial64", data_, 8, "fp64"));
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove_all(*root_);
+    remove_tree(root_->string());
     delete serial_fp32_;
     delete serial_fp64_;
     delete root_;

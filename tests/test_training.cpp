@@ -225,7 +225,7 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   std::filesystem::copy(store.path(7), store.path(9), std::filesystem::copy_options::recursive);
   message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
   EXPECT_NE(message.find("newer than its `latest` pointer"), std::string::npos) << message;
-  std::filesystem::remove_all(store.path(9));
+  remove_tree(store.path(9));
 
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000099\n";
   message = error_of([&] { store.latest(); });

@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
@@ -128,7 +129,7 @@ void CheckpointStore::begin(int64_t iteration) const {
   if (fs::exists(target)) fail("checkpoint '", target.string(), "' already exists; not overwriting it");
   // Folders left by saves that were killed: never published, safe to drop.
   for (const auto& entry : fs::directory_iterator(dir_))
-    if (entry.path().filename().string().rfind(kStagingPrefix, 0) == 0) fs::remove_all(entry.path());
+    if (entry.path().filename().string().rfind(kStagingPrefix, 0) == 0) remove_tree(entry.path().string());
   fs::create_directory(staging_path(iteration));
 }
 
@@ -143,7 +144,7 @@ void CheckpointStore::commit(int64_t iteration, int64_t keep) const {
 
   auto saved = iterations();
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
-    if (saved[i] != iteration) fs::remove_all(path(saved[i]));
+    if (saved[i] != iteration) remove_tree(path(saved[i]));
 }
 
 void CheckpointStore::save(int64_t iteration,

@@ -55,12 +55,12 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
   }
   segments_ = layout.segments(rank);
   for (const auto& s : segments_) {
-    if (params_[s.param].dim() < 2) continue;
-    auto& runs = slices_[s.bucket].decayed;
-    if (!runs.empty() && runs.back().first + runs.back().second == s.slice_offset)
-      runs.back().second += s.numel;
+    const bool decay = params_[s.param].dim() >= 2;  // matrices and embeddings
+    auto& runs = slices_[s.bucket].runs;
+    if (!runs.empty() && runs.back().decay == decay && runs.back().offset + runs.back().length == s.slice_offset)
+      runs.back().length += s.numel;
     else
-      runs.emplace_back(s.slice_offset, s.numel);
+      runs.push_back({s.slice_offset, s.numel, decay});
   }
 }
 

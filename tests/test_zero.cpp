@@ -1,6 +1,7 @@
 // The pieces of the ZeRO optimizer that need no communication: the flat layout, the AdamW
 // update against LibTorch's own, the state memory per ZeRO stage, and the loss scaler.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
@@ -65,7 +66,8 @@ TEST(AdamW, FlatUpdateEqualsLibTorchAdamW) {
   // Ours: both in one flat slice, the matrix's run decaying.
   auto flat = torch::cat({matrix.view(-1), bias});
   auto grad = torch::zeros_like(flat);
-  std::vector<AdamWSlice> slices = {{flat, grad, torch::zeros_like(flat), torch::zeros_like(flat), {{0, 20}}}};
+  std::vector<AdamWSlice> slices = {
+      {flat, grad, torch::zeros_like(flat), torch::zeros_like(flat), {{0, 20, true}, {20, 4, false}}}};
   for (int64_t step = 1; step <= 5; ++step) {
     auto g = torch::randn({24}, torch::kDouble);
     grad.copy_(g);
@@ -76,6 +78,28 @@ TEST(AdamW, FlatUpdateEqualsLibTorchAdamW) {
   }
   EXPECT_TRUE(torch::allclose(flat.narrow(0, 0, 20), theirs_matrix.detach().view(-1), 1e-14, 1e-14));
   EXPECT_TRUE(torch::allclose(flat.narrow(0, 20, 4), theirs_bias.detach(), 1e-14, 1e-14));
+}
+
+// LibTorch 2.x's fused CUDA kernel (used on GPUs) computes the same update as the flat one.
+TEST(AdamW, FusedCudaUpdateEqualsTheFlatOne) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(0);
+  OptimizerConfig config;
+  auto make = [](const torch::Device& device) {
+    auto t = [&](int64_t n) { return torch::zeros({n}, torch::TensorOptions().device(device)); };
+    return AdamWSlice{t(1000), t(1000), t(1000), t(1000), {{0, 600, true}, {600, 390, false}}};
+  };
+  std::vector<AdamWSlice> cpu = {make(torch::kCPU)}, gpu = {make(torch::kCUDA)};
+  const auto start = torch::randn({1000});
+  cpu[0].param.copy_(start), gpu[0].param.copy_(start);
+  for (int64_t step = 1; step <= 5; ++step) {
+    const auto g = torch::randn({1000});
+    cpu[0].grad.copy_(g), gpu[0].grad.copy_(g);
+    adamw_update(cpu, config, 1e-2, step);
+    adamw_update(gpu, config, 1e-2, step);
+  }
+  EXPECT_TRUE(torch::allclose(gpu[0].param.cpu().narrow(0, 0, 990), cpu[0].param.narrow(0, 0, 990), 1e-5, 1e-6));
+  EXPECT_FALSE(torch::equal(cpu[0].param, start));
 }
 
 // Bytes per parameter of each state, by stage, for a data-parallel group of 4 (no

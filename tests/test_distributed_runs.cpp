@@ -39,6 +39,15 @@ std::vector<std::string> model_overrides(const std::string& data) {
           "train.eval_interval=0",   "data.valid_fraction=0"};
 }
 
+// The loss of every iteration in a metrics file (as printed: equal files give equal vectors).
+std::vector<double> read_losses(const std::filesystem::path& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
+  return losses;
+}
+
 // The `train` command line for `launcher` ("" for one process) and these overrides.
 std::string train_command(const std::string& launcher, const std::vector<std::string>& overrides) {
   std::string command = launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
@@ -60,9 +69,7 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   EXPECT_EQ(result.exit_code, 0) << result.output;
 
   RunResult run;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);)
-    run.losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
+  run.losses = read_losses(dir / "metrics.jsonl");
   // Reassemble the shards (TP ranks x pipeline stages x model chunks) into whole parameters.
   Config config = Config::parse("", overrides);
   const int64_t tp = config.parallel.tensor, pp = config.parallel.pipeline,
@@ -285,12 +292,6 @@ TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   overrides.insert(overrides.end(), {"parallel.tensor=2", "parallel.pipeline=2",
                                      "batch.micro_batch_size=2", "optimizer.decay_iters=6"});
   const std::string command = "timeout 300 " + train_command(kMpirun + "4 ", overrides);
-  auto losses = [](const std::filesystem::path& metrics) {
-    std::vector<std::string> out;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) out.push_back(line.substr(line.find("\"loss\": "), 28));
-    return out;
-  };
   auto r = run_command(command + " train.metrics_file=" + (dir / "straight.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string ckpt = " train.checkpoint_dir=" + (dir / "ckpt").string();
@@ -299,8 +300,8 @@ TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   r = run_command(command + ckpt + " train.metrics_file=" + (dir / "second.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
-  auto straight = losses(dir / "straight.jsonl"), first = losses(dir / "first.jsonl"),
-       second = losses(dir / "second.jsonl");
+  auto straight = read_losses(dir / "straight.jsonl"), first = read_losses(dir / "first.jsonl"),
+       second = read_losses(dir / "second.jsonl");
   first.insert(first.end(), second.begin(), second.end());
   EXPECT_EQ(first, straight);
   EXPECT_EQ(straight.size(), 6u);
@@ -316,12 +317,6 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
                                      "optimizer.decay_iters=6", "parallel.bucket_mb=0.1"});
   const std::string dp2 = "timeout 300 " + train_command(kMpirun + "2 ", overrides) + " parallel.zero_stage=2";
   const std::string dp4 = "timeout 300 " + train_command(kMpirun + "4 ", overrides) + " parallel.zero_stage=1";
-  auto losses = [](const std::filesystem::path& metrics) {
-    std::vector<double> out;
-    std::ifstream in(metrics);
-    for (std::string line; std::getline(in, line);) out.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
-    return out;
-  };
   auto r = run_command(dp2 + " train.metrics_file=" + (dir / "straight.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto same_dp = dir / "same", other_dp = dir / "other";
@@ -338,10 +333,10 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
 
-  const auto straight = losses(dir / "straight.jsonl"), first = losses(dir / "first.jsonl");
+  const auto straight = read_losses(dir / "straight.jsonl"), first = read_losses(dir / "first.jsonl");
   auto same = first, other = first;
-  for (double loss : losses(dir / "same.jsonl")) same.push_back(loss);
-  for (double loss : losses(dir / "other.jsonl")) other.push_back(loss);
+  for (double loss : read_losses(dir / "same.jsonl")) same.push_back(loss);
+  for (double loss : read_losses(dir / "other.jsonl")) other.push_back(loss);
   ASSERT_EQ(straight.size(), 6u);
   EXPECT_EQ(same, straight);
   ASSERT_EQ(other.size(), 6u);

@@ -16,7 +16,6 @@
 #include "core/memory.h"
 #include "core/plan.h"
 #include "core/text.h"
-#include "core/timer.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"

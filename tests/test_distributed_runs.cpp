@@ -174,115 +174,73 @@ RunResult* DataParallelRuns::serial_fp64_ = nullptr;
 
 }  // namespace
 
+// One parallel layout, trained and compared with the single-process run of its precision.
+struct ParallelRun {
+  std::string name;      // also the test's name
+  std::string launcher;  // mpirun or launch_env.sh with the process count
+  int micro_batch;
+  std::string precision;
+  std::vector<std::string> overrides;
+};
+
+void PrintTo(const ParallelRun& run, std::ostream* out) { *out << run.name; }
+
+class EqualsSerial : public DataParallelRuns, public ::testing::WithParamInterface<ParallelRun> {};
+
+TEST_P(EqualsSerial, Run) {
+  const ParallelRun& run = GetParam();
+  expect_matches_serial(run.launcher, run.name, run.micro_batch, run.precision, run.overrides);
+}
+
 // The single-process reference reads 16 samples per step as 2 micro-batches of 8; the
 // parallel runs read the same 16 as DP ranks x micro-batches x micro-batch size.
-TEST_F(DataParallelRuns, MpiTwoRanksEqualSerialFp32) {
-  expect_matches_serial(kMpirun + "2 ", "mpi2", 4, "fp32");
-}
-
-TEST_F(DataParallelRuns, MpiFourRanksEqualSerialFp64) {
-  expect_matches_serial(kMpirun + "4 ", "mpi4", 2, "fp64");
-}
-
-TEST_F(DataParallelRuns, EnvLaunchTwoRanksEqualSerialFp64) {
-  expect_matches_serial(kEnvLaunch + "2 -- ", "env2", 8, "fp64");
-}
-
-TEST_F(DataParallelRuns, EnvLaunchFourRanksEqualSerialFp32) {
-  expect_matches_serial(kEnvLaunch + "4 -- ", "env4", 1, "fp32");
-}
-
-// Tensor parallelism (with and without sequence parallelism) and TP x DP against the same
-// single-process runs.
-TEST_F(DataParallelRuns, TensorParallelTwoEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "2 ", "tp2", 8, "fp64", {"parallel.tensor=2"});
-}
-
-TEST_F(DataParallelRuns, TensorParallelFourEqualsSerialFp32) {
-  expect_matches_serial(kMpirun + "4 ", "tp4", 8, "fp32", {"parallel.tensor=4"});
-}
-
-TEST_F(DataParallelRuns, SequenceParallelTwoEqualsSerialFp32) {
-  expect_matches_serial(kEnvLaunch + "2 -- ", "sp2", 8, "fp32",
-                        {"parallel.tensor=2", "parallel.sequence_parallel=true"});
-}
-
-TEST_F(DataParallelRuns, SequenceParallelFourEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "4 ", "sp4", 8, "fp64",
-                        {"parallel.tensor=4", "parallel.sequence_parallel=true"});
-}
-
-TEST_F(DataParallelRuns, TensorTwoByDataTwoWithSelectiveRecomputeEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "4 ", "tp2dp2", 4, "fp64",
-                        {"parallel.tensor=2", "recompute=selective"});
-}
-
-// Pipeline parallelism with each schedule, and the full 3D layout.
-TEST_F(DataParallelRuns, PipelineTwo1F1BEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "2 ", "pp2", 2, "fp64", {"parallel.pipeline=2"});
-}
-
-TEST_F(DataParallelRuns, PipelineFour1F1BEqualsSerialFp32) {
-  expect_matches_serial(kEnvLaunch + "4 -- ", "pp4", 2, "fp32", {"parallel.pipeline=4"});
-}
-
-TEST_F(DataParallelRuns, PipelineTwoGPipeEqualsSerialFp64) {
-  expect_matches_serial(kEnvLaunch + "2 -- ", "gpipe2", 2, "fp64",
-                        {"parallel.pipeline=2", "parallel.schedule=gpipe"});
-}
-
-TEST_F(DataParallelRuns, PipelineFourGPipeEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "4 ", "gpipe4", 4, "fp64",
-                        {"parallel.pipeline=4", "parallel.schedule=gpipe"});
-}
-
-TEST_F(DataParallelRuns, PipelineTwoInterleavedEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "2 ", "vpp2", 2, "fp64",
-                        {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b",
-                         "parallel.virtual_stages=4"});
-}
-
-TEST_F(DataParallelRuns, PipelineFourInterleavedEqualsSerialFp32) {
-  expect_matches_serial(kMpirun + "4 ", "vpp4", 1, "fp32",
-                        {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b",
-                         "parallel.virtual_stages=2"});
-}
-
-// With full recomputation too: blocks re-run their forward (and its collectives) in backward.
-TEST_F(DataParallelRuns, ThreeDimensionalWithRecomputeEqualsSerialFp64) {
-  expect_matches_serial(kMpirun + "8 ", "3d", 2, "fp64",
-                        {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
-                         "recompute=full"});
-}
-
-// ZeRO: optimizer states sharded over DP (stage 1), gradients too (stage 2), with clipping at
-// work every step (gradient norms 1.6 to 5.6 against optimizer.clip_grad=1), and small buckets
-// so that parameters straddle bucket and shard boundaries.
-TEST_F(DataParallelRuns, ZeroOneTwoRanksEqualsSerialFp32) {
-  expect_matches_serial(kMpirun + "2 ", "zero1dp2", 4, "fp32", {"parallel.zero_stage=1"});
-}
-
-TEST_F(DataParallelRuns, ZeroOneFourRanksEqualsSerialFp64) {
-  expect_matches_serial(kEnvLaunch + "4 -- ", "zero1dp4", 2, "fp64",
-                        {"parallel.zero_stage=1", "parallel.bucket_mb=0.1"});
-}
-
-TEST_F(DataParallelRuns, ZeroTwoTwoRanksEqualsSerialFp64) {
-  expect_matches_serial(kEnvLaunch + "2 -- ", "zero2dp2", 4, "fp64", {"parallel.zero_stage=2"});
-}
-
-TEST_F(DataParallelRuns, ZeroTwoFourRanksEqualsSerialFp32) {
-  expect_matches_serial(kMpirun + "4 ", "zero2dp4", 2, "fp32",
-                        {"parallel.zero_stage=2", "parallel.bucket_mb=0.05"});
-}
-
-// ZeRO-2 in the full 3D layout: the tied embedding's and sequence-parallel gradients are
-// summed over their groups from sharded gradients.
-TEST_F(DataParallelRuns, ThreeDimensionalWithZeroTwoEqualsSerialFp32) {
-  expect_matches_serial(kMpirun + "8 ", "3dzero2", 2, "fp32",
-                        {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
-                         "parallel.zero_stage=2", "parallel.bucket_mb=0.05"});
-}
+INSTANTIATE_TEST_SUITE_P(
+    DataParallelRuns, EqualsSerial,
+    ::testing::Values(
+        // Data parallelism under both launchers.
+        ParallelRun{"MpiTwoRanksFp32", kMpirun + "2 ", 4, "fp32", {}},
+        ParallelRun{"MpiFourRanksFp64", kMpirun + "4 ", 2, "fp64", {}},
+        ParallelRun{"EnvLaunchTwoRanksFp64", kEnvLaunch + "2 -- ", 8, "fp64", {}},
+        ParallelRun{"EnvLaunchFourRanksFp32", kEnvLaunch + "4 -- ", 1, "fp32", {}},
+        // Tensor parallelism, with and without sequence parallelism, and TP x DP.
+        ParallelRun{"TensorParallelTwoFp64", kMpirun + "2 ", 8, "fp64", {"parallel.tensor=2"}},
+        ParallelRun{"TensorParallelFourFp32", kMpirun + "4 ", 8, "fp32", {"parallel.tensor=4"}},
+        ParallelRun{"SequenceParallelTwoFp32", kEnvLaunch + "2 -- ", 8, "fp32",
+                    {"parallel.tensor=2", "parallel.sequence_parallel=true"}},
+        ParallelRun{"SequenceParallelFourFp64", kMpirun + "4 ", 8, "fp64",
+                    {"parallel.tensor=4", "parallel.sequence_parallel=true"}},
+        ParallelRun{"TensorTwoByDataTwoWithSelectiveRecomputeFp64", kMpirun + "4 ", 4, "fp64",
+                    {"parallel.tensor=2", "recompute=selective"}},
+        // Pipeline parallelism with each schedule.
+        ParallelRun{"PipelineTwo1F1BFp64", kMpirun + "2 ", 2, "fp64", {"parallel.pipeline=2"}},
+        ParallelRun{"PipelineFour1F1BFp32", kEnvLaunch + "4 -- ", 2, "fp32", {"parallel.pipeline=4"}},
+        ParallelRun{"PipelineTwoGPipeFp64", kEnvLaunch + "2 -- ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=gpipe"}},
+        ParallelRun{"PipelineFourGPipeFp64", kMpirun + "4 ", 4, "fp64",
+                    {"parallel.pipeline=4", "parallel.schedule=gpipe"}},
+        ParallelRun{"PipelineTwoInterleavedFp64", kMpirun + "2 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=4"}},
+        ParallelRun{"PipelineFourInterleavedFp32", kMpirun + "4 ", 1, "fp32",
+                    {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"}},
+        // 3D with full recomputation: blocks re-run their forward (and its collectives) in backward.
+        ParallelRun{"ThreeDimensionalWithRecomputeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                     "recompute=full"}},
+        // ZeRO: optimizer states sharded over DP (stage 1), gradients too (stage 2), with clipping
+        // at work every step (gradient norms 1.6 to 5.6 against optimizer.clip_grad=1), and small
+        // buckets so that parameters straddle bucket and shard boundaries.
+        ParallelRun{"ZeroOneTwoRanksFp32", kMpirun + "2 ", 4, "fp32", {"parallel.zero_stage=1"}},
+        ParallelRun{"ZeroOneFourRanksFp64", kEnvLaunch + "4 -- ", 2, "fp64",
+                    {"parallel.zero_stage=1", "parallel.bucket_mb=0.1"}},
+        ParallelRun{"ZeroTwoTwoRanksFp64", kEnvLaunch + "2 -- ", 4, "fp64", {"parallel.zero_stage=2"}},
+        ParallelRun{"ZeroTwoFourRanksFp32", kMpirun + "4 ", 2, "fp32",
+                    {"parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
+        // ZeRO-2 in 3D: the tied embedding's and sequence-parallel gradients are summed over their
+        // groups from sharded gradients.
+        ParallelRun{"ThreeDimensionalWithZeroTwoFp32", kMpirun + "8 ", 2, "fp32",
+                    {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                     "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}}),
+    [](const ::testing::TestParamInfo<ParallelRun>& info) { return info.param.name; });
 
 // A pipelined, tensor-parallel run stopped after 3 steps and resumed to 6 equals the straight
 // run: every rank restores its own shards.

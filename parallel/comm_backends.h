@@ -28,12 +28,13 @@ inline bool is_16bit_float(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
 
-// An all-reduce in flight for backends without 16-bit reductions: it runs on `buffer()`, the
-// target itself or, for bf16/fp16, an fp32 copy that lives as long as the request. wait()
-// completes the transfer, averages for ReduceOp::avg and copies the result back.
-class WidenedAllReduce : public PendingCollective {
+// An all-reduce or reduce-scatter in flight for backends without 16-bit reductions: its result
+// lands in `buffer()`, the target itself or, for bf16/fp16, an fp32 copy that lives as long as
+// the request. wait() completes the transfer, averages for ReduceOp::avg and copies the result
+// back.
+class WidenedReduction : public PendingCollective {
  public:
-  WidenedAllReduce(const torch::Tensor& target, ReduceOp op, int size)
+  WidenedReduction(const torch::Tensor& target, ReduceOp op, int size)
       : target_(target), buffer_(is_16bit_float(target) ? target.to(torch::kFloat) : target),
         op_(op), size_(size) {}
   torch::Tensor& buffer() { return buffer_; }

@@ -34,9 +34,9 @@ void wait(const WorkPtr& work, const char* operation) {
 }
 
 template <typename WorkPtr>
-class GlooPendingAllReduce : public WidenedAllReduce {
+class GlooPendingAllReduce : public WidenedReduction {
  public:
-  using WidenedAllReduce::WidenedAllReduce;
+  using WidenedReduction::WidenedReduction;
   void start(WorkPtr work) { work_ = std::move(work); }
 
  private:

@@ -42,10 +42,6 @@ int count_of(const torch::Tensor& t, const char* operation) {
   return int(t.numel());
 }
 
-void finish_average(torch::Tensor& t, ReduceOp op, int size) {
-  if (op == ReduceOp::avg) t.div_(size);
-}
-
 // MPI is initialised once per process and finalised at exit.
 void ensure_initialized() {
   static std::once_flag once;
@@ -64,14 +60,25 @@ void ensure_initialized() {
   });
 }
 
-class MpiPendingAllReduce : public WidenedAllReduce {
+class MpiPendingAllReduce : public WidenedReduction {
  public:
-  using WidenedAllReduce::WidenedAllReduce;
+  using WidenedReduction::WidenedReduction;
   MPI_Request* request() { return &request_; }
 
  private:
   void wait_for_transfer() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait"); }
   MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+// The input (widened like the output for 16-bit floats) must live until the request completes.
+class MpiPendingReduceScatter : public MpiPendingAllReduce {
+ public:
+  MpiPendingReduceScatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op, int size)
+      : MpiPendingAllReduce(out, op, size), input_(is_16bit_float(in) ? in.to(torch::kFloat) : in) {}
+  const torch::Tensor& input() const { return input_; }
+
+ private:
+  torch::Tensor input_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -101,18 +108,19 @@ class MpiCommunicator : public Communicator {
   }
 
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    reduce_scatter_async(out, in, op)->wait();
+  }
+
+  std::unique_ptr<PendingCollective> reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in,
+                                                          ReduceOp op) override {
     require_chunks(in, out, size_, "reduce_scatter");
-    torch::Tensor wide_in = in, wide_out = out;
-    if (is_16bit_float(in)) {
-      wide_in = in.to(torch::kFloat);
-      wide_out = torch::empty(out.sizes(), out.options().dtype(torch::kFloat));
-    }
-    check(MPI_Reduce_scatter_block(wide_in.data_ptr(), wide_out.data_ptr(),
-                                   count_of(wide_out, "reduce_scatter"),
-                                   mpi_type(wide_out, "reduce_scatter"), mpi_op(op), comm_),
+    auto pending = std::make_unique<MpiPendingReduceScatter>(out, in, op, size_);
+    torch::Tensor& buffer = pending->buffer();
+    check(MPI_Ireduce_scatter_block(pending->input().data_ptr(), buffer.data_ptr(),
+                                    count_of(buffer, "reduce_scatter"), mpi_type(buffer, "reduce_scatter"),
+                                    mpi_op(op), comm_, pending->request()),
           "reduce_scatter");
-    finish_average(wide_out, op, size_);
-    if (!wide_out.is_same(out)) out.copy_(wide_out);
+    return pending;
   }
 
   void all_gather(torch::Tensor& out, const torch::Tensor& in) override {

@@ -12,6 +12,26 @@ namespace {
 int64_t bytes_of(const torch::Tensor& t) {
   return t.defined() ? t.numel() * int64_t(t.element_size()) : 0;
 }
+
+// Neighbouring segments of one bucket that touch and agree on key(parameter), merged.
+struct Run {
+  size_t bucket;
+  int64_t offset, length;  // in the rank's slice of the bucket
+  bool key;
+};
+template <typename Key>
+std::vector<Run> merge_runs(const std::vector<FlatLayout::Segment>& segments, Key key) {
+  std::vector<Run> runs;
+  for (const auto& s : segments) {
+    const bool k = key(s.param);
+    Run* last = runs.empty() ? nullptr : &runs.back();
+    if (last && last->bucket == s.bucket && last->key == k && last->offset + last->length == s.slice_offset)
+      last->length += s.numel;
+    else
+      runs.push_back({s.bucket, s.slice_offset, s.numel, k});
+  }
+  return runs;
+}
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& data_parallel,
@@ -24,7 +44,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
   grad_options.isolate = options.isolate;
   grads_ = std::make_unique<DataParallelGrads>(params_, group_, grad_options);
   const FlatLayout& layout = grads_->layout();
-  const int64_t rank = sharded() ? group_.rank() : 0;
+  rank_ = sharded() ? group_.rank() : 0;
 
   torch::NoGradGuard no_grad;
   param_buffer_ = torch::zeros({layout.total}, params_.front().options().requires_grad(false));
@@ -41,7 +61,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
   exp_avg_sq_ = torch::zeros({layout.shard_numel()}, main_options);
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     const int64_t start = layout.buckets[b].shard_start, length = layout.slice_numel(b);
-    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank), length);
+    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank_), length);
     AdamWSlice slice;
     slice.param = own;
     if (main_.defined()) {
@@ -53,15 +73,10 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
     slice.exp_avg_sq = exp_avg_sq_.narrow(0, start, length);
     slices_.push_back(std::move(slice));
   }
-  segments_ = layout.segments(rank);
-  for (const auto& s : segments_) {
-    const bool decay = params_[s.param].dim() >= 2;  // matrices and embeddings
-    auto& runs = slices_[s.bucket].runs;
-    if (!runs.empty() && runs.back().decay == decay && runs.back().offset + runs.back().length == s.slice_offset)
-      runs.back().length += s.numel;
-    else
-      runs.push_back({s.slice_offset, s.numel, decay});
-  }
+  segments_ = layout.segments(rank_);
+  // Matrices and embeddings decay; biases and LayerNorm parameters do not.
+  for (const Run& run : merge_runs(segments_, [&](size_t p) { return params_[p].dim() >= 2; }))
+    slices_[run.bucket].runs.push_back({run.offset, run.length, run.key});
 }
 
 std::vector<torch::Tensor> ZeroOptimizer::grad_pieces(const std::vector<bool>& which) const {
@@ -76,22 +91,11 @@ torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) c
   // gradients, and inf or nan anywhere makes the sum inf or nan (the loss scaler's signal).
   torch::NoGradGuard no_grad;
   auto total = torch::zeros({}, param_buffer_.options().dtype(torch::kDouble));
-  auto add = [&](size_t bucket, int64_t offset, int64_t length) {
-    auto norm = grads_->reduced(bucket).narrow(0, offset, length).norm().to(torch::kDouble);
+  for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(counted[p]); })) {
+    if (!run.key) continue;
+    auto norm = grads_->reduced(run.bucket).narrow(0, run.offset, run.length).norm().to(torch::kDouble);
     total += norm * norm;
-  };
-  size_t bucket = 0;
-  int64_t offset = 0, length = 0;
-  for (const auto& s : segments_) {
-    if (!counted[s.param]) continue;
-    if (length > 0 && s.bucket == bucket && offset + length == s.slice_offset) {
-      length += s.numel;
-      continue;
-    }
-    if (length > 0) add(bucket, offset, length);
-    bucket = s.bucket, offset = s.slice_offset, length = s.numel;
   }
-  if (length > 0) add(bucket, offset, length);
   return total;
 }
 
@@ -109,9 +113,8 @@ void ZeroOptimizer::step(double lr) {
 void ZeroOptimizer::publish() {
   torch::NoGradGuard no_grad;
   const FlatLayout& layout = grads_->layout();
-  const int64_t rank = sharded() ? group_.rank() : 0;
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank), layout.slice_numel(b));
+    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank_), layout.slice_numel(b));
     if (main_.defined()) own.copy_(slices_[b].param);
     if (!sharded()) continue;
     auto bucket = param_buffer_.narrow(0, layout.buckets[b].start, layout.buckets[b].numel);

@@ -69,6 +69,7 @@ class ZeroOptimizer {
   void publish();  // main parameters -> model parameters on every rank
 
   Communicator& group_;
+  int64_t rank_;  // whose slices this rank holds (0 when unsharded)
   OptimizerConfig config_;
   std::vector<torch::Tensor> params_;
   torch::Tensor param_buffer_;  // the model's parameters, flat

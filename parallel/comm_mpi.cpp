@@ -60,7 +60,7 @@ void ensure_initialized() {
   });
 }
 
-class MpiPendingAllReduce : public WidenedReduction {
+class MpiPendingReduction : public WidenedReduction {
  public:
   using WidenedReduction::WidenedReduction;
   MPI_Request* request() { return &request_; }
@@ -71,10 +71,10 @@ class MpiPendingAllReduce : public WidenedReduction {
 };
 
 // The input (widened like the output for 16-bit floats) must live until the request completes.
-class MpiPendingReduceScatter : public MpiPendingAllReduce {
+class MpiPendingReduceScatter : public MpiPendingReduction {
  public:
   MpiPendingReduceScatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op, int size)
-      : MpiPendingAllReduce(out, op, size), input_(is_16bit_float(in) ? in.to(torch::kFloat) : in) {}
+      : MpiPendingReduction(out, op, size), input_(is_16bit_float(in) ? in.to(torch::kFloat) : in) {}
   const torch::Tensor& input() const { return input_; }
 
  private:
@@ -99,7 +99,7 @@ class MpiCommunicator : public Communicator {
   void all_reduce(torch::Tensor& tensor, ReduceOp op) override { all_reduce_async(tensor, op)->wait(); }
 
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
-    auto pending = std::make_unique<MpiPendingAllReduce>(tensor, op, size_);
+    auto pending = std::make_unique<MpiPendingReduction>(tensor, op, size_);
     torch::Tensor& buffer = pending->buffer();
     check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), count_of(buffer, "all_reduce"),
                          mpi_type(buffer, "all_reduce"), mpi_op(op), comm_, pending->request()),

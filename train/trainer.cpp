@@ -288,7 +288,8 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
 }
 
 void Trainer::all_reduce_grads(const std::vector<bool>& which, Communicator& group) {
-  if (group.size() == 1 || std::none_of(which.begin(), which.end(), [](bool b) { return b; })) return;
+  if (group.size() == 1) return;
+  // Every member holds the same pieces (same layout), so all skip or all take part.
   std::vector<torch::Tensor> pieces = optimizer_->grad_pieces(which);
   if (pieces.empty()) return;
   auto flat = torch::cat(pieces);  // one all-reduce for all of them

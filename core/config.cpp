@@ -3,54 +3,16 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
-#include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
+#include "core/values.h"
 
 namespace trident {
 namespace {
-
-// ---- Text <-> value, strict: the whole text must be consumed. ----
-
-template <typename T>
-bool parse_value(const std::string& text, T& out);
-
-template <>
-bool parse_value(const std::string& text, int64_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-template <>
-bool parse_value(const std::string& text, uint64_t& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-template <>
-bool parse_value(const std::string& text, double& out) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size() && std::isfinite(out);
-}
-
-template <>
-bool parse_value(const std::string& text, bool& out) {
-  if (text == "true" || text == "True" || text == "yes" || text == "on") return out = true, true;
-  if (text == "false" || text == "False" || text == "no" || text == "off") return out = false, true;
-  return false;
-}
-
-template <>
-bool parse_value(const std::string& text, std::string& out) {
-  out = text;
-  return true;
-}
 
 std::string format_value(int64_t v) { return std::to_string(v); }
 std::string format_value(uint64_t v) { return std::to_string(v); }
@@ -69,44 +31,15 @@ std::string format_value(double v) {
   return std::string(buffer, end);
 }
 
-// ---- Rules: what a value must be, with the words used in the error. ----
-
-template <typename T>
-struct Rule {
-  std::string expected;  // "a positive integer"
-  std::function<bool(const T&)> accepts = [](const T&) { return true; };
-};
-
-Rule<int64_t> at_least(int64_t low) {
-  if (low == 1) return {"a positive integer", [](const int64_t& v) { return v >= 1; }};
-  return {str("an integer >= ", low), [low](const int64_t& v) { return v >= low; }};
-}
-Rule<int64_t> between(int64_t low, int64_t high) {
-  return {str("an integer from ", low, " to ", high),
-          [=](const int64_t& v) { return v >= low && v <= high; }};
-}
-Rule<double> positive_number() {
-  return {"a number > 0", [](const double& v) { return v > 0; }};
-}
-Rule<double> non_negative_number() {
-  return {"a number >= 0", [](const double& v) { return v >= 0; }};
-}
-Rule<double> fraction_below_one() {
-  return {"a number in [0, 1)", [](const double& v) { return v >= 0 && v < 1; }};
-}
-Rule<std::string> one_of(std::vector<std::string> allowed) {
-  return {"one of " + join(allowed, ", "), [allowed](const std::string& v) {
-            for (const auto& a : allowed)
-              if (a == v) return true;
-            return false;
-          }};
-}
-template <typename T>
-Rule<T> any(std::string expected) {
-  return {std::move(expected)};
-}
-
 // ---- The schema. ----
+
+// Upper bounds on the model's shape: far beyond any real model, and low enough that parameter
+// counts and FLOPs stay within int64 (65536 layers of hidden 2^20 and ffn 2^22 hold 9e17
+// parameters; the vocabulary, padded to a multiple of up to 2^40, adds at most 2^60).
+constexpr int64_t kMaxLayers = int64_t(1) << 16;
+constexpr int64_t kMaxWidth = int64_t(1) << 20;
+constexpr int64_t kMaxSequence = int64_t(1) << 24;
+constexpr int64_t kMaxVocabulary = (int64_t(1) << 31) - 1;  // int32 token ids
 
 struct Field {
   std::string key;
@@ -121,8 +54,8 @@ Field field(std::string key, Member member, Rule<T> rule) {
   f.key = key;
   f.set = [key, member, rule](Config& config, const std::string& text) {
     T value{};
-    if (!parse_value(text, value) || !rule.accepts(value))
-      fail("config key '", key, "': expected ", rule.expected, ", got '", text, "'");
+    const std::string problem = check_value(text, rule, value);
+    if (!problem.empty()) fail("config key '", key, "': ", problem);
     member(config) = value;
   };
   f.get = [member](const Config& config) { return format_value(member(config)); };
@@ -133,21 +66,21 @@ Field field(std::string key, Member member, Rule<T> rule) {
 
 const std::vector<Field>& schema() {
   static const std::vector<Field> fields = {
-      field("model.num_layers", TRIDENT_MEMBER(model.num_layers), at_least(1)),
-      field("model.hidden_size", TRIDENT_MEMBER(model.hidden_size), at_least(1)),
-      field("model.num_attention_heads", TRIDENT_MEMBER(model.num_attention_heads), at_least(1)),
-      field("model.ffn_hidden_size", TRIDENT_MEMBER(model.ffn_hidden_size), at_least(0)),
-      field("model.seq_length", TRIDENT_MEMBER(model.seq_length), at_least(1)),
-      field("model.vocab_size", TRIDENT_MEMBER(model.vocab_size), at_least(2)),
+      field("model.num_layers", TRIDENT_MEMBER(model.num_layers), between(1, kMaxLayers)),
+      field("model.hidden_size", TRIDENT_MEMBER(model.hidden_size), between(1, kMaxWidth)),
+      field("model.num_attention_heads", TRIDENT_MEMBER(model.num_attention_heads), between(1, kMaxWidth)),
+      field("model.ffn_hidden_size", TRIDENT_MEMBER(model.ffn_hidden_size), between(0, 4 * kMaxWidth)),
+      field("model.seq_length", TRIDENT_MEMBER(model.seq_length), between(1, kMaxSequence)),
+      field("model.vocab_size", TRIDENT_MEMBER(model.vocab_size), between(2, kMaxVocabulary)),
       field("model.make_vocab_size_divisible_by",
-            TRIDENT_MEMBER(model.make_vocab_size_divisible_by), at_least(1)),
+            TRIDENT_MEMBER(model.make_vocab_size_divisible_by), between(1, kMaxWidth)),
       field("model.hidden_dropout", TRIDENT_MEMBER(model.hidden_dropout), fraction_below_one()),
       field("model.attention_dropout", TRIDENT_MEMBER(model.attention_dropout),
             fraction_below_one()),
       field("model.init_method_std", TRIDENT_MEMBER(model.init_method_std), positive_number()),
       field("model.layernorm_epsilon", TRIDENT_MEMBER(model.layernorm_epsilon), positive_number()),
 
-      field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), at_least(1)),
+      field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), between(1, kMaxWidth)),
       field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
       field("parallel.data", TRIDENT_MEMBER(parallel.data),
             Rule<int64_t>{"a positive integer or 0 (auto)",
@@ -217,12 +150,17 @@ const Field& find_field(const std::string& key) {
   fail("unknown config key '", key, "'; valid keys: ", join(Config::keys(), ", "));
 }
 
-// Flattens {section: {key: scalar}} and top-level scalars into "section.key" -> text.
+// Flattens {section: {key: scalar}} and top-level scalars into "section.key" -> text. A key
+// given twice in one mapping is an error (YAML forbids it; yaml-cpp would keep both).
 void flatten(const YAML::Node& node, const std::string& prefix,
              std::vector<std::pair<std::string, std::string>>& out) {
+  std::map<std::string, int> first_line;
   for (const auto& item : node) {
-    std::string key = prefix.empty() ? item.first.as<std::string>()
-                                     : prefix + "." + item.first.as<std::string>();
+    const std::string name = item.first.as<std::string>();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const int line = item.first.Mark().line + 1;
+    if (auto [at, fresh] = first_line.emplace(name, line); !fresh)
+      fail("config key '", key, "' appears twice (lines ", at->second, " and ", line, ")");
     const YAML::Node& value = item.second;
     if (value.IsMap() && prefix.empty()) {
       flatten(value, key, out);
@@ -266,14 +204,12 @@ Config Config::parse(const std::string& yaml_text, const std::vector<std::string
   if (!root.IsNull() && !root.IsMap()) fail(source, ": expected a mapping of config sections");
 
   Config config;
-  std::vector<std::pair<std::string, std::string>> entries;
-  if (root.IsMap()) flatten(root, "", entries);
-  for (const auto& [key, value] : entries) {
-    try {
-      config.set(key, value);
-    } catch (const Error& e) {
-      fail(source, ": ", e.what());
-    }
+  try {
+    std::vector<std::pair<std::string, std::string>> entries;
+    if (root.IsMap()) flatten(root, "", entries);
+    for (const auto& [key, value] : entries) config.set(key, value);
+  } catch (const Error& e) {
+    fail(source, ": ", e.what());
   }
   for (const auto& item : overrides) {
     auto eq = item.find('=');
@@ -286,10 +222,7 @@ Config Config::parse(const std::string& yaml_text, const std::vector<std::string
 }
 
 Config Config::load(const std::string& yaml_path, const std::vector<std::string>& overrides) {
-  std::ifstream in(yaml_path);
-  if (!in) fail("config file '", yaml_path, "' cannot be read");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(text, overrides, yaml_path);
+  return parse(read_text_file(yaml_path, "config file"), overrides, yaml_path);
 }
 
 void Config::validate() const {

@@ -11,4 +11,8 @@ namespace trident {
 // directory. Throws Error naming the path that could not be removed.
 void remove_tree(const std::string& path);
 
+// The whole content of a file. Throws Error "<what> '<path>' cannot be read: <cause>" (a
+// directory, a missing file, no permission, an I/O error).
+std::string read_text_file(const std::string& path, const std::string& what);
+
 }  // namespace trident

@@ -92,6 +92,11 @@ LaunchInfo detect_launch(const EnvLookup& env) {
   if (set("RANK") || set("WORLD_SIZE")) return from_torchrun(env);
   if (set(kOpenMpi.size) || set(kOpenMpi.rank)) return from_launcher(env, kOpenMpi);
   if (set(kSlurm.rank) && set(kSlurm.size)) return from_launcher(env, kSlurm);
+  // Outside srun, a SLURM allocation's shell sets SLURM_NTASKS but no SLURM_PROCID.
+  if (set(kSlurm.rank) || set(kSlurm.size))
+    fail("launch environment: SLURM variables are incomplete; ", set(kSlurm.rank) ? kSlurm.size : kSlurm.rank,
+         " is not set (start the job with srun, or unset ", set(kSlurm.rank) ? kSlurm.rank : kSlurm.size,
+         " to run a single process)");
   return LaunchInfo{};
 }
 

@@ -35,7 +35,7 @@ TEST(Config, UnknownKeySuggestsClosest) {
 
 TEST(Config, WrongTypesNameTheKeyAndExpectation) {
   auto message = error_of([] { Config::parse(kSynthetic, {"model.hidden_size=big"}); });
-  EXPECT_NE(message.find("'model.hidden_size': expected a positive integer, got 'big'"),
+  EXPECT_NE(message.find("'model.hidden_size': expected an integer from 1 to 1048576, got 'big'"),
             std::string::npos) << message;
   message = error_of([] { Config::parse(kSynthetic, {"precision=fp8"}); });
   EXPECT_NE(message.find("expected one of fp32, fp64, bf16, fp16"), std::string::npos) << message;
@@ -72,6 +72,31 @@ TEST(Config, FileErrorsNameTheFile) {
   EXPECT_NE(message.find("bad.yaml: not valid YAML"), std::string::npos) << message;
   message = error_of([] { Config::parse("model:\n  layers: 2\n", {}, "typo.yaml"); });
   EXPECT_EQ(message.rfind("typo.yaml: unknown config key 'model.layers'", 0), 0u) << message;
+}
+
+TEST(Config, DuplicateKeysAreErrors) {
+  auto message = error_of([] {
+    Config::parse(std::string(kSynthetic) + "model:\n  hidden_size: 64\n  hidden_size: 32\n", {}, "dup.yaml");
+  });
+  EXPECT_EQ(message, "dup.yaml: config key 'model.hidden_size' appears twice (lines 4 and 5)");
+  message = error_of([] { Config::parse(std::string(kSynthetic) + "train:\n  iters: 2\ntrain:\n  seed: 1\n"); });
+  EXPECT_NE(message.find("config key 'train' appears twice (lines 3 and 5)"), std::string::npos) << message;
+}
+
+TEST(Config, AConfigPathThatIsNoFileIsNamed) {
+  const auto dir = trident::testing::scratch_dir();
+  auto message = error_of([&] { Config::load(dir.string()); });
+  EXPECT_EQ(message, "config file '" + dir.string() + "' cannot be read: Is a directory");
+}
+
+// Shapes far beyond any model are refused by key, before a parameter count could overflow.
+TEST(Config, AbsurdModelSizesAreRefusedByKey) {
+  auto message = error_of([] { Config::parse(kSynthetic, {"model.hidden_size=1000000000000"}); });
+  EXPECT_NE(message.find("'model.hidden_size': expected an integer from 1 to 1048576"), std::string::npos)
+      << message;
+  message = error_of([] { Config::parse(kSynthetic, {"model.num_layers=100000000"}); });
+  EXPECT_NE(message.find("'model.num_layers': expected an integer from 1 to 65536"), std::string::npos)
+      << message;
 }
 
 TEST(Config, YamlRoundTripKeepsEveryKey) {

@@ -86,6 +86,17 @@ TEST(IndexedDataset, MalformedFilesGetClearErrors) {
   message = error_of([&] { IndexedDataset dataset(prefix); });
   EXPECT_NE(message.find("is truncated"), std::string::npos) << message;
 
+  // A header claiming 2^62 sequences is refused before anything is allocated for them.
+  write_documents(prefix, {"abc"});
+  {
+    std::fstream idx(prefix + ".idx", std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t huge = uint64_t(1) << 62;
+    idx.seekp(18);
+    idx.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+  }
+  message = error_of([&] { IndexedDataset dataset(prefix); });
+  EXPECT_NE(message.find("is truncated: it claims 4611686018427387904 sequences"), std::string::npos) << message;
+
   std::ofstream(prefix + ".idx", std::ios::trunc) << "not an index at all, really not";
   message = error_of([&] { IndexedDataset dataset(prefix); });
   EXPECT_NE(message.find("no MMIDIDX header"), std::string::npos) << message;

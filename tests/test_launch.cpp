@@ -72,6 +72,11 @@ TEST(Launch, PartialOrInconsistentVariablesAreErrors) {
     detect_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}}));
   });
   EXPECT_NE(message.find("MASTER_PORT=99999 is not a port"), std::string::npos) << message;
+  message = error_of([] { detect_launch(env({{"SLURM_NTASKS", "4"}})); });
+  EXPECT_NE(message.find("SLURM variables are incomplete; SLURM_PROCID is not set"), std::string::npos)
+      << message;
+  message = error_of([] { detect_launch(env({{"SLURM_PROCID", "1"}})); });
+  EXPECT_NE(message.find("SLURM_NTASKS is not set"), std::string::npos) << message;
 }
 
 TEST(Layout, MicroBatchesAreTheAccumulationSteps) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/timer.h"
@@ -29,44 +30,36 @@ struct Options {
   std::vector<std::string> ops = {"all_reduce", "reduce_scatter", "all_gather"};
   std::vector<std::string> dtypes = {"float"};
   int64_t min_bytes = 32 << 10, max_bytes = 16 << 20;
-  int iters = 20, warmup = 5;
+  int64_t iters = 20, warmup = 5;
+  std::string device = "cpu";
   CommOptions comm;
 };
 
-int64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
-  const double value = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  const double scale = unit.empty() ? 1 : unit == "K" ? 1 << 10 : unit == "M" ? 1 << 20 : unit == "G" ? 1 << 30 : 0;
-  if (scale == 0 || value <= 0) fail("bad byte count '", text, "' (e.g. 32K, 16M, 1G)");
-  return int64_t(value * scale);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i + 1 >= argc) fail("option ", arg, " needs a value");
-    const std::string value = argv[++i];
-    if (arg == "--op") o.ops = trident::split(value, ',');
-    else if (arg == "--dtype") o.dtypes = trident::split(value, ',');
-    else if (arg == "--min-bytes") o.min_bytes = parse_bytes(value);
-    else if (arg == "--max-bytes") o.max_bytes = parse_bytes(value);
-    else if (arg == "--iters") o.iters = std::stoi(value);
-    else if (arg == "--warmup") o.warmup = std::stoi(value);
-    else if (arg == "--backend") o.comm.backend = value;
-    else if (arg == "--device") o.comm.device = value == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-    else fail("unknown option ", arg);
-  }
-  return o;
+CLI::App& describe(CLI::App& app, Options& o) {
+  app.description("Bandwidth of all-reduce, reduce-scatter and all-gather over every rank of the "
+                  "job, with nccl-tests' algbw and busbw.");
+  app.add_option("--op", o.ops, "collectives, comma-separated")
+      ->delimiter(',')->check(checked(one_of({"all_reduce", "reduce_scatter", "all_gather"})));
+  app.add_option("--dtype", o.dtypes, "element types, comma-separated")
+      ->delimiter(',')->check(checked(one_of({"float", "double", "bfloat16", "half"})));
+  app.add_option("--min-bytes", o.min_bytes, "smallest buffer, e.g. 32K")
+      ->transform(CLI::AsSizeValue(false))->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--max-bytes", o.max_bytes, "largest buffer (sizes double), e.g. 16M")
+      ->transform(CLI::AsSizeValue(false))->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--iters", o.iters, "timed calls per size")->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed calls first")->check(checked(at_least(0)))->capture_default_str();
+  app.add_option("--backend", o.comm.backend, "communicator")
+      ->check(checked(one_of({"auto", "mpi", "gloo", "nccl"})))->capture_default_str();
+  app.add_option("--device", o.device, "where the buffers live")
+      ->check(checked(one_of({"cpu", "cuda"})))->capture_default_str();
+  return app;
 }
 
 torch::Dtype dtype_of(const std::string& name) {
   if (name == "float") return torch::kFloat;
   if (name == "double") return torch::kDouble;
   if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "half") return torch::kHalf;
-  fail("unknown dtype '", name, "' (float, double, bfloat16, half)");
+  return torch::kHalf;  // "half": the command line admits no other name
 }
 
 struct Measurement {
@@ -86,8 +79,7 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   auto call = [&] {
     if (op == "all_reduce") comm.all_reduce(whole, ReduceOp::sum);
     else if (op == "reduce_scatter") comm.reduce_scatter(part, whole, ReduceOp::sum);
-    else if (op == "all_gather") comm.all_gather(whole, part);
-    else fail("unknown op '", op, "' (all_reduce, reduce_scatter, all_gather)");
+    else comm.all_gather(whole, part);
   };
   auto synchronize = [&] {
     if (o.comm.device.is_cuda()) torch::cuda::synchronize();
@@ -99,11 +91,11 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   bool correct = op == "all_reduce"       ? whole.eq(sum).all().item<bool>()
                  : op == "reduce_scatter" ? part.eq(sum).all().item<bool>()
                                           : whole.view({n, chunk}).select(1, 0).eq(torch::arange(1, n + 1, options)).all().item<bool>();
-  for (int i = 0; i < o.warmup; ++i) call();
+  for (int64_t i = 0; i < o.warmup; ++i) call();
   synchronize();
   comm.barrier();
   Stopwatch stopwatch;
-  for (int i = 0; i < o.iters; ++i) call();
+  for (int64_t i = 0; i < o.iters; ++i) call();
   synchronize();
   auto seconds = torch::full({1}, stopwatch.elapsed_ms() / 1e3 / o.iters, torch::kDouble);
   auto ok = torch::full({1}, correct ? 0.0 : 1.0, torch::kDouble);
@@ -119,16 +111,23 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = 0;
+  LaunchInfo launch;
   try {
-    const Options o = parse(argc, argv);
-    const LaunchInfo launch = detect_launch();
-    rank = int(launch.rank);
+    launch = detect_launch();
+    Options o;
+    CLI::App app{"", "allreduce_bench"};
+    if (!parse_command_line(describe(app, o), argc, argv)) {
+      if (launch.rank == 0) std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    if (o.device == "cuda") o.comm.device = torch::kCUDA;
+    const int rank = int(launch.rank);
     auto comm = make_world_communicator(launch, o.comm);
     const int n = comm->size();
     if (rank == 0)
-      std::printf("# allreduce_bench: %d ranks, backend %s, device %s, %d iterations after %d warm-up\n",
-                  n, comm->backend().c_str(), o.comm.device.str().c_str(), o.iters, o.warmup);
+      std::printf("# allreduce_bench: %d ranks, backend %s, device %s, %lld iterations after %lld warm-up\n",
+                  n, comm->backend().c_str(), o.comm.device.str().c_str(),
+                  static_cast<long long>(o.iters), static_cast<long long>(o.warmup));
     double bus_sum = 0;
     int rows = 0, wrong = 0;
     for (const auto& op : o.ops) {
@@ -160,7 +159,8 @@ int main(int argc, char** argv) {
     comm.reset();
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());
+    if (launch.world_size == 1) std::fprintf(stderr, "error: %s\n", e.what());
+    else std::fprintf(stderr, "error (rank %lld): %s\n", static_cast<long long>(launch.rank), e.what());
     return 2;
   }
 }

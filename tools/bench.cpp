@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "train/device.h"
@@ -36,9 +37,23 @@ namespace {
 struct Options {
   torch::Device device = torch::cuda::is_available() ? torch::kCUDA : torch::kCPU;
   std::vector<std::string> dtypes = {"fp32", "tf32", "fp16", "bf16"};
-  int iters = 20, warmup = 5;
+  int64_t iters = 20, warmup = 5;
   bool quick = false;
 };
+
+CLI::App& describe(CLI::App& app, Options& o, std::string& device) {
+  app.description("TFLOP/s of matrix multiplies and transformer layers (BERT-large, GPT-2 XL, "
+                  "T5-large) on one device, as a table.");
+  app.add_option("--device", device, "cpu or cuda (default: cuda when a GPU is visible)")
+      ->check(checked(one_of({"cpu", "cuda"})));
+  app.add_option("--dtype", o.dtypes, "columns, comma-separated: fp32, tf32, fp16, bf16")
+      ->delimiter(',')->check(checked(one_of({"fp32", "tf32", "fp16", "bf16"})));
+  app.add_option("--iters", o.iters, "timed runs (the median is reported)")
+      ->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed runs first")->check(checked(at_least(0)))->capture_default_str();
+  app.add_flag("--quick", o.quick, "toy sizes: a smoke test on a CPU");
+  return app;
+}
 
 // One transformer layer's shape and flavour.
 struct LayerShape {
@@ -142,9 +157,9 @@ class Layer {
 
 // Median milliseconds of `run` over o.iters runs after o.warmup.
 double median_ms(const Options& o, const std::function<void()>& run) {
-  for (int i = 0; i < o.warmup; ++i) run();
+  for (int64_t i = 0; i < o.warmup; ++i) run();
   std::vector<double> times;
-  for (int i = 0; i < o.iters; ++i) {
+  for (int64_t i = 0; i < o.iters; ++i) {
     IntervalTimer timer(o.device);
     timer.start();
     run();
@@ -158,8 +173,7 @@ double median_ms(const Options& o, const std::function<void()>& run) {
 torch::Dtype storage_type(const std::string& dtype) {
   if (dtype == "fp16") return torch::kHalf;
   if (dtype == "bf16") return torch::kBFloat16;
-  if (dtype == "fp32" || dtype == "tf32") return torch::kFloat;
-  fail("--dtype takes fp32, tf32, fp16 and bf16, got '", dtype, "'");
+  return torch::kFloat;  // fp32 and tf32 (the command line admits no other name)
 }
 
 // TFLOP/s of every (row, column) that this device and LibTorch can run; absent ones are n/a.
@@ -215,8 +229,8 @@ void print_table(const Options& o, const Table& table, const std::vector<std::st
   std::vector<std::string> columns;
   for (const auto& dtype : o.dtypes)
     for (const char* pass : {" fwd", " fwd+bwd"}) columns.push_back(dtype + pass);
-  std::printf("TFLOP/s on %s, LibTorch %s, median of %d runs\n", o.device.str().c_str(),
-              TORCH_VERSION, o.iters);
+  std::printf("TFLOP/s on %s, LibTorch %s, median of %lld runs\n", o.device.str().c_str(),
+              TORCH_VERSION, static_cast<long long>(o.iters));
   std::printf("| %-46s |", "benchmark");
   for (const auto& c : columns) std::printf(" %12s |", c.c_str());
   std::printf("\n|%s|", std::string(48, '-').c_str());
@@ -240,28 +254,20 @@ void print_table(const Options& o, const Table& table, const std::vector<std::st
 int main(int argc, char** argv) {
   try {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--quick") {
-        o.quick = true;
-        continue;
-      }
-      if (i + 1 >= argc) fail("option ", arg, " needs a value");
-      const std::string value = argv[++i];
-      if (arg == "--device") o.device = torch::Device(value);
-      else if (arg == "--dtype") o.dtypes = split(value, ',');
-      else if (arg == "--iters") o.iters = std::max(1, std::stoi(value));
-      else if (arg == "--warmup") o.warmup = std::max(0, std::stoi(value));
-      else fail("unknown option ", arg, " (--device, --dtype, --iters, --warmup, --quick)");
+    std::string device;
+    CLI::App app{"", "bench"};
+    if (!parse_command_line(describe(app, o, device), argc, argv)) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
     }
-    for (const auto& dtype : o.dtypes) storage_type(dtype);
+    if (!device.empty()) o.device = torch::Device(device);
     if (o.device.is_cuda() && !torch::cuda::is_available()) fail("--device cuda: no GPU visible");
     Table table;
     std::vector<std::string> rows;
     run_benchmarks(o, table, rows);
     print_table(o, table, rows);
   } catch (const Error& e) {
-    std::fprintf(stderr, "bench: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
   return 0;

@@ -11,72 +11,98 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/plan.h"
+#include "core/text.h"
 
 using namespace trident;
 
+namespace {
+
+struct Options {
+  std::string config_path, size, json_path;
+  std::vector<std::string> overrides;
+  Hardware hardware;
+  int64_t gpus = 0;  // 0: the scaling-table row's own count (with --size)
+  int64_t rows = 10;
+};
+
+std::vector<std::string> row_names() {
+  std::vector<std::string> names;
+  for (const auto& row : megatron_scaling_table()) names.push_back(row.name);
+  return names;
+}
+
+CLI::App& describe(CLI::App& app, Options& o) {
+  app.description("Memory and iteration time of every TP x PP x DP layout of a model on a cluster, "
+                  "ranked, with the rule of thumb's choice.");
+  auto* config = app.add_option("--config", o.config_path, "YAML config of the model (needs --gpus)");
+  auto* size = app.add_option("--size", o.size, "a row of Megatron's scaling table (" +
+                                                    join(row_names(), ", ") + "), with its GPU count")
+                   ->check(checked(one_of(row_names())));
+  config->excludes(size);
+  app.add_option("--gpus", o.gpus, "GPUs in the cluster")->check(checked(at_least(1)));
+  app.add_option("--gpus-per-node", o.hardware.gpus_per_node, "GPUs per node")
+      ->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--memory-gib", o.hardware.memory_gib, "memory per GPU, GiB")
+      ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--peak-tflops", o.hardware.peak_tflops, "dense peak per GPU, TFLOP/s")
+      ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--efficiency", o.hardware.efficiency, "share of the peak reached by compute")
+      ->check(checked(fraction_up_to_one()))->capture_default_str();
+  app.add_option("--intra-node-gbs", o.hardware.intra_node_gbs, "link bandwidth within a node, GB/s")
+      ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--inter-node-gbs", o.hardware.inter_node_gbs, "link bandwidth between nodes, GB/s")
+      ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--rows", o.rows, "layouts to print")->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--json", o.json_path, "also write every layout to this file");
+  app.add_option("overrides", o.overrides, "section.key=value config overrides");
+  return app;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
-    std::string config_path, size, json_path;
-    std::vector<std::string> overrides;
-    Hardware hardware;
-    int64_t gpus = 0;
-    size_t rows = 10;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg.rfind("--", 0) != 0) {
-        overrides.push_back(arg);
-        continue;
-      }
-      if (i + 1 >= argc) fail("option ", arg, " needs a value");
-      const std::string value = argv[++i];
-      if (arg == "--config") config_path = value;
-      else if (arg == "--size") size = value;
-      else if (arg == "--gpus") gpus = std::stoll(value);
-      else if (arg == "--gpus-per-node") hardware.gpus_per_node = std::stoll(value);
-      else if (arg == "--memory-gib") hardware.memory_gib = std::stod(value);
-      else if (arg == "--peak-tflops") hardware.peak_tflops = std::stod(value);
-      else if (arg == "--efficiency") hardware.efficiency = std::stod(value);
-      else if (arg == "--intra-node-gbs") hardware.intra_node_gbs = std::stod(value);
-      else if (arg == "--inter-node-gbs") hardware.inter_node_gbs = std::stod(value);
-      else if (arg == "--rows") rows = size_t(std::stoll(value));
-      else if (arg == "--json") json_path = value;
-      else fail("unknown option ", arg);
+    Options o;
+    CLI::App app{"", "plan"};
+    if (!parse_command_line(describe(app, o), argc, argv)) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
     }
+    Hardware& hardware = o.hardware;
     Config config;
-    if (!size.empty()) {
-      const ScalingRow* found = nullptr;
-      for (const auto& row : megatron_scaling_table())
-        if (size == row.name) found = &row;
-      if (!found) fail("--size ", size, " is not a row of the scaling table (1.7b ... 1t)");
-      config = scaling_row_config(*found);
-      for (const auto& o : overrides) {
-        auto eq = o.find('=');
-        if (eq == std::string::npos) fail("override '", o, "': expected section.key=value");
-        config.set(o.substr(0, eq), o.substr(eq + 1));
+    const ScalingRow* row = nullptr;
+    for (const auto& r : megatron_scaling_table())
+      if (o.size == r.name) row = &r;
+    if (row) {
+      config = scaling_row_config(*row);
+      for (const auto& item : o.overrides) {
+        auto eq = item.find('=');
+        if (eq == std::string::npos) fail("override '", item, "': expected section.key=value");
+        config.set(item.substr(0, eq), item.substr(eq + 1));
       }
       config.validate();
-      hardware.gpus = gpus > 0 ? gpus : found->gpus;
+      hardware.gpus = o.gpus > 0 ? o.gpus : row->gpus;
       std::printf("# Megatron table row %s: TP %lld x PP %lld on %lld GPUs, %g TFLOPS/GPU measured\n",
-                  found->name, (long long)found->tensor, (long long)found->pipeline,
-                  (long long)found->gpus, found->tflops_per_gpu);
-    } else if (!config_path.empty()) {
-      config = Config::load(config_path, overrides);
-      if (gpus <= 0) fail("--gpus N is needed with --config");
-      hardware.gpus = gpus;
+                  row->name, (long long)row->tensor, (long long)row->pipeline,
+                  (long long)row->gpus, row->tflops_per_gpu);
+    } else if (!o.config_path.empty()) {
+      config = Config::load(o.config_path, o.overrides);
+      if (o.gpus == 0) fail("--gpus N is needed with --config");
+      hardware.gpus = o.gpus;
     } else {
-      fail("usage: plan (--config FILE | --size 1.7b) [--gpus N] [options] [key=value ...]");
+      fail("give --config FILE or --size ROW (see plan --help)");
     }
     const Plan plan = make_plan(config, hardware);
-    std::fputs(plan_table(plan, rows).c_str(), stdout);
-    for (const auto& row : megatron_scaling_table())
-      if (size == row.name) std::printf("# %s\n", compare_with_row(plan, row, config).c_str());
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
+    std::fputs(plan_table(plan, size_t(o.rows)).c_str(), stdout);
+    if (row) std::printf("# %s\n", compare_with_row(plan, *row, config).c_str());
+    if (!o.json_path.empty()) {
+      std::ofstream out(o.json_path);
       out << plan_json(plan);
-      if (!out) fail("cannot write '", json_path, "'");
+      if (!out.flush()) fail("cannot write '", o.json_path, "'");
     }
     return plan.recommended ? 0 : 1;
   } catch (const std::exception& e) {

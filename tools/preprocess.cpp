@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "train/indexed_dataset.h"
 
 namespace fs = std::filesystem;
 using trident::fail;
+using trident::parse_command_line;
 
 namespace {
 
@@ -33,19 +36,15 @@ struct Options {
   bool quiet = false;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--output" && i + 1 < argc) o.output = argv[++i];
-    else if (arg == "--extensions" && i + 1 < argc) o.extensions = trident::split(argv[++i], ',');
-    else if (arg == "--quiet") o.quiet = true;
-    else if (!arg.empty() && arg[0] == '-') fail("unknown option '", arg, "'");
-    else o.inputs.push_back(arg);
-  }
-  if (o.output.empty() || o.inputs.empty())
-    fail("usage: preprocess --output PREFIX [--extensions .md,.txt] [--quiet] PATH...");
-  return o;
+CLI::App& describe(CLI::App& app, Options& o) {
+  app.description("Text files -> Megatron indexed dataset (PREFIX.bin/.idx) of byte-level tokens, one "
+                  "document per file; prints the unigram entropy a model must beat.");
+  app.add_option("--output", o.output, "dataset prefix: writes PREFIX.bin and PREFIX.idx")->required();
+  app.add_option("--extensions", o.extensions, "only files with these extensions, e.g. .md,.txt")
+      ->delimiter(',');
+  app.add_flag("--quiet", o.quiet, "no progress bar");
+  app.add_option("inputs", o.inputs, "files and directories (walked in sorted order)")->required();
+  return app;
 }
 
 bool wanted(const fs::path& path, const Options& o) {
@@ -102,7 +101,12 @@ class Progress {
 
 int main(int argc, char** argv) {
   try {
-    const Options options = parse(argc, argv);
+    Options options;
+    CLI::App app{"", "preprocess"};
+    if (!parse_command_line(describe(app, options), argc, argv)) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
     const std::vector<fs::path> files = collect_files(options);
     if (files.empty()) fail("no input files found in ", trident::join(options.inputs, " "));
     if (fs::path(options.output).has_parent_path())
@@ -129,6 +133,12 @@ int main(int argc, char** argv) {
         ++documents;
       }
       progress.update(i + 1, bytes);
+    }
+    if (documents == 0) {
+      // An empty dataset would only fail later, in train; leave no .bin/.idx pair behind.
+      trident::remove_tree(options.output + ".bin");
+      trident::remove_tree(options.output + ".idx");
+      fail("no documents: all ", files.size(), " input files are empty or binary (hold a NUL byte)");
     }
     writer.finish();
     std::printf("wrote %s.bin/.idx: %zu documents, %lld tokens (%zu files skipped: empty or binary)\n"

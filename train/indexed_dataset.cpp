@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -136,6 +137,12 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : bin_path_(prefix + "
   read_exact(in, &documents, 1, idx_path);
   if (documents < 1 || documents > sequences + 1)
     fail("'", idx_path, "' has ", documents, " document indices for ", sequences, " sequences");
+  // The arrays follow: int32 lengths and int64 pointers per sequence, int64 per document index.
+  // Checked against the file's size before anything is allocated for them.
+  const uint64_t arrays = uint64_t(std::filesystem::file_size(idx_path)) - uint64_t(in.tellg());
+  if (sequences > arrays / 12 || documents > (arrays - 12 * sequences) / 8)
+    fail("indexed dataset index '", idx_path, "' is truncated: it claims ", sequences,
+         " sequences and ", documents, " document indices, but its arrays hold only ", arrays, " bytes");
   lengths_.resize(sequences);
   std::vector<int64_t> pointers(sequences);
   document_starts_.resize(documents);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/command_line.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/flops.h"
@@ -15,39 +16,21 @@
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: train --config FILE [section.key=value ...] [--dry-run]\n"
-    "  --config FILE   YAML config (see configs/)\n"
-    "  key=value       override one config key, e.g. train.iters=20 model.hidden_size=256\n"
-    "  --dry-run       check the config and launch, print the layout and FLOPs, train nothing\n";
-
 struct Arguments {
   std::string config;
   std::vector<std::string> overrides;
   bool dry_run = false;
 };
 
-Arguments parse_arguments(int argc, char** argv) {
-  Arguments args;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--config" && i + 1 < argc) {
-      args.config = argv[++i];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      args.config = arg.substr(9);
-    } else if (arg == "--dry-run") {
-      args.dry_run = true;
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg.find('=') != std::string::npos && arg.rfind("-", 0) != 0) {
-      args.overrides.push_back(arg);
-    } else {
-      trident::fail("unknown argument '", arg, "'\n", kUsage);
-    }
-  }
-  if (args.config.empty()) trident::fail("missing --config FILE\n", kUsage);
-  return args;
+CLI::App& describe(CLI::App& app, Arguments& args) {
+  app.description("Trains a GPT as the config says: one process, or every rank of a job started by "
+                  "mpirun, torchrun-style variables (env://) or SLURM.");
+  app.add_option("--config", args.config, "YAML config (see configs/)")->required();
+  app.add_flag("--dry-run", args.dry_run,
+               "check the config and launch, print the layout and FLOPs, train nothing");
+  app.add_option("overrides", args.overrides,
+                 "section.key=value config overrides, applied in order, e.g. train.iters=20");
+  return app;
 }
 
 // The layout, memory and FLOPs of this config at this world size, and the planner's view of
@@ -84,7 +67,12 @@ int main(int argc, char** argv) {
   try {
     const trident::LaunchInfo launch = trident::detect_launch();
     rank = int(launch.rank);
-    const Arguments args = parse_arguments(argc, argv);
+    Arguments args;
+    CLI::App app{"", "train"};
+    if (!trident::parse_command_line(describe(app, args), argc, argv)) {
+      if (rank == 0) std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
     trident::Config config = trident::Config::load(args.config, args.overrides);
     if (args.dry_run) {
       if (rank == 0) print_dry_run(config, launch);

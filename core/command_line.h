@@ -1,0 +1,39 @@
+// Command lines of trident's programs, through CLI11: --help on every program, options checked
+// by the same rules as config keys (core/values.h) with the option named, unknown options and
+// missing values reported as such.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "core/error.h"
+#include "core/values.h"
+
+namespace trident {
+
+// A CLI11 check from a value rule, e.g. "--gpus: expected a positive integer, got 'abc'".
+template <typename T>
+CLI::Validator checked(const Rule<T>& rule) {
+  return CLI::Validator(
+      [rule](std::string& text) {
+        T value{};
+        return check_value(text, rule, value);
+      },
+      "");
+}
+
+// Parses argv into `app`. Returns false when --help was asked for (print app.help() then);
+// throws Error with CLI11's message and a pointer to --help when the arguments are wrong.
+inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return true;
+  } catch (const CLI::CallForHelp&) {
+    return false;
+  } catch (const CLI::ParseError& e) {
+    fail(e.what(), " (see ", app.get_name(), " --help)");
+  }
+}
+
+}  // namespace trident

@@ -87,13 +87,16 @@ std::vector<torch::Tensor> ZeroOptimizer::grad_pieces(const std::vector<bool>& w
 }
 
 torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) const {
-  // Norms of whole runs of counted parameters, squared in fp64: no temporaries the size of the
-  // gradients, and inf or nan anywhere makes the sum inf or nan (the loss scaler's signal).
+  // Norms of whole runs of counted parameters, each computed in fp64 (an fp32 accumulation over
+  // millions of elements is off by 1e-5 to 1e-4, and the norm decides the clipping): at most a
+  // bucket's fp64 copy at a time, and inf or nan anywhere makes the sum inf or nan (the loss
+  // scaler's signal).
   torch::NoGradGuard no_grad;
   auto total = torch::zeros({}, param_buffer_.options().dtype(torch::kDouble));
   for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(counted[p]); })) {
     if (!run.key) continue;
-    auto norm = grads_->reduced(run.bucket).narrow(0, run.offset, run.length).norm().to(torch::kDouble);
+    const auto grads = grads_->reduced(run.bucket).narrow(0, run.offset, run.length);
+    auto norm = at::linalg_vector_norm(grads, 2, c10::nullopt, false, torch::kDouble);
     total += norm * norm;
   }
   return total;

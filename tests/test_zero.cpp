@@ -132,6 +132,25 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
   }
 }
 
+// The gradient norm decides the clipping: over one default bucket (25 MB of fp32, 6.5 M
+// elements) its square must equal an exact sum of squares to 1e-10 (fp64 summation: 1e-12). An
+// fp32 accumulation is off by 5e-5 here; positive values make its rounding errors add up.
+TEST(ZeroOptimizer, GradientNormIsExactOverMillionsOfElements) {
+  const int64_t n = (int64_t(25) << 20) / 4;
+  auto param = torch::zeros({n}, torch::kFloat).requires_grad_();
+  auto group = make_self_communicator();
+  ZeroOptimizer optimizer({param}, *group, OptimizerConfig{}, ZeroOptions{});
+  torch::manual_seed(7);
+  const auto grad = torch::rand({n}) + 0.5;
+  param.mutable_grad().copy_(grad);  // a view of the flat gradient buffer
+  optimizer.grads().finish();
+  const double sum = optimizer.grad_square_sum({true}).item<double>();
+  long double exact = 0;
+  const float* g = grad.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) exact += static_cast<long double>(g[i]) * g[i];
+  EXPECT_NEAR(sum, double(exact), 1e-10 * double(exact));
+}
+
 TEST(LossScaler, SkipsAndBacksOffOnOverflowAndGrowsAfterAWindow) {
   LossScaleConfig config;
   config.initial = 1024;

@@ -117,6 +117,8 @@ const std::vector<Field>& schema() {
       field("loss_scale.initial", TRIDENT_MEMBER(loss_scale.initial), positive_number()),
       field("loss_scale.min", TRIDENT_MEMBER(loss_scale.min), positive_number()),
       field("loss_scale.window", TRIDENT_MEMBER(loss_scale.window), at_least(1)),
+      field("loss_scale.max_consecutive_skips", TRIDENT_MEMBER(loss_scale.max_consecutive_skips),
+            at_least(1)),
 
       field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),

@@ -60,11 +60,13 @@ struct OptimizerConfig {
   double clip_grad = 1.0;  // 0 disables clipping
 };
 
-// fp16 only: the dynamic loss scale's start, floor, and how many good steps in a row double it.
+// fp16 only: the dynamic loss scale's start, floor, how many good steps in a row double it,
+// and how many skipped (overflowing) steps in a row end the run as diverged.
 struct LossScaleConfig {
   double initial = 65536;
   double min = 1;
   int64_t window = 1000;
+  int64_t max_consecutive_skips = 50;
 };
 
 struct DataConfig {

@@ -1,16 +1,42 @@
-// The one exception type trident throws for bad input (config, data, checkpoint, launch).
-// Its message is complete on its own: the program prints it once and exits.
+// The exception types trident throws for failures it diagnoses (bad config, data, checkpoint or
+// launch; a lost peer; divergence). Their messages are complete on their own: the program
+// prints them once and exits.
 #pragma once
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace trident {
 
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// An error every rank of the job raised together, knowing what failed where: after the ranks
+// exchanged their outcomes (parallel/failure.h's agree), or for a condition every rank sees
+// identically (a non-finite loss). Each distinct message comes with the ranks that had it;
+// rank 0 reports it, once.
+class JobError : public Error {
+ public:
+  struct Failure {
+    std::vector<int> ranks;  // ascending
+    std::string message;
+  };
+  JobError(std::vector<Failure> failures, int world_size);
+  // The same message on every rank of a job of `world_size`.
+  static JobError everywhere(const std::string& message, int world_size);
+
+  const std::vector<Failure>& failures() const { return failures_; }
+  // One line per failure: "error: m" when every rank had m, else "error (rank 1): m" or
+  // "error (ranks 0, 2): m".
+  std::string report() const;
+
+ private:
+  std::vector<Failure> failures_;
+  int world_size_;
 };
 
 // Concatenates anything streamable: str("layer ", i, " of ", n).

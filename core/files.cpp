@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -22,24 +23,81 @@ void remove_tree(const std::string& path) {
     fail("cannot remove '", path, "': ", std::strerror(failed > 0 ? failed : errno));
 }
 
-std::string read_text_file(const std::string& path, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+void read_file(const std::string& path, const std::string& what,
+               const std::function<void(const char* data, size_t size)>& consume) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(what, " '", path, "' cannot be read: ", std::strerror(errno));
-  std::string text;
-  char buffer[1 << 16];
+  std::vector<char> buffer(size_t(1) << 20);
   for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n == 0) break;
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      if (errno == EINTR) continue;
       const int cause = errno;
       ::close(fd);
       fail(what, " '", path, "' cannot be read: ", std::strerror(cause));
     }
-    text.append(buffer, size_t(n));
+    consume(buffer.data(), size_t(n));
   }
   ::close(fd);
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::string text;
+  read_file(path, what, [&](const char* data, size_t size) { text.append(data, size); });
   return text;
+}
+
+FileDigest digest_file(const std::string& path, const std::string& what) {
+  Checksum checksum;
+  FileDigest digest;
+  read_file(path, what, [&](const char* data, size_t size) {
+    checksum.update(data, size);
+    digest.bytes += size;
+  });
+  digest.checksum = checksum.value();
+  return digest;
+}
+
+FileWriter::FileWriter(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create '", path_, "': ", std::strerror(errno));
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileWriter::write(const void* data, size_t size) {
+  checksum_.update(data, size);
+  bytes_ += size;
+  const char* at = static_cast<const char*>(data);
+  while (size > 0 && error_ == 0) {
+    const ssize_t n = ::write(fd_, at, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      error_ = errno;
+      break;
+    }
+    at += n;
+    size -= size_t(n);
+  }
+}
+
+FileDigest FileWriter::finish() {
+  if (error_ == 0 && ::fsync(fd_) != 0) error_ = errno;
+  if (::close(fd_) != 0 && error_ == 0) error_ = errno;
+  fd_ = -1;
+  if (error_ != 0) fail("writing '", path_, "' failed: ", std::strerror(error_));
+  return {bytes_, checksum_.value()};
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open '", path, "' to flush it: ", std::strerror(errno));
+  const int failed = ::fsync(fd) != 0 ? errno : 0;
+  ::close(fd);
+  if (failed != 0) fail("flushing '", path, "' to disk failed: ", std::strerror(failed));
 }
 
 }  // namespace trident

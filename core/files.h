@@ -1,7 +1,11 @@
 // File-system helpers the standard library cannot be trusted with everywhere.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
+
+#include "core/checksum.h"
 
 namespace trident {
 
@@ -11,8 +15,40 @@ namespace trident {
 // directory. Throws Error naming the path that could not be removed.
 void remove_tree(const std::string& path);
 
-// The whole content of a file. Throws Error "<what> '<path>' cannot be read: <cause>" (a
-// directory, a missing file, no permission, an I/O error).
+// Reads a file through, handing each chunk to `consume`. Throws Error "<what> '<path>' cannot
+// be read: <cause>" (a directory, a missing file, no permission, an I/O error).
+void read_file(const std::string& path, const std::string& what,
+               const std::function<void(const char* data, size_t size)>& consume);
+// The whole content of a file (read_file's errors).
 std::string read_text_file(const std::string& path, const std::string& what);
+// A file's size and checksum (read_file's errors).
+FileDigest digest_file(const std::string& path, const std::string& what);
+
+// Writes a new file (created or truncated) through POSIX calls, checksumming what it writes.
+// A failed write (ENOSPC, EIO, EROFS, EFBIG) is kept, not thrown, so that writers that cannot
+// take an error half-way (LibTorch's archive) can be fed every byte; finish() then reports the
+// first cause, once, naming the file.
+class FileWriter {
+ public:
+  // Throws Error "cannot create '<path>': <cause>".
+  explicit FileWriter(std::string path);
+  ~FileWriter();  // closes without flushing when finish() was not reached
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  void write(const void* data, size_t size);
+  // Flushes the file to disk and closes it; throws Error "writing '<path>' failed: <cause>".
+  FileDigest finish();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int error_ = 0;  // the first errno
+  Checksum checksum_;
+  uint64_t bytes_ = 0;
+};
+
+// Flushes a file or directory to disk; throws Error naming it.
+void sync_path(const std::string& path);
 
 }  // namespace trident

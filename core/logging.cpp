@@ -4,21 +4,35 @@
 
 namespace trident::log {
 namespace {
-bool is_primary = true;
+int this_rank = 0;
+int world = 1;
+}  // namespace
+
+void set_process(int rank, int world_size) {
+  this_rank = rank;
+  world = world_size;
 }
 
-void set_primary(bool primary) { is_primary = primary; }
-bool primary() { return is_primary; }
+bool primary() { return this_rank == 0; }
 
 void info(const std::string& line) {
-  if (!is_primary) return;
+  if (!primary()) return;
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
 }
 
 void warn(const std::string& line) {
-  if (!is_primary) return;
+  if (!primary()) return;
   std::fprintf(stderr, "warning: %s\n", line.c_str());
+}
+
+void error(const std::string& line) {
+  std::fflush(stdout);
+  if (world > 1)
+    std::fprintf(stderr, "error (rank %d): %s\n", this_rank, line.c_str());
+  else
+    std::fprintf(stderr, "error: %s\n", line.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace trident::log

@@ -1,15 +1,20 @@
-// Console output of a training run: one rank (the primary) speaks, every rank may warn.
+// Console output of a training run: one rank (the primary, rank 0) speaks; every rank may
+// report its own error.
 #pragma once
 
 #include <string>
 
 namespace trident::log {
 
-void set_primary(bool primary);
+// Which process this is: rank 0 is the primary; errors name the rank when there are several.
+void set_process(int rank, int world_size);
 bool primary();
 // A line on stdout from the primary rank, flushed.
 void info(const std::string& line);
 // "warning: ..." on stderr from the primary rank.
 void warn(const std::string& line);
+// "error (rank r): ..." (or "error: ..." in a job of one process) on stderr from this rank,
+// with stdout and stderr flushed: it is printed before anything ends the job.
+void error(const std::string& line);
 
 }  // namespace trident::log

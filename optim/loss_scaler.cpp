@@ -11,10 +11,12 @@ bool LossScaler::update(bool finite) {
   if (!dynamic_) return true;  // unscaled: a non-finite gradient is the model's own problem
   if (!finite) {
     ++skipped_;
+    ++skipped_in_a_row_;
     good_steps_ = 0;
     scale_ = std::max(config_.min, scale_ / 2);
     return false;
   }
+  skipped_in_a_row_ = 0;
   if (++good_steps_ == config_.window) {
     good_steps_ = 0;
     scale_ *= 2;

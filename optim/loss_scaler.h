@@ -19,6 +19,8 @@ class LossScaler {
   // the optimizer should step.
   bool update(bool finite);
   int64_t skipped() const { return skipped_; }
+  // Skipped steps since the last good one.
+  int64_t skipped_in_a_row() const { return skipped_in_a_row_; }
 
   // What a checkpoint keeps so that a resumed run continues exactly.
   struct State {
@@ -32,7 +34,7 @@ class LossScaler {
   LossScaleConfig config_;
   bool dynamic_;
   double scale_;
-  int64_t good_steps_ = 0, skipped_ = 0;
+  int64_t good_steps_ = 0, skipped_ = 0, skipped_in_a_row_ = 0;
 };
 
 }  // namespace trident

@@ -185,7 +185,6 @@ void ZeroOptimizer::load(std::vector<torch::serialize::InputArchive>& shards) {
   }
   if (covered != wanted)
     fail("the optimizer state covers ", covered, " of this rank's ", wanted, " elements");
-  publish();
 }
 
 }  // namespace trident

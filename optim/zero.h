@@ -62,11 +62,13 @@ class ZeroOptimizer {
   // This rank's shard of main parameters and moments, by parameter and element range, so that
   // a run with another data-parallel size or ZeRO stage can pick its own pieces (load).
   void save(torch::serialize::OutputArchive& archive) const;
-  // Takes from every saved shard the pieces this rank holds; then updates the model.
+  // Takes from every saved shard the pieces this rank holds. Local: call publish() after it.
   void load(std::vector<torch::serialize::InputArchive>& shards);
+  // Main parameters -> the model's parameters on every rank (an all-gather per bucket under
+  // ZeRO): collective.
+  void publish();
 
  private:
-  void publish();  // main parameters -> model parameters on every rank
 
   Communicator& group_;
   int64_t rank_;  // whose slices this rank holds (0 when unsharded)

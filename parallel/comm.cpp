@@ -1,6 +1,10 @@
 #include "parallel/comm.h"
 
+#include <algorithm>
+
+#include "core/config.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "parallel/comm_backends.h"
 #include "parallel/launch.h"
 
@@ -37,11 +41,6 @@ class SelfCommunicator : public Communicator {
     return std::make_shared<SelfCommunicator>();
   }
 };
-
-[[maybe_unused]] [[noreturn]] void missing(const std::string& backend) {
-  fail("parallel.backend=", backend, " is not built into this trident (it has: ",
-       available_backends(), ")");
-}
 
 }  // namespace
 
@@ -89,54 +88,77 @@ std::string available_backends() {
   return out;
 }
 
+namespace {
+bool has_backend(const std::string& name) {
+  const auto built = split(available_backends(), ' ');
+  return std::find(built.begin(), built.end(), name) != built.end();
+}
+}  // namespace
+
+CommOptions comm_options(const Config& config) {
+  CommOptions options;
+  options.backend = config.parallel.backend;
+  options.timeout = std::chrono::seconds(config.parallel.timeout_s);
+  options.device = config.train.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  return options;
+}
+
+void check_backend(const LaunchInfo& launch, const CommOptions& options) {
+  const std::string& backend = options.backend;
+  const bool cuda = options.device.is_cuda(), torchrun = launch.launcher == "torchrun";
+  const bool several = launch.world_size > 1;
+  if (backend != "auto" && backend != "mpi" && backend != "gloo" && backend != "nccl")
+    fail("parallel.backend=", backend, " is unknown; expected auto, mpi, gloo or nccl");
+  if (backend != "auto" && !has_backend(backend))
+    fail("parallel.backend=", backend, " is not built into this trident (it has: ", available_backends(), ")");
+  if (backend == "nccl" && !cuda) fail("parallel.backend=nccl needs train.device=cuda");
+  if (cuda && (backend == "mpi" || backend == "gloo"))
+    fail("train.device=cuda needs parallel.backend=nccl or auto, not ", backend, " (which moves CPU tensors)");
+  if (backend == "mpi" && torchrun)
+    fail("parallel.backend=mpi needs a launch by mpirun or srun, but this job was launched with ",
+         "torchrun-style variables; use parallel.backend=gloo");
+  if (backend == "gloo" && !torchrun)
+    fail("parallel.backend=gloo needs MASTER_ADDR/MASTER_PORT (a torchrun-style launch); this job ",
+         "was launched by ", launch.launcher);
+  if (cuda && backend == "auto" && !has_backend("nccl"))
+    fail("train.device=cuda needs the NCCL backend, which is not built into this trident (it has: ",
+         available_backends(), ")");
+  const std::string cpu = torchrun ? "gloo" : "mpi";
+  if (several && !has_backend(cpu))
+    fail("processes launched by ", launch.launcher, " connect through ", cpu,
+         ", which is not built into this trident (it has: ", available_backends(), ")");
+}
+
+std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const CommOptions& options) {
+  check_backend(launch, options);
+  if (launch.world_size == 1 && options.backend != "mpi") return make_self_communicator();
+#ifdef TRIDENT_WITH_GLOO
+  if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
+#endif
+#ifdef TRIDENT_WITH_MPI
+  return make_mpi_world_communicator(options.timeout);
+#endif
+  fail("internal error: check_backend let through a launch no backend can connect");
+}
+
+std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_world,
+                                           const LaunchInfo& launch, const CommOptions& options) {
+  if (!options.device.is_cuda()) return cpu_world;
+#ifdef TRIDENT_WITH_NCCL
+  return make_nccl_world_communicator(launch, *cpu_world);
+#else
+  (void)launch;
+  fail("train.device=cuda needs the NCCL backend, which is not built into this trident");
+#endif
+}
+
 std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
                                                       const CommOptions& options) {
-  std::string backend = options.backend;
-  if (backend == "auto") {
-    if (launch.world_size == 1 && !options.device.is_cuda()) return make_self_communicator();
-    backend = options.device.is_cuda() ? "nccl" : launch.launcher == "torchrun" ? "gloo" : "mpi";
-  }
-  const auto cpu_bootstrap = [&]() -> std::shared_ptr<Communicator> {
-    if (launch.world_size == 1) return make_self_communicator();
-#ifdef TRIDENT_WITH_GLOO
-    if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
-#endif
-#ifdef TRIDENT_WITH_MPI
-    if (launch.launcher != "torchrun") return make_mpi_world_communicator();
-#endif
-    fail("no CPU backend of this build (", available_backends(), ") can start processes launched by ",
-         launch.launcher);
-  };
-  if (backend == "mpi") {
-#ifdef TRIDENT_WITH_MPI
-    if (launch.launcher == "torchrun")
-      fail("parallel.backend=mpi needs a launch by mpirun or srun, but this job was launched ",
-           "with torchrun-style variables; use parallel.backend=gloo");
-    return make_mpi_world_communicator();
-#else
-    missing(backend);
-#endif
-  }
-  if (backend == "gloo") {
-#ifdef TRIDENT_WITH_GLOO
-    if (launch.launcher != "torchrun")
-      fail("parallel.backend=gloo needs MASTER_ADDR/MASTER_PORT (a torchrun-style launch); this ",
-           "job was launched by ", launch.launcher);
-    return make_gloo_world_communicator(launch, options.timeout);
-#else
-    missing(backend);
-#endif
-  }
-  if (backend == "nccl") {
-#ifdef TRIDENT_WITH_NCCL
-    auto bootstrap = cpu_bootstrap();
-    return make_nccl_world_communicator(launch, *bootstrap);
-#else
-    (void)cpu_bootstrap;
-    missing(backend);
-#endif
-  }
-  fail("parallel.backend=", backend, " is unknown; expected auto, mpi, gloo or nccl");
+  return device_world(connect_world(launch, options), launch, options);
+}
+
+std::string Communicator::describe_call(const char* operation) const {
+  return str(backend(), " ", operation, " on the ", name(), " group");
 }
 
 }  // namespace trident

@@ -14,6 +14,7 @@
 
 namespace trident {
 
+struct Config;
 struct LaunchInfo;
 
 enum class ReduceOp { sum, avg, max };
@@ -31,6 +32,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // What the group is for, in error messages: "the data-parallel group" (ProcessGroups names
+  // them; "world" and "split" by default).
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
 
   virtual void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
   // Starts an all-reduce that may overlap with computation. The default completes at once.
@@ -56,6 +61,13 @@ class Communicator {
   virtual void barrier() = 0;
   // Members with the same color form a new group, ranked by (key, rank). Collective.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+
+ protected:
+  // "MPI all_gather on the data-parallel group", for errors and the watchdog.
+  std::string describe_call(const char* operation) const;
+
+ private:
+  std::string name_ = "world";
 };
 
 // A group of one process: every collective is the identity (or a copy).
@@ -67,10 +79,25 @@ struct CommOptions {
   torch::Device device = torch::kCPU;
 };
 
-// The communicator of all processes of the job. "auto" picks NCCL for CUDA devices, MPI under
-// mpirun, Gloo (over a TCPStore at MASTER_ADDR:MASTER_PORT) under torchrun-style variables, and
-// the self communicator for a single process. Throws Error when the backend is not built in or
-// does not fit the launch.
+// parallel.backend, parallel.timeout_s and train.device of a config.
+CommOptions comm_options(const Config& config);
+
+// Throws Error unless `options` fit the launch, the device and this build: mpi needs mpirun or
+// srun, gloo a torchrun-style launch, nccl (and auto on a GPU) a CUDA device; CPU tensors
+// travel over mpi or gloo. Communicates with nobody, so it can run before connect_world.
+void check_backend(const LaunchInfo& launch, const CommOptions& options);
+
+// The CPU communicator of all processes of the job, for CPU training, for agreeing on
+// failures (parallel/failure.h) and as NCCL's bootstrap: the self communicator for one process,
+// MPI under mpirun or srun, Gloo over a TCPStore at MASTER_ADDR:MASTER_PORT under torchrun-style
+// variables (connected within options.timeout). Calls check_backend first.
+std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const CommOptions& options);
+
+// The communicator training uses: `cpu_world` itself, or NCCL over it for a CUDA device.
+std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_world,
+                                           const LaunchInfo& launch, const CommOptions& options);
+
+// connect_world and device_world in one.
 std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
                                                       const CommOptions& options);
 

@@ -6,7 +6,12 @@
 namespace trident {
 
 #ifdef TRIDENT_WITH_MPI
-std::shared_ptr<Communicator> make_mpi_world_communicator();
+// Blocking MPI calls are watched (parallel/watchdog.h): one that outlives `timeout` ends the job.
+std::shared_ptr<Communicator> make_mpi_world_communicator(std::chrono::seconds timeout);
+// Whether this process has initialised MPI (and not finalised it).
+bool mpi_running();
+// MPI_Abort on the world: mpirun ends every process of the job.
+[[noreturn]] void abort_mpi_job(int exit_code);
 #endif
 #ifdef TRIDENT_WITH_GLOO
 std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& launch,

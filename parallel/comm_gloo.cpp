@@ -4,10 +4,16 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "parallel/comm_backends.h"
+#include "parallel/failure.h"
 #include "parallel/launch.h"
 
 namespace trident {
@@ -22,26 +28,59 @@ torch::Tensor movable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
 }
 
+// Completes a Gloo operation; a failure names the call and what it means for the job.
 template <typename WorkPtr>
-void wait(const WorkPtr& work, const char* operation) {
+void wait(const WorkPtr& work, const std::string& call, std::chrono::seconds timeout) {
   try {
     work->wait();
-  } catch (const c10::Error& e) {
-    fail("gloo ", operation, " failed (a peer may have exited): ", e.what_without_backtrace());
   } catch (const std::exception& e) {
-    fail("gloo ", operation, " failed (a peer may have exited): ", e.what());
+    const std::string cause = describe(e);
+    if (cause.find("Timed out") != std::string::npos)
+      fail(call, ": no answer from a peer within parallel.timeout_s=", timeout.count(),
+           " s: it is stopped, stuck or lost (gloo: ", cause, ")");
+    if (cause.find("Connection") != std::string::npos)
+      fail(call, ": a peer closed its connection: it failed or exited, and its own error, if any, ",
+           "is printed above (gloo: ", cause, ")");
+    fail(call, " failed: ", cause);
   }
 }
+
+// While it lives, this process's stderr goes to /dev/null: c10d logs every connection retry and
+// timeout through glog (or its own logger) before throwing the exception that says the same,
+// which trident reports once.
+class QuietStderr {
+ public:
+  QuietStderr() : saved_(::dup(2)) {
+    std::fflush(stderr);
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 2);
+    ::close(null);
+  }
+  ~QuietStderr() {
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+  }
+  QuietStderr(const QuietStderr&) = delete;
+  QuietStderr& operator=(const QuietStderr&) = delete;
+
+ private:
+  int saved_;
+};
 
 template <typename WorkPtr>
 class GlooPendingAllReduce : public WidenedReduction {
  public:
-  using WidenedReduction::WidenedReduction;
+  GlooPendingAllReduce(const torch::Tensor& target, ReduceOp op, int size, std::string call,
+                       std::chrono::seconds timeout)
+      : WidenedReduction(target, op, size), call_(std::move(call)), timeout_(timeout) {}
   void start(WorkPtr work) { work_ = std::move(work); }
 
  private:
-  void wait_for_transfer() override { trident::wait(work_, "all_reduce"); }
+  void wait_for_transfer() override { trident::wait(work_, call_, timeout_); }
   WorkPtr work_;
+  std::string call_;
+  std::chrono::seconds timeout_;
 };
 
 class GlooCommunicator : public Communicator {
@@ -57,7 +96,8 @@ class GlooCommunicator : public Communicator {
     try {
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
     } catch (const std::exception& e) {
-      fail("gloo: connecting ", size, " processes failed: ", e.what());
+      fail("gloo: connecting ", size, " processes failed within parallel.timeout_s=", timeout.count(),
+           " s: ", describe(e));
     }
   }
 
@@ -70,7 +110,8 @@ class GlooCommunicator : public Communicator {
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
     require_contiguous(tensor, "all_reduce");
     using Work = decltype(group_->barrier());
-    auto pending = std::make_unique<GlooPendingAllReduce<Work>>(tensor, op, size_);
+    auto pending = std::make_unique<GlooPendingAllReduce<Work>>(tensor, op, size_,
+                                                                describe_call("all_reduce"), timeout_);
     std::vector<torch::Tensor> tensors = {pending->buffer()};
     c10d::AllreduceOptions options;
     options.reduceOp = gloo_op(op);
@@ -92,7 +133,7 @@ class GlooCommunicator : public Communicator {
     std::vector<std::vector<torch::Tensor>> outputs(1);
     for (int r = 0; r < size_; ++r) outputs[0].push_back(flat_out.narrow(0, r * in.numel(), in.numel()));
     std::vector<torch::Tensor> inputs = {movable(in).view(-1)};
-    wait(group_->allgather(outputs, inputs), "all_gather");
+    wait(group_->allgather(outputs, inputs), describe_call("all_gather"), timeout_);
   }
 
   void broadcast(torch::Tensor& tensor, int root) override {
@@ -100,19 +141,19 @@ class GlooCommunicator : public Communicator {
     std::vector<torch::Tensor> tensors = {movable(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
-    wait(group_->broadcast(tensors, options), "broadcast");
+    wait(group_->broadcast(tensors, options), describe_call("broadcast"), timeout_);
   }
 
   void send(const torch::Tensor& tensor, int peer) override {
     require_contiguous(tensor, "send");
     std::vector<torch::Tensor> tensors = {movable(tensor)};
-    wait(group_->send(tensors, peer, 0), "send");
+    wait(group_->send(tensors, peer, 0), describe_call("send"), timeout_);
   }
 
   void recv(torch::Tensor& tensor, int peer) override {
     require_contiguous(tensor, "recv");
     std::vector<torch::Tensor> tensors = {movable(tensor)};
-    wait(group_->recv(tensors, peer, 0), "recv");
+    wait(group_->recv(tensors, peer, 0), describe_call("recv"), timeout_);
   }
 
   void exchange(std::vector<Transfer>& transfers) override {
@@ -122,10 +163,10 @@ class GlooCommunicator : public Communicator {
       std::vector<torch::Tensor> tensors = {movable(t.tensor)};
       works.push_back(t.send ? group_->send(tensors, t.peer, 0) : group_->recv(tensors, t.peer, 0));
     }
-    for (auto& work : works) wait(work, "exchange");
+    for (auto& work : works) wait(work, describe_call("exchange"), timeout_);
   }
 
-  void barrier() override { wait(group_->barrier(), "barrier"); }
+  void barrier() override { wait(group_->barrier(), describe_call("barrier"), timeout_); }
 
   // c10d has no split for Gloo: exchange (color, key), then connect each new group through
   // its own prefix of the store.
@@ -141,7 +182,9 @@ class GlooCommunicator : public Communicator {
     while (members[size_t(new_rank)].second != rank_) ++new_rank;
     auto prefix = "split" + std::to_string(splits_++) + "/" + std::to_string(color);
     auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
-    return std::make_shared<GlooCommunicator>(store, new_rank, int(members.size()), timeout_);
+    auto group = std::make_shared<GlooCommunicator>(store, new_rank, int(members.size()), timeout_);
+    group->set_name("split");
+    return group;
   }
 
  private:
@@ -156,17 +199,39 @@ class GlooCommunicator : public Communicator {
 
 std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& launch,
                                                            std::chrono::seconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = uint16_t(launch.master_port);
-  options.isServer = launch.rank == 0 && !launch.agent_store;
-  options.numWorkers = size_t(launch.world_size);
-  options.timeout = timeout;
+  // Store, arrival of every process and the mesh's connections share one deadline.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  const std::string store_at = str("the TCPStore at MASTER_ADDR=", launch.master_addr,
+                                   " MASTER_PORT=", launch.master_port);
+  const std::string within = str(" within parallel.timeout_s=", timeout.count(), " s");
+  QuietStderr quiet;
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    c10d::TCPStoreOptions options;
+    options.port = uint16_t(launch.master_port);
+    options.isServer = launch.rank == 0 && !launch.agent_store;
+    options.timeout = timeout;  // also each later wait on the store (a split's connections)
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    // torchrun's agent store outlives restarts: each attempt keeps its keys apart, as
+    // torch.distributed does.
+    store = tcp;
+    if (launch.agent_store)
+      store = c10::make_intrusive<c10d::PrefixStore>(str("/worker/attempt_", launch.restart_count), tcp);
   } catch (const std::exception& e) {
-    fail("cannot reach the TCPStore at MASTER_ADDR=", launch.master_addr,
-         " MASTER_PORT=", launch.master_port, ": ", e.what());
+    if (launch.rank == 0 && !launch.agent_store) fail("cannot serve ", store_at, ": ", describe(e));
+    fail("cannot reach ", store_at, within, ": ", describe(e));
+  }
+  try {
+    const std::string key = "trident/arrived";
+    for (int64_t arrived = store->add(key, 1); arrived < launch.world_size; arrived = store->add(key, 0)) {
+      if (Clock::now() > deadline)
+        fail("only ", arrived, " of ", launch.world_size, " processes reached ", store_at, within,
+             " (one failed to start, or they were given different MASTER_ADDR/MASTER_PORT)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const c10::Error& e) {
+    fail("lost ", store_at, " while the processes gathered: ", describe(e));
   }
   return std::make_shared<GlooCommunicator>(store, int(launch.rank), int(launch.world_size), timeout);
 }

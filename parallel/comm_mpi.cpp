@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "parallel/comm_backends.h"
+#include "parallel/watchdog.h"
 
 namespace trident {
 namespace {
@@ -42,6 +43,9 @@ int count_of(const torch::Tensor& t, const char* operation) {
   return int(t.numel());
 }
 
+// The watchdog's deadline for MPI_Finalize, which waits for every rank: the world's timeout.
+std::chrono::seconds finalize_timeout{300};
+
 // MPI is initialised once per process and finalised at exit.
 void ensure_initialized() {
   static std::once_flag once;
@@ -52,9 +56,9 @@ void ensure_initialized() {
       int provided = 0;
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
       std::atexit([] {
-        int finalized = 0;
-        MPI_Finalized(&finalized);
-        if (!finalized) MPI_Finalize();
+        if (!mpi_running()) return;
+        CallWatch watch("MPI_Finalize", finalize_timeout);
+        MPI_Finalize();
       });
     }
   });
@@ -62,19 +66,28 @@ void ensure_initialized() {
 
 class MpiPendingReduction : public WidenedReduction {
  public:
-  using WidenedReduction::WidenedReduction;
+  MpiPendingReduction(const torch::Tensor& target, ReduceOp op, int size, std::string call,
+                      std::chrono::seconds timeout)
+      : WidenedReduction(target, op, size), call_(std::move(call)), timeout_(timeout) {}
   MPI_Request* request() { return &request_; }
 
  private:
-  void wait_for_transfer() override { check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait"); }
+  void wait_for_transfer() override {
+    CallWatch watch(call_, timeout_);
+    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
+  }
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::string call_;
+  std::chrono::seconds timeout_;
 };
 
 // The input (widened like the output for 16-bit floats) must live until the request completes.
 class MpiPendingReduceScatter : public MpiPendingReduction {
  public:
-  MpiPendingReduceScatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op, int size)
-      : MpiPendingReduction(out, op, size), input_(is_16bit_float(in) ? in.to(torch::kFloat) : in) {}
+  MpiPendingReduceScatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op, int size,
+                          std::string call, std::chrono::seconds timeout)
+      : MpiPendingReduction(out, op, size, std::move(call), timeout),
+        input_(is_16bit_float(in) ? in.to(torch::kFloat) : in) {}
   const torch::Tensor& input() const { return input_; }
 
  private:
@@ -83,7 +96,7 @@ class MpiPendingReduceScatter : public MpiPendingReduction {
 
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MpiCommunicator(MPI_Comm comm, std::chrono::seconds timeout) : comm_(comm), timeout_(timeout) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -99,7 +112,7 @@ class MpiCommunicator : public Communicator {
   void all_reduce(torch::Tensor& tensor, ReduceOp op) override { all_reduce_async(tensor, op)->wait(); }
 
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
-    auto pending = std::make_unique<MpiPendingReduction>(tensor, op, size_);
+    auto pending = std::make_unique<MpiPendingReduction>(tensor, op, size_, describe_call("all_reduce"), timeout_);
     torch::Tensor& buffer = pending->buffer();
     check(MPI_Iallreduce(MPI_IN_PLACE, buffer.data_ptr(), count_of(buffer, "all_reduce"),
                          mpi_type(buffer, "all_reduce"), mpi_op(op), comm_, pending->request()),
@@ -114,7 +127,8 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<PendingCollective> reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in,
                                                           ReduceOp op) override {
     require_chunks(in, out, size_, "reduce_scatter");
-    auto pending = std::make_unique<MpiPendingReduceScatter>(out, in, op, size_);
+    auto pending = std::make_unique<MpiPendingReduceScatter>(out, in, op, size_,
+                                                             describe_call("reduce_scatter"), timeout_);
     torch::Tensor& buffer = pending->buffer();
     check(MPI_Ireduce_scatter_block(pending->input().data_ptr(), buffer.data_ptr(),
                                     count_of(buffer, "reduce_scatter"), mpi_type(buffer, "reduce_scatter"),
@@ -126,24 +140,28 @@ class MpiCommunicator : public Communicator {
   void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
     require_chunks(out, in, size_, "all_gather");
     const int count = count_of(in, "all_gather");
+    CallWatch watch(describe_call("all_gather"), timeout_);
     check(MPI_Allgather(in.data_ptr(), count, mpi_type(in, "all_gather"), out.data_ptr(), count,
                         mpi_type(out, "all_gather"), comm_),
           "all_gather");
   }
 
   void broadcast(torch::Tensor& tensor, int root) override {
+    CallWatch watch(describe_call("broadcast"), timeout_);
     check(MPI_Bcast(tensor.data_ptr(), count_of(tensor, "broadcast"), mpi_type(tensor, "broadcast"),
                     root, comm_),
           "broadcast");
   }
 
   void send(const torch::Tensor& tensor, int peer) override {
+    CallWatch watch(describe_call("send"), timeout_);
     check(MPI_Send(tensor.data_ptr(), count_of(tensor, "send"), mpi_type(tensor, "send"), peer, 0,
                    comm_),
           "send");
   }
 
   void recv(torch::Tensor& tensor, int peer) override {
+    CallWatch watch(describe_call("recv"), timeout_);
     check(MPI_Recv(tensor.data_ptr(), count_of(tensor, "recv"), mpi_type(tensor, "recv"), peer, 0,
                    comm_, MPI_STATUS_IGNORE),
           "recv");
@@ -159,28 +177,51 @@ class MpiCommunicator : public Communicator {
                    : MPI_Irecv(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &requests[i]),
             "exchange");
     }
+    CallWatch watch(describe_call("exchange"), timeout_);
     check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "exchange");
   }
 
-  void barrier() override { check(MPI_Barrier(comm_), "barrier"); }
+  void barrier() override {
+    CallWatch watch(describe_call("barrier"), timeout_);
+    check(MPI_Barrier(comm_), "barrier");
+  }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     MPI_Comm child;
-    check(MPI_Comm_split(comm_, color, key, &child), "split");
-    return std::make_shared<MpiCommunicator>(child);
+    {
+      CallWatch watch(describe_call("split"), timeout_);
+      check(MPI_Comm_split(comm_, color, key, &child), "split");
+    }
+    auto group = std::make_shared<MpiCommunicator>(child, timeout_);
+    group->set_name("split");
+    return group;
   }
 
  private:
   MPI_Comm comm_;
+  std::chrono::seconds timeout_;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
 
-std::shared_ptr<Communicator> make_mpi_world_communicator() {
+std::shared_ptr<Communicator> make_mpi_world_communicator(std::chrono::seconds timeout) {
   ensure_initialized();
+  finalize_timeout = timeout;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
+  return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, timeout);
+}
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+void abort_mpi_job(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
 }  // namespace trident

@@ -53,6 +53,7 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
     fail("launch environment: MASTER_PORT=", info.master_port, " is not a port (1-65535)");
   const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
   info.agent_store = agent && std::strcmp(agent, "True") == 0;
+  info.restart_count = integer_variable(env, "TORCHELASTIC_RESTART_COUNT", 0, false);
   check_ranks(info, "RANK", "WORLD_SIZE");
   return info;
 }

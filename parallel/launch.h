@@ -16,6 +16,7 @@ struct LaunchInfo {
   std::string master_addr;  // torchrun only
   int64_t master_port = 0;  // torchrun only
   bool agent_store = false; // TORCHELASTIC_USE_AGENT_STORE: every rank is a TCPStore client
+  int64_t restart_count = 0; // TORCHELASTIC_RESTART_COUNT: torchrun's attempt (keys apart in its store)
   std::string launcher = "single process";  // torchrun | mpirun | slurm | single process
 };
 

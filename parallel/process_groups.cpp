@@ -63,15 +63,17 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   const int rank = world_->rank();
   coordinates_ = grid_coordinates(rank, int(layout.tensor), int(layout.data));
   const GridGroups groups = grid_groups(int(layout.world_size), int(layout.tensor), int(layout.pipeline));
-  auto split = [&](const std::vector<std::vector<int>>& lists) {
+  auto split = [&](const std::vector<std::vector<int>>& lists, const char* name) {
     auto [color, key] = color_and_key(lists, rank);
-    return world_->split(color, key);
+    auto group = world_->split(color, key);
+    group->set_name(name);
+    return group;
   };
-  tensor_ = split(groups.tensor);
-  data_ = split(groups.data);
-  pipeline_ = split(groups.pipeline);
-  embedding_ = split(groups.embedding);
-  model_ = split(groups.model);
+  tensor_ = split(groups.tensor, "tensor-parallel");
+  data_ = split(groups.data, "data-parallel");
+  pipeline_ = split(groups.pipeline, "pipeline");
+  embedding_ = split(groups.embedding, "embedding");
+  model_ = split(groups.model, "model-parallel");
 }
 
 }  // namespace trident

@@ -23,10 +23,11 @@ while [ "$1" != "--" ]; do
 done
 shift
 
-# A port nobody listens on, from the ephemeral range's complement.
+# A port nobody listens on, below Linux's ephemeral range (32768 and up), where a client
+# connection of some other program could hold it.
 port=0
 for _ in $(seq 50); do
-  candidate=$((20000 + RANDOM % 20000))
+  candidate=$((20000 + RANDOM % 12000))
   if ! (echo >/dev/tcp/127.0.0.1/$candidate) 2>/dev/null; then port=$candidate; break; fi
 done
 [ "$port" -ne 0 ] || { echo "launch_env.sh: no free port" >&2; exit 69; }
@@ -34,7 +35,7 @@ done
 pids=()
 for ((rank = 0; rank < n; rank++)); do
   RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port "$@" > >(sed "s/^/[rank $rank] /") 2>&1 &
+    MASTER_PORT=$port "$@" > >(sed -u "s/^/[rank $rank] /") 2>&1 &
   pids+=($!)  # the command's own pid: its output goes through the process substitution
 done
 if [ -n "$kill_rank" ]; then

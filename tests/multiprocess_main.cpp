@@ -2,6 +2,8 @@
 // tests/launch_env.sh), runs every test on every rank, and fails if any rank failed.
 #include <gtest/gtest.h>
 
+#include "core/logging.h"
+#include "parallel/failure.h"
 #include "parallel/launch.h"
 #include "tests/multiprocess.h"
 
@@ -18,7 +20,14 @@ std::shared_ptr<Communicator> world_shared() { return the_world; }
 int main(int argc, char** argv) {
   using namespace trident;
   ::testing::InitGoogleTest(&argc, argv);
-  trident::testing::the_world = make_world_communicator(detect_launch(), CommOptions{});
+  try {
+    const LaunchInfo launch = detect_launch();
+    log::set_process(int(launch.rank), int(launch.world_size));
+    trident::testing::the_world = make_world_communicator(launch, CommOptions{});
+  } catch (const std::exception& e) {
+    log::error(describe(e));
+    return 2;
+  }
   Communicator& world = trident::testing::world();
   std::printf("rank %d of %d, backend %s\n", world.rank(), world.size(), world.backend().c_str());
   // Only rank 0 prints the report; every rank's failures still print and fail the exit status.

@@ -1,6 +1,6 @@
-// Multi-process runs of the real `train` program: data and tensor parallelism must reproduce the
-// single-process run (loss every step and final parameters), and a lost or stuck rank must end
-// the job with an error instead of a hang.
+// Multi-process runs of the real `train` program: every parallel layout must reproduce the
+// single-process run (loss every step and final parameters). How failures end such runs is
+// tests/test_failures.cpp's subject.
 #include <gtest/gtest.h>
 #include <torch/serialize/input-archive.h>
 
@@ -12,31 +12,12 @@
 #include "core/config.h"
 #include "model/gpt.h"
 #include "tests/helpers.h"
+#include "tests/launchers.h"
 
 using namespace trident;
-using trident::testing::run_command;
-using trident::testing::FakeGroup;
-using trident::testing::scratch_dir;
+using namespace trident::testing;
 
 namespace {
-
-const std::string kBin = TRIDENT_BINARY_DIR;
-const std::string kSource = TRIDENT_SOURCE_DIR;
-const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                            TRIDENT_MPIEXEC + " --oversubscribe -np ";
-const std::string kEnvLaunch = kSource + "/tests/launch_env.sh ";
-
-// Why `launcher` cannot run in this build ("" when it can): env:// launches on the CPU need
-// Gloo (pip's LibTorch wheels have no Gloo headers), mpirun needs MPI.
-std::string missing_backend(const std::string& launcher) {
-#ifndef TRIDENT_WITH_GLOO
-  if (launcher.rfind(kEnvLaunch, 0) == 0) return "built without Gloo, which env:// launches need";
-#endif
-#ifndef TRIDENT_WITH_MPI
-  if (launcher.rfind(kMpirun, 0) == 0) return "built without MPI";
-#endif
-  return "";
-}
 
 struct RunResult {
   std::vector<double> losses;
@@ -314,40 +295,4 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   EXPECT_EQ(same, straight);
   ASSERT_EQ(other.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(other[i], straight[i], 1e-10 * straight[i]) << i;
-}
-
-namespace {
-
-const std::string kEndless = kBin + "/train --config " + kSource +
-                             "/configs/gpt-tiny.yaml data.type=synthetic train.iters=1000000 "
-                             "train.eval_interval=0 train.log_interval=100000 model.num_layers=1 "
-                             "batch.micro_batch_size=2 batch.global_batch_size=4";
-
-}  // namespace
-
-TEST(LostRank, KilledPeerEndsTheEnvJobWithAnError) {
-  if (const std::string why = missing_backend(kEnvLaunch); !why.empty()) GTEST_SKIP() << why;
-  auto r = run_command("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 -- " + kEndless);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.exit_code, 124) << "timed out: the surviving rank hung\n" << r.output;
-  EXPECT_NE(r.output.find("[rank 0] error (rank 0): gloo"), std::string::npos) << r.output;
-}
-
-TEST(LostRank, StuckPeerTimesOut) {
-  if (const std::string why = missing_backend(kEnvLaunch); !why.empty()) GTEST_SKIP() << why;
-  auto r = run_command("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 --signal STOP -- " +
-                       kEndless + " parallel.timeout_s=4");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.exit_code, 124) << "timed out: the surviving rank hung\n" << r.output;
-  EXPECT_NE(r.output.find("Timed out"), std::string::npos) << r.output;
-}
-
-TEST(LostRank, KilledPeerEndsTheMpiJob) {
-  // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
-  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  auto r = run_command("timeout 120 bash -c '" + kMpirun + "2 " + kEndless +
-                       " train.seed=424242 & job=$!; sleep 4; pkill -KILL -n -f train.seed=424242; "
-                       "wait $job'");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.exit_code, 124) << "timed out: mpirun did not end the job\n" << r.output;
 }

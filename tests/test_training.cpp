@@ -2,7 +2,10 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "tests/helpers.h"
 #include "train/checkpoint.h"
@@ -238,18 +241,23 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   const std::string ckpt = (dir / "ckpt").string();
   train_with_checkpoints(data, ckpt, 2);
   CheckpointStore store(ckpt);
-  // A save that dies half-way through writing its files.
-  EXPECT_THROW(store.save(
-                   3,
-                   [](const std::string& folder) {
-                     std::ofstream(folder + "/model_tp0_pp0_v0.pt") << "half a file";
-                     throw std::runtime_error("killed");
-                   },
-                   2),
-               std::runtime_error);
+  // A save killed half-way through writing its files: no cleanup runs.
+  store.begin(3);
+  std::ofstream(store.staging_path(3) + "/model_tp0_pp0_v0.pt") << "half a file";
   EXPECT_EQ(store.latest(), 2);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2}));
-  // The previous checkpoint still resumes, and the next save clears the debris.
+  // A save that fails (here: its writer throws) removes what it wrote.
+  EXPECT_THROW(store.save(
+                   4,
+                   [](const std::string& folder) -> std::vector<FileRecord> {
+                     std::ofstream(folder + "/model_tp0_pp0_v0.pt") << "half a file";
+                     throw std::runtime_error("disk on fire");
+                   },
+                   2, 1.0),
+               std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(store.staging_path(4)));
+  EXPECT_EQ(store.latest(), 2);
+  // The previous checkpoint still resumes, and the next save clears the killed one's debris.
   Trainer resumed(small_config(data, {"train.iters=3", "train.checkpoint_dir=" + ckpt}));
   EXPECT_EQ(resumed.iteration(), 2);
   resumed.train();
@@ -258,12 +266,95 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
     EXPECT_EQ(entry.path().filename().string().find(".staging"), std::string::npos);
 }
 
+// A run whose loss goes to nan stops with an error naming the iteration, before anything is
+// saved at it. Here a healthy run of 4 iterations goes on at a learning rate of 1e6, saving
+// every iteration with keep_checkpoints=1: the first such step (iteration 5) ruins the weights
+// but records the finite loss computed before it; iteration 6 is nan. Checkpoint 5 holds the
+// ruined weights, so rotation has kept checkpoint 4, which resumes as the error says.
+TEST(Training, DivergenceStopsBeforeSavingAndKeepsTheProvenCheckpoint) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  const std::vector<std::string> saving = {"train.checkpoint_dir=" + ckpt, "train.save_interval=1",
+                                           "train.keep_checkpoints=1"};
+  train_with_checkpoints(data, ckpt, 4, saving);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), saving.begin(), saving.end());
+    return small_config(data, extra);
+  };
+  Trainer diverging(with({"train.iters=20", "optimizer.lr=1e6"}));
+  const std::string message = error_of([&] { diverging.train(); });
+  EXPECT_EQ(message.rfind("iteration 6: the loss is ", 0), 0u) << message;
+  EXPECT_NE(message.find("training diverged; stopped before saving anything at this iteration (the "
+                         "newest checkpoint, " + ckpt + "/iter_0000005, holds the weights that gave this "
+                         "loss; the one before, " + ckpt + "/iter_0000004, trained on with finite losses: "
+                         "to resume from it, move the newer ones out of " + ckpt + " and write "
+                         "iter_0000004 into its `latest`)"), std::string::npos) << message;
+  CheckpointStore store(ckpt);
+  EXPECT_EQ(store.latest(), 5);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{4, 5}));
+  for (int64_t saved : store.iterations()) EXPECT_TRUE(Manifest::read(store.path(saved)).finite_loss());
+
+  // As the error says: checkpoint 4 resumes, and trains on.
+  std::filesystem::rename(store.path(5), dir / "iter_0000005.bad");
+  std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000004\n";
+  Trainer resumed(with({"train.iters=7"}));
+  EXPECT_EQ(resumed.iteration(), 4);
+  for (double loss : run(resumed)) EXPECT_TRUE(std::isfinite(loss));
+}
+
+// Rotation keeps the newest `keep` checkpoints and the newest proven one: the newest older one
+// whose loss was finite.
+TEST(Checkpoint, RotationKeepsTheNewestProvenCheckpoint) {
+  CheckpointStore store((scratch_dir() / "ckpt").string());
+  auto save = [&](int64_t iteration, double loss) {
+    store.save(iteration, [](const std::string&) { return std::vector<FileRecord>{}; }, 1, loss);
+  };
+  save(1, 2.5);
+  save(2, 2.4);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{1, 2}));
+  save(3, std::nan(""));  // an fp16 step that overflowed, say
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2, 3}));
+  save(4, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2, 4}));
+  save(5, 2.0);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2, 5}));
+  save(6, 1.9);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(store.latest(), 6);
+}
+
+// Every file is checked against the checksum in manifest.json before it is loaded: a flipped
+// byte inside a tensor, which LibTorch itself would load silently, is an error naming the file.
 TEST(Checkpoint, CorruptFilesAreNamed) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
   train_with_checkpoints(data, ckpt, 1);
-  std::ofstream(CheckpointStore(ckpt).path(1) + "/optimizer_tp0_pp0_dp0.pt", std::ios::trunc) << "garbage";
-  auto message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
-  EXPECT_NE(message.find("optimizer_tp0_pp0_dp0.pt' cannot be loaded"), std::string::npos) << message;
+  const std::string folder = CheckpointStore(ckpt).path(1);
+  const std::string optimizer = folder + "/optimizer_tp0_pp0_dp0.pt";
+  const auto size = std::filesystem::file_size(optimizer);
+  auto resume = [&] { return error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); }); };
+  {
+    std::fstream file(optimizer, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(std::streamoff(size / 2));
+    const char byte = char(file.get() ^ 0x10);
+    file.seekp(std::streamoff(size / 2));
+    file.put(byte);
+  }
+  auto message = resume();
+  EXPECT_NE(message.find("optimizer_tp0_pp0_dp0.pt' is corrupt: it holds " + std::to_string(size) +
+                         " bytes with XXH3 "), std::string::npos) << message;
+  std::filesystem::resize_file(optimizer, size - 100);
+  message = resume();
+  EXPECT_NE(message.find("is corrupt: it holds " + std::to_string(size - 100) + " bytes"), std::string::npos)
+      << message;
+  std::filesystem::remove(folder + "/rng.pt");
+  message = resume();
+  EXPECT_NE(message.find("rng.pt' is missing"), std::string::npos) << message;
+  // A checkpoint from before manifests still loads unverified; LibTorch names what it cannot read.
+  std::filesystem::remove(folder + "/manifest.json");
+  std::ofstream(folder + "/rng.pt", std::ios::binary) << "garbage";
+  message = resume();
+  EXPECT_NE(message.find("rng.pt' cannot be loaded"), std::string::npos) << message;
 }

@@ -170,6 +170,9 @@ TEST(LossScaler, SkipsAndBacksOffOnOverflowAndGrowsAfterAWindow) {
   EXPECT_FALSE(scaler.update(false));
   EXPECT_EQ(scaler.scale(), 256);  // the floor
   EXPECT_EQ(scaler.skipped(), 4);
+  EXPECT_EQ(scaler.skipped_in_a_row(), 3);  // what loss_scale.max_consecutive_skips bounds
+  EXPECT_TRUE(scaler.update(true));
+  EXPECT_EQ(scaler.skipped_in_a_row(), 0);
 
   LossScaler none(config, /*dynamic=*/false);
   EXPECT_EQ(none.scale(), 1);

@@ -17,9 +17,11 @@
 
 #include "core/command_line.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "parallel/comm.h"
+#include "parallel/failure.h"
 #include "parallel/launch.h"
 
 using namespace trident;
@@ -114,15 +116,28 @@ int main(int argc, char** argv) {
   LaunchInfo launch;
   try {
     launch = detect_launch();
-    Options o;
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    return 2;
+  }
+  log::set_process(int(launch.rank), int(launch.world_size));
+  // The arguments are checked on every rank and a mistake reported once (parallel/failure.h).
+  Options o;
+  std::exception_ptr input_error;
+  try {
     CLI::App app{"", "allreduce_bench"};
     if (!parse_command_line(describe(app, o), argc, argv)) {
-      if (launch.rank == 0) std::fputs(app.help().c_str(), stdout);
+      if (log::primary()) std::fputs(app.help().c_str(), stdout);
       return 0;
     }
     if (o.device == "cuda") o.comm.device = torch::kCUDA;
-    const int rank = int(launch.rank);
-    auto comm = make_world_communicator(launch, o.comm);
+    check_backend(launch, o.comm);
+  } catch (const std::exception&) {
+    input_error = std::current_exception();
+  }
+  try {
+    auto comm = device_world(join_job(launch, o.comm.timeout, input_error), launch, o.comm);
+    const int rank = comm->rank();
     const int n = comm->size();
     if (rank == 0)
       std::printf("# allreduce_bench: %d ranks, backend %s, device %s, %lld iterations after %lld warm-up\n",
@@ -159,8 +174,6 @@ int main(int argc, char** argv) {
     comm.reset();
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& e) {
-    if (launch.world_size == 1) std::fprintf(stderr, "error: %s\n", e.what());
-    else std::fprintf(stderr, "error (rank %lld): %s\n", static_cast<long long>(launch.rank), e.what());
-    return 2;
+    return report_failure(e, int(launch.world_size));
   }
 }

@@ -1,7 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -17,7 +15,6 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "core/logging.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/zero.h"
@@ -47,35 +44,39 @@ int64_t parse_folder_name(const std::string& name) {
   return value;
 }
 
-void sync_path(const fs::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("cannot open '", path.string(), "' to flush it");
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) fail("flushing '", path.string(), "' to disk failed");
-}
-
+// `text` as <path>, replacing it atomically: written beside it, flushed, renamed over it.
 void write_text_atomically(const fs::path& path, const std::string& text) {
-  fs::path partial = path.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    out << text;
-    if (!out.flush()) fail("cannot write '", partial.string(), "'");
-  }
-  sync_path(partial);
+  const fs::path partial = path.string() + ".partial";
+  FileWriter writer(partial.string());
+  writer.write(text.data(), text.size());
+  writer.finish();
   fs::rename(partial, path);
 }
 
-void save_archive(const fs::path& path,
-                  const std::function<void(torch::serialize::OutputArchive&)>& write) {
-  torch::serialize::OutputArchive archive;
-  write(archive);
-  archive.save_to(path.string());
+FileRecord write_text(const fs::path& path, const std::string& text) {
+  FileWriter writer(path.string());
+  writer.write(text.data(), text.size());
+  return {path.filename().string(), writer.finish()};
 }
 
-void load_archive(const fs::path& path,
+// LibTorch's archive, streamed through a FileWriter: a full disk or an I/O error becomes one
+// Error naming the file, not a failure deep inside the zip writer.
+FileRecord save_archive(const fs::path& path,
+                        const std::function<void(torch::serialize::OutputArchive&)>& write) {
+  torch::serialize::OutputArchive archive;
+  write(archive);
+  FileWriter writer(path.string());
+  archive.save_to([&](const void* data, size_t size) {
+    writer.write(data, size);
+    return size;  // errors are kept by the writer and reported by finish()
+  });
+  return {path.filename().string(), writer.finish()};
+}
+
+void load_archive(const Manifest& manifest, const fs::path& path,
                   const std::function<void(torch::serialize::InputArchive&)>& read) {
   if (!fs::exists(path)) fail("checkpoint file '", path.string(), "' is missing");
+  manifest.verify(path.filename().string());
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path.string());
@@ -88,6 +89,23 @@ void load_archive(const fs::path& path,
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
+
+void CheckpointStore::probe_writable(int rank) const {
+  std::error_code error;
+  fs::create_directories(dir_, error);
+  if (error) fail("train.checkpoint_dir '", dir_, "' cannot be created: ", error.message());
+  if (!fs::is_directory(dir_)) fail("train.checkpoint_dir '", dir_, "' is not a directory");
+  const fs::path probe = fs::path(dir_) / str(".write-test-rank", rank);
+  try {
+    FileWriter writer(probe.string());
+    writer.write("trident", 7);
+    writer.finish();
+  } catch (const Error& e) {
+    fs::remove(probe, error);
+    fail("train.checkpoint_dir '", dir_, "' is not writable: ", e.what());
+  }
+  fs::remove(probe, error);
+}
 
 std::string CheckpointStore::path(int64_t iteration) const {
   return (fs::path(dir_) / folder_name(iteration)).string();
@@ -133,26 +151,49 @@ void CheckpointStore::begin(int64_t iteration) const {
   fs::create_directory(staging_path(iteration));
 }
 
-void CheckpointStore::commit(int64_t iteration, int64_t keep) const {
-  const fs::path staging = staging_path(iteration);
-  for (const auto& entry : fs::directory_iterator(staging)) sync_path(entry.path());
+void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss) const {
+  const std::string staging = staging_path(iteration);
+  write_manifest(staging, iteration, loss);  // every file in it is already on disk
   sync_path(staging);
   fs::rename(staging, path(iteration));
   sync_path(dir_);
   write_text_atomically(fs::path(dir_) / "latest", folder_name(iteration) + "\n");
   sync_path(dir_);
 
-  auto saved = iterations();
+  const auto saved = iterations();
+  const int64_t proven = newest_proven(iteration);
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
-    if (saved[i] != iteration) remove_tree(path(saved[i]));
+    if (saved[i] != iteration && saved[i] != proven) remove_tree(path(saved[i]));
+}
+
+int64_t CheckpointStore::newest_proven(int64_t newest) const {
+  const auto saved = iterations();
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
+    if (*it < newest && Manifest::read(path(*it)).finite_loss()) return *it;
+  return -1;
+}
+
+void CheckpointStore::abandon(int64_t iteration) const noexcept {
+  // Best effort, after an error that is being reported already: the staging folder, and the
+  // published folder when `latest` was not moved to it (a commit that failed half-way).
+  try {
+    remove_tree(staging_path(iteration));
+    if (latest() != iteration) remove_tree(path(iteration));
+  } catch (const std::exception&) {
+  }
 }
 
 void CheckpointStore::save(int64_t iteration,
-                           const std::function<void(const std::string& folder)>& fill,
-                           int64_t keep) const {
-  begin(iteration);
-  fill(staging_path(iteration));
-  commit(iteration, keep);
+                           const std::function<std::vector<FileRecord>(const std::string& folder)>& fill,
+                           int64_t keep, double loss) const {
+  try {
+    begin(iteration);
+    write_manifest_part(staging_path(iteration), 0, fill(staging_path(iteration)));
+    commit(iteration, keep, loss);
+  } catch (...) {
+    abandon(iteration);
+    throw;
+  }
 }
 
 std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk) {
@@ -162,40 +203,45 @@ std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
   return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".pt");
 }
 
-void write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                       const std::vector<GPT>& chunks) {
-  const fs::path dir(folder);
+std::vector<FileRecord> write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                                          const std::vector<GPT>& chunks) {
+  std::vector<FileRecord> files;
   for (size_t c = 0; c < chunks.size(); ++c)
-    save_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
-                 [&](auto& archive) { chunks[c]->save(archive); });
+    files.push_back(save_archive(fs::path(folder) / model_file(tp_rank, pp_rank, int64_t(c)),
+                                 [&](auto& archive) { chunks[c]->save(archive); }));
+  return files;
 }
 
-void write_optimizer_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                           int64_t dp_rank, const ZeroOptimizer& optimizer, const LossScaler& scaler) {
-  save_archive(fs::path(folder) / optimizer_file(tp_rank, pp_rank, dp_rank), [&](auto& archive) {
+std::vector<FileRecord> write_optimizer_shard(const std::string& folder, int64_t tp_rank,
+                                              int64_t pp_rank, int64_t dp_rank,
+                                              const ZeroOptimizer& optimizer, const LossScaler& scaler) {
+  return {save_archive(fs::path(folder) / optimizer_file(tp_rank, pp_rank, dp_rank), [&](auto& archive) {
     optimizer.save(archive);
     const auto state = scaler.state();
     archive.write("loss_scale", torch::tensor({state.scale}, torch::kDouble));
     archive.write("loss_scale_counts", torch::tensor({state.good_steps, state.skipped}, torch::kLong));
-  });
+  })};
 }
 
-void write_shared_state(const std::string& folder, const TrainingProgress& progress,
-                        const Config& config) {
+std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                                           const Config& config) {
   const fs::path dir(folder);
-  save_archive(dir / "rng.pt", [](auto& archive) {
+  std::vector<FileRecord> files;
+  files.push_back(save_archive(dir / "rng.pt", [](auto& archive) {
     archive.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
-  });
+  }));
   YAML::Node progress_yaml;
   progress_yaml["iteration"] = progress.iteration;
   progress_yaml["consumed_samples"] = progress.consumed_samples;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
-  write_text_atomically(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
+  files.push_back(write_text(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n"));
+  return files;
 }
 
 TrainingProgress read_progress(const std::string& folder, const Config& config) {
   const fs::path dir(folder);
   const fs::path progress_path = dir / "progress.yaml";
+  Manifest::read(folder).verify("progress.yaml");
   TrainingProgress progress;
   Config saved;
   try {
@@ -220,11 +266,12 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
 void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
                       std::vector<GPT>& chunks) {
   const fs::path dir(folder);
+  const Manifest manifest = Manifest::read(folder);
   for (size_t c = 0; c < chunks.size(); ++c)
-    load_archive(dir / model_file(tp_rank, pp_rank, int64_t(c)),
+    load_archive(manifest, dir / model_file(tp_rank, pp_rank, int64_t(c)),
                  [&](auto& archive) { chunks[c]->load(archive); });
   torch::Tensor rng;
-  load_archive(dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
+  load_archive(manifest, dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(rng);
@@ -233,10 +280,11 @@ void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_ran
 void read_optimizer_shards(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
                            ZeroOptimizer& optimizer, LossScaler& scaler) {
   const fs::path dir(folder);
+  const Manifest manifest = Manifest::read(folder);
   std::vector<torch::serialize::InputArchive> shards;
   for (int64_t d = 0; fs::exists(dir / optimizer_file(tp_rank, pp_rank, d)); ++d) {
     shards.emplace_back();
-    load_archive(dir / optimizer_file(tp_rank, pp_rank, d),
+    load_archive(manifest, dir / optimizer_file(tp_rank, pp_rank, d),
                  [&](auto& archive) { shards.back() = std::move(archive); });
   }
   if (shards.empty())

@@ -1,14 +1,18 @@
 // Checkpoints: a directory of iter_NNNNNNN/ folders and a `latest` pointer.
 //
-// A save fills a private staging folder, flushes it to disk, renames it into place and only
-// then moves `latest`; a save killed at any point leaves the previous checkpoint and `latest`
-// untouched. Only the newest `keep` checkpoints survive a successful save.
+// A save fills a private staging folder (every file checked as it is written and flushed to
+// disk), records every file's checksum and the iteration's loss in manifest.json, renames the
+// folder into place and only then moves `latest`; a save that fails or is killed at any point
+// leaves the previous checkpoint and `latest` untouched. Only the newest `keep` checkpoints
+// survive a successful save, and the newest proven one (newest_proven) besides.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "train/checkpoint_manifest.h"
 
 namespace trident {
 
@@ -21,6 +25,11 @@ class CheckpointStore {
  public:
   explicit CheckpointStore(std::string dir);
 
+  // Creates the directory when missing and checks that this process can write there (a probe
+  // file written, flushed and removed), so that a bad train.checkpoint_dir is found before
+  // training, not at the first save. Throws Error naming it and the cause.
+  void probe_writable(int rank) const;
+
   const std::string& dir() const { return dir_; }
   std::string path(int64_t iteration) const;
   // Iterations that have a published folder, ascending.
@@ -31,13 +40,24 @@ class CheckpointStore {
 
   // A save in three steps, so that several processes can fill one checkpoint:
   // begin() (one process) makes the empty staging folder; every writer fills
-  // staging_path(iteration); commit() (the same process, after all writers) publishes it.
+  // staging_path(iteration) and records its files (write_manifest_part); commit() (the same
+  // process, after all writers) writes the manifest with the iteration's training loss,
+  // publishes the folder and prunes to `keep`. After a failure in any step, abandon() removes
+  // what the save left.
   std::string staging_path(int64_t iteration) const;
   void begin(int64_t iteration) const;
-  void commit(int64_t iteration, int64_t keep) const;
-  // All three in one process.
-  void save(int64_t iteration, const std::function<void(const std::string& folder)>& fill,
-            int64_t keep) const;
+  void commit(int64_t iteration, int64_t keep, double loss) const;
+  void abandon(int64_t iteration) const noexcept;
+  // The newest checkpoint older than `newest` that recorded a finite loss, -1 for none. Its
+  // weights are proven: the training that saved `newest` went on from them through iterations
+  // the divergence guard passed, whereas the weights of `newest` come from a step whose result
+  // no forward pass has seen yet (a step that diverges still records the finite loss computed
+  // before it).
+  int64_t newest_proven(int64_t newest) const;
+  // All three in one process; `fill` returns the files it wrote.
+  void save(int64_t iteration,
+            const std::function<std::vector<FileRecord>(const std::string& folder)>& fill,
+            int64_t keep, double loss) const;
 
  private:
   std::string dir_;
@@ -57,16 +77,20 @@ struct TrainingProgress {
 std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 
+// The writers return the files they wrote, for the manifest; a failed write (a full disk, an
+// I/O error) throws Error naming the file and the cause.
 // Writes this rank's shard of weights (every model chunk) into `folder`.
-void write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                       const std::vector<GPT>& chunks);
+std::vector<FileRecord> write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
+                                          const std::vector<GPT>& chunks);
 // Writes this rank's optimizer shard and the loss scale into `folder`.
-void write_optimizer_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                           int64_t dp_rank, const ZeroOptimizer& optimizer, const LossScaler& scaler);
+std::vector<FileRecord> write_optimizer_shard(const std::string& folder, int64_t tp_rank,
+                                              int64_t pp_rank, int64_t dp_rank,
+                                              const ZeroOptimizer& optimizer, const LossScaler& scaler);
 // Writes what all ranks share: rng.pt and progress.yaml (with the full config).
-void write_shared_state(const std::string& folder, const TrainingProgress& progress,
-                        const Config& config);
+std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                                           const Config& config);
 
+// The readers check every file against the checkpoint's manifest before loading it.
 // Reads progress.yaml of a checkpoint after checking that its saved model.*, precision,
 // parallel.tensor, parallel.pipeline and parallel.virtual_stages keys equal `config`'s; throws
 // Error naming the first that differs. Cheap: call it before building.

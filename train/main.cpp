@@ -8,8 +8,11 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/flops.h"
+#include "core/logging.h"
 #include "core/plan.h"
 #include "core/text.h"
+#include "parallel/comm.h"
+#include "parallel/failure.h"
 #include "parallel/launch.h"
 #include "parallel/layout.h"
 #include "train/trainer.h"
@@ -60,34 +63,51 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = 0;
-  // Input is checked identically on every rank, so rank 0 alone reports it; once training
-  // runs, a failure may be one rank's own (a lost peer, a full disk) and every rank reports.
-  bool training = false;
+  using namespace trident;
+  LaunchInfo launch;
   try {
-    const trident::LaunchInfo launch = trident::detect_launch();
-    rank = int(launch.rank);
-    Arguments args;
-    CLI::App app{"", "train"};
-    if (!trident::parse_command_line(describe(app, args), argc, argv)) {
-      if (rank == 0) std::fputs(app.help().c_str(), stdout);
+    launch = detect_launch();
+  } catch (const std::exception& e) {
+    log::error(e.what());  // no rank to speak for: every process that cannot tell says so
+    return 2;
+  }
+  log::set_process(int(launch.rank), int(launch.world_size));
+
+  // Arguments, config and layout are checked on every rank, and a mistake is reported after the
+  // ranks have connected and agreed on it: once, by rank 0, whichever ranks found it.
+  Arguments args;
+  Config config;
+  std::exception_ptr input_error;
+  CLI::App app{"", "train"};
+  try {
+    if (!parse_command_line(describe(app, args), argc, argv)) {
+      if (log::primary()) std::fputs(app.help().c_str(), stdout);
       return 0;
     }
-    trident::Config config = trident::Config::load(args.config, args.overrides);
-    if (args.dry_run) {
-      if (rank == 0) print_dry_run(config, launch);
+    config = Config::load(args.config, args.overrides);
+    resolve_layout(config, launch.world_size);
+    check_backend(launch, comm_options(config));
+  } catch (const std::exception&) {
+    input_error = std::current_exception();
+  }
+  if (args.dry_run) {  // a report of rank 0's view; nothing connects
+    if (!log::primary()) return 0;
+    log::set_process(0, 1);
+    try {
+      if (input_error) std::rethrow_exception(input_error);
+      print_dry_run(config, launch);
       return 0;
+    } catch (const std::exception& e) {
+      return report_failure(e, 1);
     }
-    trident::Trainer trainer(config, launch);
-    training = true;
+  }
+  try {
+    // With a config that did not load, the default timeout connects the ranks to agree on it.
+    const auto timeout = input_error ? CommOptions{}.timeout : comm_options(config).timeout;
+    Trainer trainer(config, launch, join_job(launch, timeout, input_error));
     trainer.train();
     return 0;
-  } catch (const trident::Error& e) {
-    if (rank == 0 && !training) std::fprintf(stderr, "error: %s\n", e.what());
-    if (training) std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error (rank %d): %s\n", rank, e.what());
-    return 1;
+    return report_failure(e, int(launch.world_size));
   }
 }

@@ -4,8 +4,10 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -20,6 +22,8 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
+#include "parallel/comm.h"
+#include "parallel/failure.h"
 #include "parallel/data_parallel.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
@@ -58,41 +62,48 @@ torch::Device training_device(const std::string& device, const LaunchInfo& launc
 
 }  // namespace
 
-Trainer::Trainer(Config config, const LaunchInfo& launch)
+Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Communicator> cpu_world)
     : config_(std::move(config)),
       layout_(resolve_layout(config_, launch.world_size)),
-      device_(training_device(config_.train.device, launch)),
+      device_(torch::kCPU),
       dtype_(parameter_dtype(config_.precision)),
       vocab_(config_.model.padded_vocab(config_.parallel.tensor)),
       main_dtype_(dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat) {
-  log::set_primary(launch.rank == 0);
-  check_precision_runs_on(config_.precision, device_);
-  CommOptions comm;
-  comm.backend = config_.parallel.backend;
-  comm.timeout = std::chrono::seconds(config_.parallel.timeout_s);
+  log::set_process(int(launch.rank), int(launch.world_size));
+  CommOptions comm = comm_options(config_);
+  cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
+  // Setup runs in phases that every rank agrees on (parallel/failure.h): a device, file or
+  // checkpoint that fails on some ranks only ends all of them, reported once by rank 0. The
+  // collectives (groups, publishing loaded weights) run between the phases.
+  agree(*cpu_world_, [&] {
+    device_ = training_device(config_.train.device, launch);
+    check_precision_runs_on(config_.precision, device_);
+  });
   comm.device = device_;
-  groups_ = std::make_unique<ProcessGroups>(make_world_communicator(launch, comm), layout_);
+  groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);
   if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));
   peak_tflops_ = config_.train.peak_tflops;
 
-  data_ = std::make_unique<GPTData>(config_);
-
   TrainingProgress progress;
-  const std::string resume_from = find_resume_point(progress);
-  build_model_chunks();
-  const auto& at = groups_->coordinates();
-  // Model weights load before the optimizer makes the parameters views of its flat buffer.
-  if (!resume_from.empty()) read_model_shard(resume_from, at.tp, at.pp, chunks_);
-  ZeroOptions zero;
-  zero.zero_stage = config_.parallel.zero_stage;
-  zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
-  zero.main_dtype = main_dtype_;
-  zero.isolate = tied_;
-  optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->data(), config_.optimizer, zero);
-  scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == "fp16");
-
+  std::string resume_from;
+  agree(*cpu_world_, [&] {
+    data_ = std::make_unique<GPTData>(config_);
+    resume_from = open_checkpoints(progress);
+    build_model_chunks();
+    const auto& at = groups_->coordinates();
+    // Model weights load before the optimizer makes the parameters views of its flat buffer.
+    if (!resume_from.empty()) read_model_shard(resume_from, at.tp, at.pp, chunks_);
+    ZeroOptions zero;
+    zero.zero_stage = config_.parallel.zero_stage;
+    zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
+    zero.main_dtype = main_dtype_;
+    zero.isolate = tied_;
+    optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->data(), config_.optimizer, zero);
+    scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == "fp16");
+    if (!resume_from.empty()) read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
+  });
   if (!resume_from.empty()) {
-    read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
+    optimizer_->publish();
     iteration_ = last_saved_ = progress.iteration;
     consumed_samples_ = progress.consumed_samples;
     log::info(str("resumed from ", resume_from, " at iteration ", iteration_, " (",
@@ -102,9 +113,13 @@ Trainer::Trainer(Config config, const LaunchInfo& launch)
 
 Trainer::~Trainer() = default;
 
-std::string Trainer::find_resume_point(TrainingProgress& progress) {
+std::string Trainer::open_checkpoints(TrainingProgress& progress) {
   if (config_.train.checkpoint_dir.empty()) return "";
   checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
+  // Ranks that will write (save_checkpoint) find out now, not after the run, if they cannot.
+  const bool writes = groups_->world().rank() == 0 || groups_->coordinates().dp == 0 ||
+                      (config_.parallel.zero_stage > 0 && layout_.data > 1);
+  if (writes) checkpoints_->probe_writable(groups_->world().rank());
   const int64_t latest = checkpoints_->latest();
   if (latest >= 0 && !config_.train.resume)
     fail("train.checkpoint_dir '", checkpoints_->dir(), "' already holds checkpoints (latest: ",
@@ -199,6 +214,10 @@ Trainer::PendingStep Trainer::run_step() {
   const torch::Tensor grad_norm = global_grad_square_sum().sqrt() / loss_scale;
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
+  if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
+    diverged(str("the fp16 gradients overflowed in ", scaler_->skipped_in_a_row(), " steps in a row ",
+                 "(more than loss_scale.max_consecutive_skips) down to a loss scale of ", scaler_->scale()),
+             iteration_ + 1);
   if (stepped) {
     optimizer_->scale_grads(clip_coefficient(grad_norm, config_.optimizer.clip_grad) / loss_scale);
     optimizer_->step(lr);
@@ -223,7 +242,7 @@ Trainer::PendingStep Trainer::run_step() {
 
 IterationMetrics Trainer::complete(PendingStep& pending) {
   IterationMetrics m = pending.metrics;
-  m.loss = pending.loss.item<double>();
+  m.loss = last_loss_ = pending.loss.item<double>();
   m.grad_norm = pending.grad_norm.item<double>();
   m.elapsed_ms = pending.timer->elapsed_ms();
   const auto& batch = config_.batch;
@@ -236,7 +255,29 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   m.tflops_model = flops.model / per_device;
   m.tflops_hardware = flops.hardware / per_device;
   if (peak_tflops_ > 0) m.mfu = m.tflops_model / peak_tflops_;
+  if (!m.skipped && !(std::isfinite(m.loss) && std::isfinite(m.grad_norm)))
+    diverged(str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm), m.iteration);
   return m;
+}
+
+void Trainer::diverged(const std::string& what, int64_t iteration) const {
+  // Every rank sees the same reduced loss and norm, so every rank stops here together.
+  std::string saved = "no checkpoint was saved";
+  const int64_t latest = checkpoints_ ? checkpoints_->latest() : -1;
+  if (latest >= 0 && latest + 1 < iteration) {
+    saved = str("the newest checkpoint, ", checkpoints_->path(latest), ", trained on with finite losses");
+  } else if (latest >= 0) {
+    const int64_t proven = checkpoints_->newest_proven(latest);
+    saved = str("the newest checkpoint, ", checkpoints_->path(latest), ", holds the weights that gave this loss");
+    if (proven >= 0)
+      saved += str("; the one before, ", checkpoints_->path(proven), ", trained on with finite ",
+                   "losses: to resume from it, move the newer ones out of ", checkpoints_->dir(),
+                   " and write ", std::filesystem::path(checkpoints_->path(proven)).filename().string(),
+                   " into its `latest`");
+  }
+  throw JobError::everywhere(str("iteration ", iteration, ": ", what, ": training diverged; stopped ",
+                                 "before saving anything at this iteration (", saved, ")"),
+                             int(layout_.world_size));
 }
 
 double Trainer::evaluate() {
@@ -313,35 +354,33 @@ torch::Tensor Trainer::global_grad_square_sum() {
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   // World rank 0 prepares and publishes; the first data-parallel replica writes one shard per
-  // (TP rank, stage, chunk); every step ends with all ranks agreeing that nobody failed.
-  Communicator& world = groups_->world();
-  const bool leader = world.rank() == 0;
+  // (TP rank, stage, chunk), each rank its optimizer shard under ZeRO. Every step ends with all
+  // ranks agreeing that nobody failed; after a failure the half-written checkpoint is removed
+  // and `latest` still names the previous one.
+  const bool leader = groups_->world().rank() == 0;
   const bool writer = groups_->coordinates().dp == 0;
-  std::string failure;
-  auto step = [&](bool mine, const std::function<void()>& body) {
-    auto failed = torch::zeros({1}, torch::kInt);
-    if (mine) {
-      try {
-        body();
-      } catch (const std::exception& e) {
-        failure = e.what();
-        failed.fill_(1);
-      }
-    }
-    world.all_reduce(failed, ReduceOp::max);
-    if (!failure.empty()) fail(failure);
-    if (failed.item<int>() != 0)
-      fail("another rank could not save checkpoint ", checkpoints_->path(iteration_));
-  };
-  step(leader, [&] { checkpoints_->begin(iteration_); });
-  const auto& at = groups_->coordinates();
-  step(writer || optimizer_->sharded(), [&] {
-    const std::string folder = checkpoints_->staging_path(iteration_);
-    if (writer) write_model_shard(folder, at.tp, at.pp, chunks_);
-    write_optimizer_shard(folder, at.tp, at.pp, at.dp, *optimizer_, *scaler_);
-    if (leader) write_shared_state(folder, {iteration_, consumed_samples_}, config_);
-  });
-  step(leader, [&] { checkpoints_->commit(iteration_, config_.train.keep_checkpoints); });
+  try {
+    agree(*cpu_world_, [&] {
+      if (leader) checkpoints_->begin(iteration_);
+    });
+    const auto& at = groups_->coordinates();
+    agree(*cpu_world_, [&] {
+      if (!writer && !optimizer_->sharded()) return;
+      const std::string folder = checkpoints_->staging_path(iteration_);
+      std::vector<FileRecord> files;
+      auto add = [&](std::vector<FileRecord> more) { files.insert(files.end(), more.begin(), more.end()); };
+      if (writer) add(write_model_shard(folder, at.tp, at.pp, chunks_));
+      add(write_optimizer_shard(folder, at.tp, at.pp, at.dp, *optimizer_, *scaler_));
+      if (leader) add(write_shared_state(folder, {iteration_, consumed_samples_}, config_));
+      write_manifest_part(folder, groups_->world().rank(), files);
+    });
+    agree(*cpu_world_, [&] {
+      if (leader) checkpoints_->commit(iteration_, config_.train.keep_checkpoints, last_loss_);
+    });
+  } catch (const JobError&) {
+    if (leader) checkpoints_->abandon(iteration_);
+    throw;
+  }
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
 }
@@ -427,7 +466,14 @@ void Trainer::write_metrics(std::ofstream& file, const IterationMetrics& m) cons
   if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
   if (layout_.pipeline > 1)
     json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
+  errno = 0;
   file << json.str() << "\n" << std::flush;
+  if (file) return;
+  // Training goes on (a full disk stops the next checkpoint anyway); the file says no more.
+  log::warn(str("train.metrics_file '", config_.train.metrics_file, "' cannot be written (",
+                errno ? std::strerror(errno) : "write failed", "): iteration ", m.iteration,
+                " and later are missing from it"));
+  file.close();
 }
 
 void Trainer::train() {
@@ -443,7 +489,7 @@ void Trainer::train() {
     const auto parent = std::filesystem::path(t.metrics_file).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     metrics.open(t.metrics_file, iteration_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written");
+    if (!metrics) fail("train.metrics_file '", t.metrics_file, "' cannot be written: ", std::strerror(errno));
   }
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);

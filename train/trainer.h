@@ -49,8 +49,11 @@ class Trainer {
  public:
   // Checks the config, the launch environment, the data and the checkpoint folder (in that
   // order, before building anything heavy), then builds the model and optimizer, resuming
-  // from train.checkpoint_dir when it holds a checkpoint and train.resume is set.
-  explicit Trainer(Config config, const LaunchInfo& launch = detect_launch());
+  // from train.checkpoint_dir when it holds a checkpoint and train.resume is set. Connects to
+  // the job's other processes unless `cpu_world` (parallel/comm.h's connect_world) is given.
+  // A setup error on any rank throws JobError on every rank (parallel/failure.h).
+  explicit Trainer(Config config, const LaunchInfo& launch = detect_launch(),
+                   std::shared_ptr<Communicator> cpu_world = nullptr);
   ~Trainer();
 
   // Iterates up to train.iters, logging, validating and checkpointing as configured.
@@ -76,8 +79,9 @@ class Trainer {
   int64_t padded_vocab() const { return vocab_; }
 
  private:
-  // Checks train.checkpoint_dir and returns the checkpoint to resume from ("" for none).
-  std::string find_resume_point(TrainingProgress& progress);
+  // Opens train.checkpoint_dir (probed for writing on the ranks that save) and returns the
+  // checkpoint to resume from ("" for none).
+  std::string open_checkpoints(TrainingProgress& progress);
   void build_model_chunks();
   PipelineOptions pipeline_options() const;
   // This stage's forward of one micro-batch (tokens read on the first and last stages); the
@@ -90,7 +94,11 @@ class Trainer {
   torch::Tensor global_grad_square_sum();  // on the device: no host synchronisation
   struct PendingStep;
   PendingStep run_step();
-  IterationMetrics complete(PendingStep& pending);  // reads the device's numbers
+  // Reads the device's numbers; a non-finite loss or gradient norm (outside fp16's skipped
+  // steps) ends the run there (diverged).
+  IterationMetrics complete(PendingStep& pending);
+  // Throws JobError on every rank: the run diverged at `iteration`, for the reason given.
+  [[noreturn]] void diverged(const std::string& what, int64_t iteration) const;
   void write_metrics(std::ofstream& file, const IterationMetrics& m) const;
   void log_start() const;
   void log_memory() const;
@@ -101,6 +109,7 @@ class Trainer {
   torch::Device device_;
   torch::Dtype dtype_;
   int64_t vocab_;
+  std::shared_ptr<Communicator> cpu_world_;  // agreements on failures (NCCL's bootstrap on a GPU)
   std::unique_ptr<ProcessGroups> groups_;
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
@@ -116,6 +125,7 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   int64_t last_saved_ = -1;
+  double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   double peak_tflops_ = 0;
   std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
 };

@@ -1,0 +1,328 @@
+// Failure is part of the product: whatever goes wrong on whichever rank, the job ends in bounded
+// time with the failing rank's cause printed first and once, and nothing already saved is lost.
+// Every test runs the real `train` program as a user would, under mpirun or env://.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/config.h"
+#include "tests/helpers.h"
+#include "tests/launchers.h"
+#include "train/data.h"
+
+using namespace trident;
+using namespace trident::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A model that trains in milliseconds per iteration.
+const std::vector<std::string> kSmall = {
+    "model.num_layers=2",        "model.hidden_size=32",      "model.num_attention_heads=2",
+    "model.seq_length=32",       "batch.micro_batch_size=4",  "batch.global_batch_size=16",
+    "train.log_interval=1",      "train.eval_interval=0",     "data.valid_fraction=0"};
+
+std::string train_command(const std::string& launcher, const std::vector<std::string>& overrides) {
+  std::string command = "timeout 120 " + launcher + kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml";
+  for (const auto& o : kSmall) command += " " + o;
+  for (const auto& o : overrides) command += " " + o;
+  return command;
+}
+
+const std::vector<std::string> kSynthetic = {"data.type=synthetic"};
+
+struct Timed {
+  CommandResult result;
+  double seconds;
+};
+
+Timed run_timed(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult result = run_command(command);
+  return {result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+// The error lines of a job's output, without launch_env.sh's "[rank r] " prefix.
+std::vector<std::string> error_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.rfind("] error", 0) == std::string::npos && line.rfind("[rank ", 0) == 0
+                          ? line.find("] ") + 2
+                          : 0;
+    if (line.compare(at, 5, "error") == 0) lines.push_back(line.substr(at));
+  }
+  return lines;
+}
+
+// The job ended by itself (not by the test's timeout), in failure, within `bound` seconds.
+void expect_ended_in_failure(const Timed& run, double bound) {
+  EXPECT_NE(run.result.exit_code, 0) << run.result.output;
+  EXPECT_NE(run.result.exit_code, 124) << "timed out: the job hung\n" << run.result.output;
+  EXPECT_LT(run.seconds, bound) << run.result.output;
+  EXPECT_EQ(run.result.output.find("frame #"), std::string::npos) << "a C++ stack trace\n" << run.result.output;
+}
+
+// Random bytes below 200, with the byte 250 in the one sample that DP rank 1 of 2 reads first
+// in iteration 3: with model.vocab_size=200 that rank alone, only then, meets a token outside the
+// vocabulary.
+std::string poisoned_corpus(const fs::path& dir, const std::vector<std::string>& overrides) {
+  std::mt19937 random(1);
+  std::string text(20000, '\0');
+  for (char& c : text) c = char(1 + random() % 199);
+  const std::string prefix = (dir / "corpus").string();
+  write_documents(prefix, {text});
+  std::vector<std::string> all = kSmall;
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  all.push_back("data.path=" + prefix);
+  const Config config = Config::load(kSource + "/configs/gpt-tiny.yaml", all);
+  const GPTData data(config);
+  const int64_t seq = config.model.seq_length, micro = config.batch.micro_batch_size;
+  const int64_t position = sample_position(2 * config.batch.global_batch_size, 0, micro, 1, 2);
+  std::vector<int64_t> tokens(size_t(seq + 1));
+  data.train->sample(position, tokens.data());
+  const std::string sample(tokens.begin(), tokens.end());
+  const size_t at = text.find(sample);
+  EXPECT_NE(at, std::string::npos);
+  EXPECT_EQ(text.find(sample, at + 1), std::string::npos);
+  text[at + size_t(seq / 2)] = char(250);  // in no other sample: neighbours share only the ends
+  write_documents(prefix, {text});
+  return prefix;
+}
+
+// Whether this machine lets a test mount a tmpfs in a private mount namespace (root in CI).
+bool can_mount_tmpfs(const fs::path& dir) {
+  fs::create_directories(dir);
+  return run_command("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs " + dir.string() + "'").exit_code == 0;
+}
+
+// Runs `command` with a tmpfs (`options`, e.g. size=1m) mounted at `dir` in a private mount
+// namespace, then prints what it left there (the mount ends with the command).
+CommandResult with_tmpfs(const fs::path& dir, const std::string& options, const std::string& command) {
+  const std::string d = dir.string();
+  return run_command("unshare -m sh -c 'mount -t tmpfs -o " + options + " tmpfs " + d + " || exit 77; " +
+                     command + "; code=$?; echo left: $(ls -A " + d + "); echo latest: $(cat " + d +
+                     "/latest 2>/dev/null); exit $code'");
+}
+
+}  // namespace
+
+// Under mpirun the failing rank prints its cause and aborts the job (nobody waits in a
+// collective or in MPI_Finalize); under env:// it exits and its peers see the connection close.
+TEST(JobFailure, OneRanksErrorEndsTheJobWithThatRanksCause) {
+  const std::vector<std::string> data = {"model.vocab_size=200", "train.iters=6"};
+  std::vector<std::string> overrides = data;
+  overrides.push_back("data.path=" + poisoned_corpus(scratch_dir(), data));
+  for (const std::string launcher : {kMpirun + "2 ", kEnvLaunch + "2 -- "}) {
+    SCOPED_TRACE(launcher);
+    if (!missing_backend(launcher).empty()) continue;
+    const Timed run = run_timed(train_command(launcher, overrides));
+    expect_ended_in_failure(run, 60);
+    const auto errors = error_lines(run.result.output);
+    ASSERT_FALSE(errors.empty()) << run.result.output;
+    const std::string cause = "error (rank 1): token id 250 at position ";
+    if (launcher == kMpirun + "2 ") {
+      EXPECT_EQ(errors.size(), 1u) << run.result.output;  // MPI_Abort ends rank 0 silently
+      EXPECT_EQ(errors.front().rfind(cause, 0), 0u) << run.result.output;
+    } else {
+      EXPECT_NE(run.result.output.find("[rank 1] " + cause), std::string::npos) << run.result.output;
+      EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo all_reduce on the data-parallel group: "
+                                       "a peer closed its connection"), std::string::npos) << run.result.output;
+    }
+    EXPECT_NE(run.result.output.find("iter 2/6"), std::string::npos) << "failed too early\n" << run.result.output;
+  }
+}
+
+// A checkpoint shard of TP rank 1 with one byte changed: rank 1 alone finds it while resuming;
+// every rank agrees on it before anything trains, and rank 0 prints rank 1's cause once.
+TEST(JobFailure, ABrokenShardOfOneRankIsReportedOnceBeforeTraining) {
+  const auto dir = scratch_dir();
+  for (const std::string launcher : {kMpirun + "2 ", kEnvLaunch + "2 -- "}) {
+    SCOPED_TRACE(launcher);
+    if (!missing_backend(launcher).empty()) continue;
+    const std::string ckpt = (dir / (launcher == kMpirun + "2 " ? "mpi" : "env")).string();
+    std::vector<std::string> overrides = {"data.type=synthetic", "parallel.tensor=2", "train.checkpoint_dir=" + ckpt};
+    auto first = overrides;
+    first.push_back("train.iters=2");
+    ASSERT_EQ(run_command(train_command(launcher, first)).exit_code, 0);
+    const std::string shard = ckpt + "/iter_0000002/model_tp1_pp0_v0.pt";
+    {
+      std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(std::streamoff(fs::file_size(shard) / 2));
+      file.put('\x7f');
+    }
+    overrides.push_back("train.iters=4");
+    const Timed run = run_timed(train_command(launcher, overrides));
+    expect_ended_in_failure(run, 60);
+    const auto errors = error_lines(run.result.output);
+    ASSERT_EQ(errors.size(), 1u) << run.result.output;
+    EXPECT_EQ(errors.front().rfind("error (rank 1): checkpoint file '" + shard + "' is corrupt", 0), 0u)
+        << run.result.output;
+    EXPECT_EQ(run.result.output.find("resumed from"), std::string::npos) << run.result.output;
+    EXPECT_EQ(run.result.output.find("iter "), std::string::npos) << run.result.output;
+  }
+}
+
+// A mistake every rank finds (config, layout) is printed once, whichever rank exits first:
+// mpirun used to kill rank 0 before it printed (4 runs in 51).
+TEST(JobFailure, InputErrorsArePrintedOnceUnderEveryLauncher) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    for (const std::string launcher : {kMpirun + "4 ", kEnvLaunch + "2 -- "}) {
+      SCOPED_TRACE(launcher);
+      if (!missing_backend(launcher).empty()) continue;
+      const auto r = run_command(train_command(launcher, {"data.type=synthetic", "parallel.pipeline=3"}));
+      EXPECT_NE(r.exit_code, 0);
+      const auto errors = error_lines(r.output);
+      ASSERT_EQ(errors.size(), 1u) << r.output;
+      EXPECT_EQ(errors.front(), "error: model.num_layers (2) must be divisible by parallel.pipeline * "
+                                "parallel.virtual_stages (3)") << r.output;
+    }
+  }
+}
+
+// SIGSTOP on one rank: the others' watchdog (MPI) or Gloo's own timeout ends the job after
+// parallel.timeout_s.
+TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
+  const std::string endless = train_command("", {"data.type=synthetic", "train.iters=1000000",
+                                                 "train.log_interval=100000", "parallel.timeout_s=4"});
+  const std::string command = endless.substr(std::string("timeout 120 ").size());
+  if (missing_backend(kMpirun).empty()) {
+    // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
+    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
+                                " train.seed=515151 & job=$!; sleep 4; pkill -STOP -n -f train.seed=515151; wait $job'");
+    expect_ended_in_failure(run, 60);
+    EXPECT_NE(run.result.output.find("on the data-parallel group made no progress for 4 s "
+                                     "(parallel.timeout_s): a peer is stopped, stuck or lost"),
+              std::string::npos) << run.result.output;
+  }
+  if (missing_backend(kEnvLaunch).empty()) {
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal STOP -- " + command);
+    expect_ended_in_failure(run, 60);
+    EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo all_reduce on the data-parallel group: "
+                                     "no answer from a peer within parallel.timeout_s=4 s"),
+              std::string::npos) << run.result.output;
+  }
+}
+
+TEST(JobFailure, AKilledPeerEndsTheJob) {
+  const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000000",
+                                                 "train.log_interval=100000"}).substr(std::string("timeout 120 ").size());
+  if (missing_backend(kMpirun).empty()) {
+    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
+                                " train.seed=424242 & job=$!; sleep 4; pkill -KILL -n -f train.seed=424242; wait $job'");
+    expect_ended_in_failure(run, 60);
+  }
+  if (missing_backend(kEnvLaunch).empty()) {
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 -- " + command);
+    expect_ended_in_failure(run, 60);
+    EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo all_reduce on the data-parallel group: "
+                                     "a peer closed its connection"), std::string::npos) << run.result.output;
+  }
+}
+
+// A process of an env:// job whose peers never come ends after parallel.timeout_s (not twice
+// that), with one line: no stack trace, no glog.
+TEST(JobFailure, AMissingPeerEndsTheConnectionAfterTheTimeout) {
+  if (!missing_backend(kEnvLaunch).empty()) GTEST_SKIP() << missing_backend(kEnvLaunch);
+  const std::string port = std::to_string(20000 + ::getpid() % 12000);  // below the ephemeral ports
+  const std::string command = train_command("", {"data.type=synthetic", "parallel.timeout_s=3"});
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " ";
+  Timed run = run_timed(env + "RANK=0 " + command);  // the TCPStore's server, alone
+  expect_ended_in_failure(run, 10);
+  EXPECT_EQ(run.result.output, "error (rank 0): only 1 of 2 processes reached the TCPStore at MASTER_ADDR="
+                               "127.0.0.1 MASTER_PORT=" + port + " within parallel.timeout_s=3 s (one "
+                               "failed to start, or they were given different MASTER_ADDR/MASTER_PORT)\n");
+  run = run_timed(env + "RANK=1 " + command);  // a client, with no server
+  expect_ended_in_failure(run, 10);
+  EXPECT_EQ(run.result.output.rfind("error (rank 1): cannot reach the TCPStore at MASTER_ADDR=127.0.0.1 "
+                                    "MASTER_PORT=" + port + " within parallel.timeout_s=3 s: ", 0), 0u)
+      << run.result.output;
+  EXPECT_EQ(error_lines(run.result.output).size(), 1u) << run.result.output;
+}
+
+// A loss that goes to nan stops the program (exit 2, one line naming the iteration).
+TEST(JobFailure, DivergenceEndsTheProgramWithOneLine) {
+  const Timed run = run_timed(train_command("", {"data.type=synthetic", "train.iters=20", "optimizer.lr=1e6"}));
+  expect_ended_in_failure(run, 60);
+  EXPECT_EQ(run.result.exit_code, 2);
+  const auto errors = error_lines(run.result.output);
+  ASSERT_EQ(errors.size(), 1u) << run.result.output;
+  EXPECT_EQ(errors.front().rfind("error: iteration ", 0), 0u) << run.result.output;
+  EXPECT_NE(errors.front().find("training diverged; stopped before saving anything at this iteration "
+                                "(no checkpoint was saved)"), std::string::npos) << run.result.output;
+}
+
+// A checkpoint directory that cannot be written is reported before training, not at the first
+// save (by default after the whole run).
+TEST(JobFailure, AnUnwritableCheckpointDirectoryIsReportedBeforeTraining) {
+  const auto dir = scratch_dir();
+  std::ofstream(dir / "a-file") << "not a directory";
+  auto r = run_command(train_command("", {"data.type=synthetic", "train.checkpoint_dir=" + (dir / "a-file").string()}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  auto errors = error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors.front().rfind("error: train.checkpoint_dir '" + (dir / "a-file").string() + "' cannot be created: ", 0), 0u)
+      << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+
+  const fs::path read_only = dir / "read-only";
+  if (!can_mount_tmpfs(read_only)) GTEST_SKIP() << "this machine does not allow mounting a tmpfs";
+  r = with_tmpfs(read_only, "ro,size=1m",
+                 train_command("", {"data.type=synthetic", "train.checkpoint_dir=" + read_only.string()}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  errors = error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors.front(), "error: train.checkpoint_dir '" + read_only.string() + "' is not writable: cannot create '" +
+                                read_only.string() + "/.write-test-rank0': Read-only file system") << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+}
+
+// The disk fills up during a save: one line names the file and the cause, the half-written
+// checkpoint is removed and `latest` still names the previous one.
+TEST(JobFailure, ADiskFullDuringASaveKeepsTheLatestCheckpoint) {
+  const fs::path ckpt = scratch_dir() / "ckpt";
+  if (!can_mount_tmpfs(ckpt)) GTEST_SKIP() << "this machine does not allow mounting a tmpfs";
+  // One checkpoint of this model (about 0.6 MB) fits in 1 MiB, two do not.
+  const auto r = with_tmpfs(ckpt, "size=1m",
+                            train_command("", {"data.type=synthetic", "train.iters=4", "train.save_interval=2",
+                                               "train.checkpoint_dir=" + ckpt.string()}));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const auto errors = error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors.front().rfind("error: writing '" + ckpt.string() + "/.staging-iter_0000004/", 0), 0u) << r.output;
+  EXPECT_NE(errors.front().find("' failed: No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("left: iter_0000002 latest\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("latest: iter_0000002\n"), std::string::npos) << r.output;
+}
+
+// The same with a write that fails on a file-size limit (EFBIG), on any machine: the next run
+// resumes from the checkpoint that was kept and reaches the end.
+TEST(JobFailure, AFailedWriteKeepsTheLatestCheckpointAndTheRunResumes) {
+  const auto dir = scratch_dir();
+  const std::vector<std::string> saving = {"data.type=synthetic", "train.save_interval=2",
+                                           "train.checkpoint_dir=" + (dir / "ckpt").string()};
+  auto with = [&](const std::string& iters) {
+    auto overrides = saving;
+    overrides.push_back(iters);
+    return train_command("", overrides);
+  };
+  ASSERT_EQ(run_command(with("train.iters=2")).exit_code, 0);
+  // Files up to 200 KiB: the model's shard fits, the optimizer's does not.
+  const auto r = run_command("bash -c 'trap \"\" XFSZ; ulimit -f 200; exec " + with("train.iters=4") + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const auto errors = error_lines(r.output);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors.front(), "error: writing '" + (dir / "ckpt/.staging-iter_0000004/optimizer_tp0_pp0_dp0.pt").string() +
+                                "' failed: File too large") << r.output;
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir / "ckpt")) left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"iter_0000002", "latest"}));
+  const auto resumed = run_command(with("train.iters=4"));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + (dir / "ckpt/iter_0000002").string()), std::string::npos) << resumed.output;
+}

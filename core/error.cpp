@@ -35,6 +35,10 @@ JobError JobError::everywhere(const std::string& message, int world_size) {
   return JobError({{ranks, message}}, world_size);
 }
 
+void detail::check_failed(const char* condition, const char* file, int line, const std::string& message) {
+  throw InternalError(str("internal error at ", file, ":", line, ": ", message, " (`", condition, "` is false)"));
+}
+
 std::string JobError::report() const {
   std::string out;
   for (const auto& f : failures_) out += prefix(f.ranks, world_size_) + f.message + "\n";

@@ -39,6 +39,12 @@ class JobError : public Error {
   int world_size_;
 };
 
+// A broken invariant: a mistake in trident's own code, not in its input (see TRIDENT_CHECK).
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 // Concatenates anything streamable: str("layer ", i, " of ", n).
 template <typename... Parts>
 std::string str(const Parts&... parts) {
@@ -47,9 +53,27 @@ std::string str(const Parts&... parts) {
   return out.str();
 }
 
+// Bad input: throws Error with the concatenated message (one line naming the key, option or
+// file and what was expected).
 template <typename... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   throw Error(trident::str(parts...));
 }
+
+namespace detail {
+[[noreturn]] void check_failed(const char* condition, const char* file, int line, const std::string& message);
+}  // namespace detail
+
+}  // namespace trident
+
+// Checks an invariant of trident's own code, unlike fail(), which reports bad input: throws
+// InternalError "internal error at parallel/pipeline.cpp:123: <message> (`<condition>` is false)".
+#define TRIDENT_CHECK(condition, ...)                                                               \
+  do {                                                                                             \
+    if (!(condition))                                                                              \
+      ::trident::detail::check_failed(#condition, __FILE__, __LINE__, ::trident::str(__VA_ARGS__)); \
+  } while (false)
+
+namespace trident {
 
 }  // namespace trident

@@ -138,7 +138,8 @@ std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const Comm
 #ifdef TRIDENT_WITH_MPI
   return make_mpi_world_communicator(options.timeout);
 #endif
-  fail("internal error: check_backend let through a launch no backend can connect");
+  TRIDENT_CHECK(false, "check_backend let through a launch that no backend can connect");
+  return nullptr;
 }
 
 std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_world,

@@ -137,7 +137,16 @@ void DataParallelGrads::finish() {
     }
     while (!in_flight_.empty()) complete_oldest();
   }
-  for (auto& bucket : buckets_) bucket.ready = 0, bucket.started = false;
+  // Every bucket's reduction has completed: stages 0 and 1 reduced each bucket, stage 2 every
+  // transient bucket it filled.
+  TRIDENT_CHECK(in_flight_.empty(), in_flight_.size(), " bucket reductions still in flight");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (options_.zero_stage == 2)
+      TRIDENT_CHECK(!buckets_[b].storage.defined(), "stage 2 left bucket ", b, " unreduced");
+    else
+      TRIDENT_CHECK(unreduced_ || buckets_[b].started, "bucket ", b, " was not reduced");
+    buckets_[b].ready = 0, buckets_[b].started = false;
+  }
   armed_ = false;
 }
 

@@ -25,7 +25,7 @@ class Watchdog {
 
   void arm(const std::string& what, std::chrono::seconds timeout) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (armed_) fail("internal error: '", what, "' started inside the watched call '", what_, "'");
+    TRIDENT_CHECK(!armed_, "'", what, "' started inside the watched call '", what_, "'");
     armed_ = true;
     what_ = what;
     timeout_ = timeout;

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <functional>
 #include <map>
+#include <ostream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -29,6 +30,28 @@ std::string format_value(double v) {
   char buffer[32];
   auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
   return std::string(buffer, end);
+}
+
+// ---- Enums: every value in order, spelled as the config spells it. ----
+
+template <typename E>
+const std::vector<E>& values_of();
+template <>
+const std::vector<Precision>& values_of() {
+  static const std::vector<Precision> values = {Precision::fp32, Precision::fp64, Precision::bf16,
+                                                Precision::fp16};
+  return values;
+}
+template <>
+const std::vector<Schedule>& values_of() {
+  static const std::vector<Schedule> values = {Schedule::gpipe, Schedule::one_f_one_b,
+                                               Schedule::interleaved_1f1b};
+  return values;
+}
+template <>
+const std::vector<Recompute>& values_of() {
+  static const std::vector<Recompute> values = {Recompute::none, Recompute::selective, Recompute::full};
+  return values;
 }
 
 // ---- The schema. ----
@@ -62,6 +85,25 @@ Field field(std::string key, Member member, Rule<T> rule) {
   return f;
 }
 
+// An enum key: one of values_of<E>() by name.
+template <typename E, typename Member>
+Field enum_field(std::string key, Member member) {
+  std::vector<std::string> names;
+  for (E value : values_of<E>()) names.push_back(name(value));
+  const Rule<std::string> rule = one_of(names);
+  Field f;
+  f.key = key;
+  f.set = [key, member, rule](Config& config, const std::string& text) {
+    std::string spelled;
+    const std::string problem = check_value(text, rule, spelled);
+    if (!problem.empty()) fail("config key '", key, "': ", problem);
+    for (E value : values_of<E>())
+      if (spelled == name(value)) member(config) = value;
+  };
+  f.get = [member](const Config& config) { return format_value(std::string(name(member(config)))); };
+  return f;
+}
+
 #define TRIDENT_MEMBER(path) [](auto& c) -> auto& { return c.path; }
 
 const std::vector<Field>& schema() {
@@ -89,8 +131,7 @@ const std::vector<Field>& schema() {
       field("parallel.sequence_parallel", TRIDENT_MEMBER(parallel.sequence_parallel),
             any<bool>("true or false")),
       field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 2)),
-      field("parallel.schedule", TRIDENT_MEMBER(parallel.schedule),
-            one_of({"gpipe", "1f1b", "interleaved_1f1b"})),
+      enum_field<Schedule>("parallel.schedule", TRIDENT_MEMBER(parallel.schedule)),
       field("parallel.backend", TRIDENT_MEMBER(parallel.backend),
             one_of({"auto", "mpi", "gloo", "nccl"})),
       field("parallel.timeout_s", TRIDENT_MEMBER(parallel.timeout_s), at_least(1)),
@@ -99,8 +140,8 @@ const std::vector<Field>& schema() {
       field("batch.micro_batch_size", TRIDENT_MEMBER(batch.micro_batch_size), at_least(1)),
       field("batch.global_batch_size", TRIDENT_MEMBER(batch.global_batch_size), at_least(1)),
 
-      field("precision", TRIDENT_MEMBER(precision), one_of({"fp32", "fp64", "bf16", "fp16"})),
-      field("recompute", TRIDENT_MEMBER(recompute), one_of({"none", "selective", "full"})),
+      enum_field<Precision>("precision", TRIDENT_MEMBER(precision)),
+      enum_field<Recompute>("recompute", TRIDENT_MEMBER(recompute)),
 
       field("optimizer.lr", TRIDENT_MEMBER(optimizer.lr), positive_number()),
       field("optimizer.min_lr", TRIDENT_MEMBER(optimizer.min_lr), non_negative_number()),
@@ -178,6 +219,38 @@ void flatten(const YAML::Node& node, const std::string& prefix,
 
 }  // namespace
 
+const char* name(Precision value) {
+  switch (value) {
+    case Precision::fp32: return "fp32";
+    case Precision::fp64: return "fp64";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+const char* name(Schedule value) {
+  switch (value) {
+    case Schedule::gpipe: return "gpipe";
+    case Schedule::one_f_one_b: return "1f1b";
+    case Schedule::interleaved_1f1b: return "interleaved_1f1b";
+  }
+  return "?";
+}
+
+const char* name(Recompute value) {
+  switch (value) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& out, Precision value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }
+
 int64_t ModelConfig::padded_vocab(int64_t tensor_parallel) const {
   int64_t multiple = make_vocab_size_divisible_by * tensor_parallel;
   return (vocab_size + multiple - 1) / multiple * multiple;
@@ -241,9 +314,9 @@ void Config::validate() const {
   if (p.sequence_parallel && m.seq_length % p.tensor != 0)
     fail("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
          ") with parallel.sequence_parallel");
-  if (p.schedule == "interleaved_1f1b" && p.pipeline < 2)
+  if (p.schedule == Schedule::interleaved_1f1b && p.pipeline < 2)
     fail("parallel.schedule=interleaved_1f1b needs parallel.pipeline >= 2");
-  if ((p.schedule == "interleaved_1f1b") != (p.virtual_stages > 1))
+  if ((p.schedule == Schedule::interleaved_1f1b) != (p.virtual_stages > 1))
     fail("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
          p.schedule, " with ", p.virtual_stages, " virtual stages)");
   if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)

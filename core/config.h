@@ -5,10 +5,27 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
 namespace trident {
+
+// Settings with a fixed set of values are enums, parsed once by the config; name() spells them
+// as the config does.
+enum class Precision { fp32, fp64, bf16, fp16 };
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
+// Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
+// activations grow with s^2) or full (each block keeps only its input).
+enum class Recompute { none, selective, full };
+const char* name(Precision value);
+const char* name(Schedule value);
+const char* name(Recompute value);
+std::ostream& operator<<(std::ostream& out, Precision value);
+std::ostream& operator<<(std::ostream& out, Schedule value);
+std::ostream& operator<<(std::ostream& out, Recompute value);
+// 16-bit weights and activations beside fp32 main weights and fp32 gradient accumulation.
+inline bool mixed(Precision precision) { return precision == Precision::bf16 || precision == Precision::fp16; }
 
 struct ModelConfig {
   int64_t num_layers = 4;
@@ -36,7 +53,7 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   bool sequence_parallel = false;
   int64_t zero_stage = 0;
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
+  Schedule schedule = Schedule::one_f_one_b;
   std::string backend = "auto";   // auto | mpi | gloo | nccl
   int64_t timeout_s = 300;        // a collective waiting longer than this fails the run
   double bucket_mb = 25.0;        // data-parallel gradient bucket size
@@ -95,8 +112,8 @@ struct Config {
   ModelConfig model;
   ParallelConfig parallel;
   BatchConfig batch;
-  std::string precision = "fp32";  // fp32 | fp64 | bf16 | fp16
-  std::string recompute = "none";  // none | selective | full
+  Precision precision = Precision::fp32;
+  Recompute recompute = Recompute::none;
   OptimizerConfig optimizer;
   LossScaleConfig loss_scale;
   DataConfig data;

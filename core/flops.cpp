@@ -19,7 +19,7 @@ double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, 
 }
 
 IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
-                               const std::string& recompute) {
+                               Recompute recompute) {
   const double b = global_batch, s = model.seq_length, h = model.hidden_size, f = model.ffn(),
                l = model.num_layers;
   const double matrices_forward = b * (8 * s * h * h + 4 * s * h * f);
@@ -30,8 +30,8 @@ IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t 
   IterationFlops out;
   out.model = 3 * (l * layer_forward + logits_forward);
   out.hardware = out.model;
-  if (recompute == "full") out.hardware += l * layer_forward;
-  if (recompute == "selective") out.hardware += l * attention_core_forward;
+  if (recompute == Recompute::full) out.hardware += l * layer_forward;
+  if (recompute == Recompute::selective) out.hardware += l * attention_core_forward;
   out.six_pd = 6.0 * double(gpt_parameter_count(model, vocab)) * b * s;
   return out;
 }

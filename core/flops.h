@@ -29,7 +29,7 @@ struct IterationFlops {
 // 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) and, with full recompute, 96 B s l h^2 (1 + s/(6h) +
 // V/(16 l h)) (Narayanan et al. 2021, appendix; Korthikanti et al. 2022).
 IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
-                               const std::string& recompute);
+                               Recompute recompute);
 
 // Closed forms of the two Megatron formulas above, for tests and the planner.
 double megatron_flops(int64_t batch, int64_t seq, int64_t layers, int64_t hidden, int64_t vocab,

@@ -7,12 +7,12 @@
 
 namespace trident {
 
-StateBytes state_bytes(const std::string& precision, const std::string& optimizer) {
-  const bool mixed = precision == "bf16" || precision == "fp16";
-  const double weight = precision == "fp64" ? 8 : mixed ? 2 : 4;
-  const double grad = mixed ? 4 : weight;      // mixed precision accumulates in fp32
-  const double main_copy = mixed ? 4 : 0;      // fp32 master weights
-  const double full = precision == "fp64" ? 8 : 4;
+StateBytes state_bytes(Precision precision, const std::string& optimizer) {
+  const bool fp64 = precision == Precision::fp64;
+  const double weight = fp64 ? 8 : mixed(precision) ? 2 : 4;
+  const double grad = mixed(precision) ? 4 : weight;  // mixed precision accumulates in fp32
+  const double main_copy = mixed(precision) ? 4 : 0;  // fp32 master weights
+  const double full = fp64 ? 8 : 4;
   if (optimizer == "adamw") return {weight, grad, main_copy + 2 * full};
   if (optimizer == "adam8bit") return {weight, grad, main_copy + 2};
   if (optimizer == "sgd") return {weight, grad, main_copy + full};
@@ -24,14 +24,14 @@ double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layou
                h = double(model.hidden_size), a = double(model.num_attention_heads),
                t = double(layout.tensor);
   const double sbh = s * b * h;
-  if (layout.recompute == "full") return 2 * sbh / (layout.sequence_parallel ? t : 1);
-  const double attention_scores = layout.recompute == "selective" ? 0 : 5 * a * s / h;
+  if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
+  const double attention_scores = layout.recompute == Recompute::selective ? 0 : 5 * a * s / h;
   if (layout.sequence_parallel) return sbh * (34 + attention_scores) / t;
   return sbh * (10 + 24 / t + attention_scores / t);
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
-                               const std::string& precision, const std::string& optimizer) {
+                               Precision precision, const std::string& optimizer) {
   const double t = double(layout.tensor), p = double(layout.pipeline), d = double(layout.data);
   MemoryEstimate out;
 
@@ -49,11 +49,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
 
   double in_flight = double(std::min(layout.pipeline, layout.micro_batches));
-  if (layout.schedule == "gpipe") in_flight = double(layout.micro_batches);
-  if (layout.schedule == "interleaved_1f1b")
+  if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);
+  if (layout.schedule == Schedule::interleaved_1f1b)
     in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
-  const double width = precision == "fp64" ? 4 : precision == "fp32" ? 2 : 1;
+  const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
   const double logits = 2 * 4.0 * double(model.seq_length) * double(layout.micro_batch) * double(vocab) / t;
   if (layout.pipeline == 1) out.activations += logits;

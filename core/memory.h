@@ -15,10 +15,10 @@ struct LayoutShape {
   int64_t virtual_stages = 1;
   bool sequence_parallel = false;
   int64_t zero_stage = 0;                 // 0..3
-  std::string schedule = "1f1b";          // gpipe | 1f1b | interleaved_1f1b
+  Schedule schedule = Schedule::one_f_one_b;
   int64_t micro_batch = 1;
   int64_t micro_batches = 1;              // M = global / (micro * DP)
-  std::string recompute = "none";         // none | selective | full
+  Recompute recompute = Recompute::none;
 };
 
 // Bytes per parameter of each model state. Mixed precision (bf16/fp16) with AdamW: weights 2,
@@ -30,7 +30,7 @@ struct LayoutShape {
 struct StateBytes {
   double weights = 2, grads = 4, optimizer = 12;
 };
-StateBytes state_bytes(const std::string& precision, const std::string& optimizer = "adamw");
+StateBytes state_bytes(Precision precision, const std::string& optimizer = "adamw");
 
 struct MemoryEstimate {
   double parameters = 0;   // parameters held by the busiest rank (first pipeline stage)
@@ -53,6 +53,6 @@ double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layou
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). `optimizer` is adamw | adam8bit | sgd.
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
-                               const std::string& precision, const std::string& optimizer = "adamw");
+                               Precision precision, const std::string& optimizer = "adamw");
 
 }  // namespace trident

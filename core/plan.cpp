@@ -62,7 +62,7 @@ PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const H
   // (all-gather + reduce-scatter with sequence parallelism: the same volume), 2 more with full
   // recompute. TP stays inside a node.
   const double activation_bytes = 2.0 * double(m.seq_length * layout.micro_batch * m.hidden_size);
-  const double per_layer = layout.recompute == "full" ? 6 : 4;
+  const double per_layer = layout.recompute == Recompute::full ? 6 : 4;
   row.tensor_comm_s = per_layer * double(m.num_layers / layout.pipeline * layout.micro_batches) *
                       all_reduce_seconds(activation_bytes, layout.tensor, hw.intra_node_gbs);
 
@@ -88,7 +88,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   plan.hardware = hw;
   plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
 
-  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, const std::string& recompute)
+  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, Recompute recompute)
       -> std::optional<LayoutShape> {
     if (!divides(tp * pp, hw.gpus) || !divides(pp, m.num_layers)) return std::nullopt;
     if (!divides(tp, m.num_attention_heads) || !divides(tp, m.ffn())) return std::nullopt;
@@ -107,7 +107,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
     for (int64_t pp = 1; pp <= m.num_layers; ++pp)
       for (int64_t micro = 1; micro <= global; micro *= 2)
-        for (const char* recompute : {"none", "selective", "full"})
+        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
           if (auto l = shape(tp, pp, micro, recompute)) {
             PlanRow row = evaluate_layout(config, *l, hw);
             if (row.fits) plan.ranked.push_back(row);
@@ -222,7 +222,7 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
     const auto& l = r.layout;
     std::snprintf(line, sizeof line, "%4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
                   (long long)l.tensor, (long long)l.pipeline, (long long)l.data,
-                  (long long)l.micro_batch, (long long)l.micro_batches, l.recompute.c_str(),
+                  (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
                   r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.bubble_s,
                   r.tensor_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
     out += line;
@@ -253,7 +253,7 @@ std::string plan_json(const Plan& plan) {
     JsonLine j;
     j.add("tensor", l.tensor).add("pipeline", l.pipeline).add("data", l.data)
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
-        .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", l.recompute)
+        .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
         .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
         .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)

@@ -39,13 +39,6 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 }  // namespace
 
-Recompute parse_recompute(const std::string& mode) {
-  if (mode == "none") return Recompute::none;
-  if (mode == "selective") return Recompute::selective;
-  if (mode == "full") return Recompute::full;
-  fail("recompute=", mode, " is unknown; expected none, selective or full");
-}
-
 SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
                                      Recompute recompute)
     : local_heads_(config.num_attention_heads / tp.group->size()),

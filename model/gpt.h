@@ -23,11 +23,6 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
-// Activation checkpointing (model/recompute.h): none, selective (the attention core:
-// softmax(QK^T)V, whose activations grow with s^2) or full (each block keeps only its input).
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& mode);
-
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,

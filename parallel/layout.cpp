@@ -26,7 +26,7 @@ Layout resolve_layout(const Config& config, int64_t world_size) {
          "batch.micro_batch_size * data-parallel size = ", b.micro_batch_size, " * ", layout.data,
          " = ", per_step);
   layout.micro_batches = b.global_batch_size / per_step;
-  if (p.schedule == "interleaved_1f1b" && layout.micro_batches % p.pipeline != 0)
+  if (p.schedule == Schedule::interleaved_1f1b && layout.micro_batches % p.pipeline != 0)
     fail("parallel.schedule=interleaved_1f1b needs a multiple of parallel.pipeline (", p.pipeline,
          ") micro-batches, but global_batch / (micro_batch * DP) = ", layout.micro_batches);
   return layout;

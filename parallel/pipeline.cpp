@@ -229,17 +229,15 @@ PipelineStats run_pipeline(Communicator& group, const PipelineOptions& options,
                            const std::function<void()>& before_last_backward) {
   StageRunner stage(group, options, forward);
   const int64_t m = options.micro_batches;
-  if (options.schedule == "gpipe") {
+  if (options.schedule == Schedule::gpipe) {
     run_gpipe(stage, m, before_last_backward);
-  } else if (options.schedule == "1f1b") {
+  } else if (options.schedule == Schedule::one_f_one_b) {
     run_1f1b(stage, m, group.size(), group.rank(), before_last_backward);
-  } else if (options.schedule == "interleaved_1f1b") {
+  } else {
     if (m % group.size() != 0)
       fail("interleaved 1F1B needs the micro-batch count (", m, ") to be a multiple of the ",
            "pipeline size (", group.size(), ")");
     run_interleaved(stage, m, options.virtual_stages, group.size(), group.rank(), before_last_backward);
-  } else {
-    fail("pipeline schedule '", options.schedule, "' is unknown");
   }
   return stage.stats();
 }

@@ -11,12 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "parallel/comm.h"
 
 namespace trident {
 
 struct PipelineOptions {
-  std::string schedule = "1f1b";         // gpipe | 1f1b | interleaved_1f1b
+  Schedule schedule = Schedule::one_f_one_b;
   int64_t micro_batches = 1;             // M
   int64_t virtual_stages = 1;            // v model chunks per stage (interleaved only)
   std::vector<int64_t> activation_shape; // what travels between stages: [b, s(/t), h]

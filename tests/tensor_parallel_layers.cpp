@@ -228,13 +228,13 @@ TEST(PipelineSchedules, MicroBatchesInFlight) {
     return me() == n() - 1 ? y.sum() / double(m) : y;
   };
   torch::Tensor one_f_one_b_grad;
-  for (const char* schedule : {"1f1b", "gpipe"}) {
+  for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
     options.schedule = schedule;
     weight.mutable_grad() = torch::Tensor();
     int armed = 0;
     const PipelineStats stats = run_pipeline(*group(), options, forward, [&] { ++armed; });
     EXPECT_EQ(armed, 1) << schedule;
-    if (options.schedule == "1f1b") {
+    if (options.schedule == Schedule::one_f_one_b) {
       EXPECT_EQ(stats.max_in_flight, std::min<int64_t>(n() - me(), m)) << schedule;
       EXPECT_LE(stats.max_in_flight, n());
     } else {
@@ -242,7 +242,7 @@ TEST(PipelineSchedules, MicroBatchesInFlight) {
     }
     ASSERT_TRUE(weight.grad().defined()) << schedule;
     // Both schedules accumulate the gradient of all M micro-batches.
-    if (options.schedule == "1f1b") one_f_one_b_grad = weight.grad().clone();
+    if (options.schedule == Schedule::one_f_one_b) one_f_one_b_grad = weight.grad().clone();
     else EXPECT_TRUE(torch::allclose(weight.grad(), one_f_one_b_grad));
   }
 }

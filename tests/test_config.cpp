@@ -20,7 +20,7 @@ TEST(Config, ParsesSectionsAndOverrides) {
   EXPECT_EQ(c.model.num_layers, 2);  // the override wins over the file
   EXPECT_EQ(c.model.hidden_size, 96);
   EXPECT_EQ(c.model.ffn(), 384);
-  EXPECT_EQ(c.precision, "fp64");
+  EXPECT_EQ(c.precision, trident::Precision::fp64);
   EXPECT_EQ(c.train.iters, 7);
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
 }

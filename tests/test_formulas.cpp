@@ -59,9 +59,9 @@ TEST(Formulas, MegatronFlopsByHand) {
 
 TEST(Formulas, IterationFlopsMatchMegatronClosedForms) {
   const ModelConfig m = row_1_7b();
-  const IterationFlops none = iteration_flops(m, 51200, 512, "none");
-  const IterationFlops full = iteration_flops(m, 51200, 512, "full");
-  const IterationFlops selective = iteration_flops(m, 51200, 512, "selective");
+  const IterationFlops none = iteration_flops(m, 51200, 512, Recompute::none);
+  const IterationFlops full = iteration_flops(m, 51200, 512, Recompute::full);
+  const IterationFlops selective = iteration_flops(m, 51200, 512, Recompute::selective);
   EXPECT_NEAR(none.model, megatron_flops(512, 2048, 24, 2304, 51200, false), 1e-9 * none.model);
   EXPECT_DOUBLE_EQ(none.hardware, none.model);
   EXPECT_DOUBLE_EQ(full.model, none.model);

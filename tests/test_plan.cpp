@@ -16,12 +16,12 @@ constexpr double kGiB = double(1 << 30);
 }  // namespace
 
 TEST(Memory, StateBytesPerParameter) {
-  const StateBytes mixed = state_bytes("bf16");
+  const StateBytes mixed = state_bytes(Precision::bf16);
   EXPECT_EQ(mixed.weights + mixed.grads + mixed.optimizer, 18);  // 2 + 4 + 12
-  const StateBytes fp32 = state_bytes("fp32");
+  const StateBytes fp32 = state_bytes(Precision::fp32);
   EXPECT_EQ(fp32.weights + fp32.grads + fp32.optimizer, 16);     // 4 + 4 + 8
-  EXPECT_EQ(state_bytes("bf16", "adam8bit").optimizer, 6);       // 4 + 1 + 1
-  EXPECT_EQ(state_bytes("bf16", "sgd").optimizer, 8);            // 4 + 4
+  EXPECT_EQ(state_bytes(Precision::bf16, "adam8bit").optimizer, 6);       // 4 + 1 + 1
+  EXPECT_EQ(state_bytes(Precision::bf16, "sgd").optimizer, 8);            // 4 + 4
 }
 
 TEST(Memory, KorthikantiActivationsByHand) {
@@ -38,9 +38,9 @@ TEST(Memory, KorthikantiActivationsByHand) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 24.0 / 8 + scores / 8));
   l.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (34 + scores) / 8);
-  l.recompute = "selective";
+  l.recompute = Recompute::selective;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * 34 / 8);
-  l.recompute = "full";
+  l.recompute = Recompute::full;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), 2 * sbh / 8);
 }
 
@@ -48,11 +48,11 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   ModelConfig m;
   LayoutShape l;
   l.data = 4;
-  const MemoryEstimate plain = estimate_memory(m, 256, l, "bf16");
+  const MemoryEstimate plain = estimate_memory(m, 256, l, Precision::bf16);
   l.zero_stage = 1;
-  const MemoryEstimate one = estimate_memory(m, 256, l, "bf16");
+  const MemoryEstimate one = estimate_memory(m, 256, l, Precision::bf16);
   l.zero_stage = 2;
-  const MemoryEstimate two = estimate_memory(m, 256, l, "bf16");
+  const MemoryEstimate two = estimate_memory(m, 256, l, Precision::bf16);
   EXPECT_DOUBLE_EQ(one.optimizer, plain.optimizer / 4);
   EXPECT_DOUBLE_EQ(one.grads, plain.grads * (1 + 1.0 / 4));  // the buffer and its reduced slice
   EXPECT_DOUBLE_EQ(two.grads, plain.grads / 4);
@@ -62,9 +62,9 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   l = LayoutShape{};
   l.pipeline = 4;
   l.micro_batches = 16;
-  const double one_f_one_b = estimate_memory(m, 256, l, "bf16").activations;
-  l.schedule = "gpipe";
-  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, l, "bf16").activations, one_f_one_b * 4);
+  const double one_f_one_b = estimate_memory(m, 256, l, Precision::bf16).activations;
+  l.schedule = Schedule::gpipe;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, l, Precision::bf16).activations, one_f_one_b * 4);
 }
 
 // For every row of Megatron's scaling table, from its config in configs/: the parameter count

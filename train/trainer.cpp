@@ -34,16 +34,19 @@
 namespace trident {
 namespace {
 
-torch::Dtype parameter_dtype(const std::string& precision) {
-  if (precision == "fp64") return torch::kDouble;
-  if (precision == "bf16") return torch::kBFloat16;
-  if (precision == "fp16") return torch::kHalf;
+torch::Dtype parameter_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp64: return torch::kDouble;
+    case Precision::bf16: return torch::kBFloat16;
+    case Precision::fp16: return torch::kHalf;
+    case Precision::fp32: return torch::kFloat;
+  }
   return torch::kFloat;
 }
 
 // LibTorch 1.13 has no fp16 matrix multiply on the CPU (2.x has).
-void check_precision_runs_on(const std::string& precision, const torch::Device& device) {
-  if (precision != "fp16" || device.is_cuda()) return;
+void check_precision_runs_on(Precision precision, const torch::Device& device) {
+  if (precision != Precision::fp16 || device.is_cuda()) return;
   try {
     auto x = torch::ones({2, 2}, torch::kHalf);
     (void)torch::mm(x, x);
@@ -99,7 +102,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.main_dtype = main_dtype_;
     zero.isolate = tied_;
     optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->data(), config_.optimizer, zero);
-    scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == "fp16");
+    scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == Precision::fp16);
     if (!resume_from.empty()) read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
   });
   if (!resume_from.empty()) {
@@ -146,7 +149,7 @@ void Trainer::build_model_chunks() {
     GPT chunk(config_.model, vocab_,
               TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
               Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1},
-              parse_recompute(config_.recompute));
+              config_.recompute);
     chunk->to(dtype_);
     chunk->initialize(config_.train.seed);
     chunk->to(device_);
@@ -437,12 +440,12 @@ void Trainer::log_iteration(const IterationMetrics& m) const {
                 static_cast<long long>(m.consumed_samples), m.elapsed_ms, m.tokens_per_second,
                 m.learning_rate, m.loss, m.grad_norm, m.tflops_6pd, m.tflops_model);
   std::string text = line;
-  if (config_.recompute != "none") {
+  if (config_.recompute != Recompute::none) {
     std::snprintf(line, sizeof line, " (hardware %.3f)", m.tflops_hardware);
     text += line;
   }
   if (!std::isnan(m.mfu)) text += str(" | MFU ", std::round(m.mfu * 1000) / 10, "%");
-  if (config_.precision == "fp16")
+  if (config_.precision == Precision::fp16)
     text += str(" | loss_scale ", m.loss_scale, " | skipped ", m.skipped_total);
   if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
   log::info(text);

@@ -251,8 +251,8 @@ std::ostream& operator<<(std::ostream& out, Precision value) { return out << nam
 std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }
 
-int64_t ModelConfig::padded_vocab(int64_t tensor_parallel) const {
-  int64_t multiple = make_vocab_size_divisible_by * tensor_parallel;
+int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
+  int64_t multiple = make_vocab_size_divisible_by * tp_size;
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
@@ -305,23 +305,6 @@ void Config::validate() const {
   if (m.hidden_size % m.num_attention_heads != 0)
     fail("model.hidden_size (", m.hidden_size, ") must be divisible by model.num_attention_heads (",
          m.num_attention_heads, ")");
-  const auto& p = parallel;
-  for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
-                             std::pair{"model.hidden_size", m.hidden_size},
-                             std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})
-    if (value % p.tensor != 0)
-      fail(name, " (", value, ") must be divisible by parallel.tensor (", p.tensor, ")");
-  if (p.sequence_parallel && m.seq_length % p.tensor != 0)
-    fail("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
-         ") with parallel.sequence_parallel");
-  if (p.schedule == Schedule::interleaved_1f1b && p.pipeline < 2)
-    fail("parallel.schedule=interleaved_1f1b needs parallel.pipeline >= 2");
-  if ((p.schedule == Schedule::interleaved_1f1b) != (p.virtual_stages > 1))
-    fail("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
-         p.schedule, " with ", p.virtual_stages, " virtual stages)");
-  if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
-    fail("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
-         "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

@@ -42,8 +42,8 @@ struct ModelConfig {
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tensor_parallel.
-  int64_t padded_vocab(int64_t tensor_parallel = 1) const;
+  // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tp_size.
+  int64_t padded_vocab(int64_t tp_size = 1) const;
 };
 
 struct ParallelConfig {
@@ -129,7 +129,8 @@ struct Config {
   void set(const std::string& key, const std::string& value);
   // The value of one key in text form (as it would be written in YAML).
   std::string get(const std::string& key) const;
-  // Checks relations between keys that do not depend on the world size.
+  // Checks relations between keys that concern neither the world size nor the parallel
+  // layout (core/layout.h's resolve_layout checks those).
   void validate() const;
   // Nested YAML of every key, loadable by parse().
   std::string to_yaml() const;

@@ -19,10 +19,10 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
   fail("unknown optimizer '", optimizer, "' (adamw, adam8bit, sgd)");
 }
 
-double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layout) {
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
   const double s = double(model.seq_length), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
-               t = double(layout.tensor);
+               t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   const double attention_scores = layout.recompute == Recompute::selective ? 0 : 5 * a * s / h;
@@ -30,13 +30,13 @@ double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layou
   return sbh * (10 + 24 / t + attention_scores / t);
 }
 
-MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
+MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const std::string& optimizer) {
-  const double t = double(layout.tensor), p = double(layout.pipeline), d = double(layout.data);
+  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(layout.dp_size);
   MemoryEstimate out;
 
   // Parameters of the first stage: its layers and the embeddings, split over TP.
-  const int64_t layers_per_stage = model.num_layers / layout.pipeline;
+  const int64_t layers_per_stage = model.num_layers / layout.pp_size;
   ModelConfig stage = model;
   stage.num_layers = layers_per_stage;
   out.parameters = double(gpt_parameter_count(stage, vocab)) / t;
@@ -48,7 +48,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
   out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
 
-  double in_flight = double(std::min(layout.pipeline, layout.micro_batches));
+  double in_flight = double(std::min(layout.pp_size, layout.micro_batches));
   if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);
   if (layout.schedule == Schedule::interleaved_1f1b)
     in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
@@ -56,7 +56,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
   const double logits = 2 * 4.0 * double(model.seq_length) * double(layout.micro_batch) * double(vocab) / t;
-  if (layout.pipeline == 1) out.activations += logits;
+  if (layout.pp_size == 1) out.activations += logits;
 
   const double rest = out.weights + out.grads + out.optimizer + out.activations;
   out.allowance = double(1 << 30) + 0.05 * rest;

@@ -6,20 +6,9 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/layout.h"
 
 namespace trident {
-
-// How the work is split, as far as memory and time are concerned.
-struct LayoutShape {
-  int64_t tensor = 1, pipeline = 1, data = 1;
-  int64_t virtual_stages = 1;
-  bool sequence_parallel = false;
-  int64_t zero_stage = 0;                 // 0..3
-  Schedule schedule = Schedule::one_f_one_b;
-  int64_t micro_batch = 1;
-  int64_t micro_batches = 1;              // M = global / (micro * DP)
-  Recompute recompute = Recompute::none;
-};
 
 // Bytes per parameter of each model state. Mixed precision (bf16/fp16) with AdamW: weights 2,
 // gradients 4 (accumulated in fp32, as Megatron does; 2 if kept in 16 bits), optimizer 12 (fp32
@@ -45,14 +34,14 @@ struct MemoryEstimate {
 // parallelism; with TP t, s b h (10 + 24/t + 5 a s / (h t)); with TP and sequence parallelism
 // s b h (34 + 5 a s / h) / t. Selective recompute drops the 5 a s / h term; full recompute
 // keeps only the layer input, 2 s b h (divided by t with sequence parallelism).
-double layer_activation_bytes(const ModelConfig& model, const LayoutShape& layout);
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
 
 // The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p
 // micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). `optimizer` is adamw | adam8bit | sgd.
-MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const LayoutShape& layout,
+MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const std::string& optimizer = "adamw");
 
 }  // namespace trident

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "core/error.h"
 #include "core/flops.h"
@@ -21,41 +22,41 @@ double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
 
 bool divides(int64_t part, int64_t whole) { return part > 0 && whole % part == 0; }
 
-std::string describe(const LayoutShape& l) {
-  return str("TP ", l.tensor, " x PP ", l.pipeline, " x DP ", l.data, ", micro-batch ", l.micro_batch,
+std::string describe(const Layout& l) {
+  return str("TP ", l.tp_size, " x PP ", l.pp_size, " x DP ", l.dp_size, ", micro-batch ", l.micro_batch,
              ", recompute ", l.recompute);
+}
+
+// `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
+// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
+// when that layout does not fit the model or the batch.
+std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t pp_size,
+                                int64_t micro_batch, Recompute recompute) {
+  Config c = config;
+  c.parallel.tensor = tp_size;
+  c.parallel.pipeline = pp_size;
+  c.parallel.data = 0;
+  c.batch.micro_batch_size = micro_batch;
+  c.recompute = recompute;
+  if (!layout_problem(c, gpus).empty()) return std::nullopt;
+  return resolve_layout(c, gpus);
 }
 
 }  // namespace
 
-LayoutShape layout_of(const Config& config, int64_t data_parallel) {
-  LayoutShape l;
-  l.tensor = config.parallel.tensor;
-  l.pipeline = config.parallel.pipeline;
-  l.data = data_parallel;
-  l.virtual_stages = config.parallel.virtual_stages;
-  l.sequence_parallel = config.parallel.sequence_parallel;
-  l.zero_stage = config.parallel.zero_stage;
-  l.schedule = config.parallel.schedule;
-  l.micro_batch = config.batch.micro_batch_size;
-  l.micro_batches = config.batch.global_batch_size / (l.micro_batch * data_parallel);
-  l.recompute = config.recompute;
-  return l;
-}
-
-PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hw) {
+PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hw) {
   const auto& m = config.model;
-  const int64_t vocab = m.padded_vocab(layout.tensor);
+  const int64_t vocab = m.padded_vocab(layout.tp_size);
   PlanRow row;
   row.layout = layout;
   row.memory = estimate_memory(m, vocab, layout, config.precision);
   row.fits = row.memory.total() <= hw.memory_gib * kGiB;
 
-  const int64_t gpus = layout.tensor * layout.pipeline * layout.data;
+  const int64_t gpus = layout.world_size();
   const IterationFlops flops =
       iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
   row.compute_s = flops.hardware / (double(gpus) * hw.peak_tflops * 1e12 * hw.efficiency);
-  row.bubble_s = row.compute_s * double(layout.pipeline - 1) /
+  row.bubble_s = row.compute_s * double(layout.pp_size - 1) /
                  double(layout.virtual_stages * layout.micro_batches);
 
   // Per micro-batch and layer: 2 all-reduces forward and 2 backward of s b h 16-bit values
@@ -63,17 +64,17 @@ PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const H
   // recompute. TP stays inside a node.
   const double activation_bytes = 2.0 * double(m.seq_length * layout.micro_batch * m.hidden_size);
   const double per_layer = layout.recompute == Recompute::full ? 6 : 4;
-  row.tensor_comm_s = per_layer * double(m.num_layers / layout.pipeline * layout.micro_batches) *
-                      all_reduce_seconds(activation_bytes, layout.tensor, hw.intra_node_gbs);
+  row.tensor_comm_s = per_layer * double(m.num_layers / layout.pp_size * layout.micro_batches) *
+                      all_reduce_seconds(activation_bytes, layout.tp_size, hw.intra_node_gbs);
 
   // Gradients (fp32) all-reduced once per iteration; DP crosses nodes once TP x DP does.
-  const bool dp_inside_node = layout.tensor * layout.data <= hw.gpus_per_node;
-  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, layout.data,
+  const bool dp_inside_node = layout.tp_size * layout.dp_size <= hw.gpus_per_node;
+  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, layout.dp_size,
                                        dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs);
   // Activations and their gradients cross each stage boundary once per micro-batch.
-  if (layout.pipeline > 1) {
+  if (layout.pp_size > 1) {
     const bool stages_inside_node = gpus <= hw.gpus_per_node;
-    const double bytes = activation_bytes / double(layout.sequence_parallel ? layout.tensor : 1);
+    const double bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
     row.pipeline_comm_s = 2.0 * double(layout.micro_batches) * bytes /
                           ((stages_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs) * 1e9);
   }
@@ -88,20 +89,8 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   plan.hardware = hw;
   plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
 
-  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, Recompute recompute)
-      -> std::optional<LayoutShape> {
-    if (!divides(tp * pp, hw.gpus) || !divides(pp, m.num_layers)) return std::nullopt;
-    if (!divides(tp, m.num_attention_heads) || !divides(tp, m.ffn())) return std::nullopt;
-    LayoutShape l;
-    l.tensor = tp;
-    l.pipeline = pp;
-    l.data = hw.gpus / (tp * pp);
-    if (!divides(micro * l.data, global)) return std::nullopt;
-    l.micro_batch = micro;
-    l.micro_batches = global / (micro * l.data);
-    l.sequence_parallel = config.parallel.sequence_parallel && tp > 1 && divides(tp, m.seq_length);
-    l.recompute = recompute;
-    return l;
+  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, Recompute recompute) {
+    return candidate(config, hw.gpus, tp, pp, micro, recompute);
   };
 
   for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
@@ -151,12 +140,12 @@ Plan make_plan(const Config& config, const Hardware& hw) {
     why.push_back(str("no layout with micro-batch ", micro, " and recompute=", config.recompute,
                       " fits in ", hw.memory_gib, " GiB on ", hw.gpus, " GPUs"));
   } else {
-    const LayoutShape& l = plan.recommended->layout;
+    const Layout& l = plan.recommended->layout;
     why.push_back("recommended: " + describe(l));
-    if (l.pipeline > 1 && l.micro_batches < 4 * l.pipeline)
+    if (l.pp_size > 1 && l.micro_batches < 4 * l.pp_size)
       why.push_back(str("warning: global / (micro batch x DP) = ", l.micro_batches,
-                        " micro-batches for ", l.pipeline, " stages: the pipeline bubble (p-1)/M is ",
-                        int(100.0 * double(l.pipeline - 1) / double(l.micro_batches)), "%"));
+                        " micro-batches for ", l.pp_size, " stages: the pipeline bubble (p-1)/M is ",
+                        int(100.0 * double(l.pp_size - 1) / double(l.micro_batches)), "%"));
   }
   return plan;
 }
@@ -188,23 +177,18 @@ Config scaling_row_config(const ScalingRow& row) {
 }
 
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
-  LayoutShape published;
-  published.tensor = row.tensor;
-  published.pipeline = row.pipeline;
-  published.data = row.gpus / (row.tensor * row.pipeline);
-  published.micro_batch = row.micro_batch;
-  published.micro_batches = row.global_batch / (row.micro_batch * published.data);
-  published.recompute = config.recompute;
-  const PlanRow theirs = evaluate_layout(config, published, plan.hardware);
+  const auto published = candidate(config, row.gpus, row.tensor, row.pipeline, row.micro_batch, config.recompute);
+  if (!published) return str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " does not fit this config");
+  const PlanRow theirs = evaluate_layout(config, *published, plan.hardware);
   const std::string table = str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " needs ",
                                 int(theirs.memory.total() / kGiB), " GiB");
   if (!plan.recommended) return table + "; the rule of thumb found no layout that fits";
-  const LayoutShape& ours = plan.recommended->layout;
-  if (ours.tensor == row.tensor && ours.pipeline == row.pipeline)
+  const Layout& ours = plan.recommended->layout;
+  if (ours.tp_size == row.tensor && ours.pp_size == row.pipeline)
     return table + ": the rule of thumb picks the same TP and PP";
   return str(table, theirs.fits ? " and fits too" : " and does not fit",
-             "; the rule of thumb stops at the smallest layout that fits, TP ", ours.tensor, " x PP ",
-             ours.pipeline, " (", int(plan.recommended->memory.total() / kGiB), " GiB)");
+             "; the rule of thumb stops at the smallest layout that fits, TP ", ours.tp_size, " x PP ",
+             ours.pp_size, " (", int(plan.recommended->memory.total() / kGiB), " GiB)");
 }
 
 std::string plan_table(const Plan& plan, size_t max_rows) {
@@ -221,7 +205,7 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
   auto row_line = [&](const PlanRow& r, const char* mark) {
     const auto& l = r.layout;
     std::snprintf(line, sizeof line, "%4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
-                  (long long)l.tensor, (long long)l.pipeline, (long long)l.data,
+                  (long long)l.tp_size, (long long)l.pp_size, (long long)l.dp_size,
                   (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
                   r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.bubble_s,
                   r.tensor_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
@@ -251,7 +235,7 @@ std::string plan_json(const Plan& plan) {
   auto row_json = [](const PlanRow& r) {
     const auto& l = r.layout;
     JsonLine j;
-    j.add("tensor", l.tensor).add("pipeline", l.pipeline).add("data", l.data)
+    j.add("tensor", l.tp_size).add("pipeline", l.pp_size).add("data", l.dp_size)
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
         .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/layout.h"
 #include "core/memory.h"
 
 namespace trident {
@@ -22,7 +23,7 @@ struct Hardware {
 };
 
 struct PlanRow {
-  LayoutShape layout;
+  Layout layout;
   MemoryEstimate memory;
   // Iteration time = compute + bubble + communication (not overlapped: an upper bound).
   double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0;
@@ -39,11 +40,8 @@ struct Plan {
   std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
 };
 
-// The config's own layout at a given data-parallel size.
-LayoutShape layout_of(const Config& config, int64_t data_parallel);
-
 // Estimates one layout (the config's model, global batch and precision).
-PlanRow evaluate_layout(const Config& config, const LayoutShape& layout, const Hardware& hardware);
+PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hardware);
 
 // The rule of thumb (Narayanan et al. 2021; shared DESIGN.md): data parallelism as far as
 // possible; no model parallelism when parameters x 18 bytes < 75% of GPU memory; else the

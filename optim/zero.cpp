@@ -20,7 +20,7 @@ struct Run {
   bool key;
 };
 template <typename Key>
-std::vector<Run> merge_runs(const std::vector<FlatLayout::Segment>& segments, Key key) {
+std::vector<Run> merge_runs(const std::vector<FlatBuckets::Segment>& segments, Key key) {
   std::vector<Run> runs;
   for (const auto& s : segments) {
     const bool k = key(s.param);
@@ -43,25 +43,25 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
   grad_options.zero_stage = options.zero_stage;
   grad_options.isolate = options.isolate;
   grads_ = std::make_unique<DataParallelGrads>(params_, group_, grad_options);
-  const FlatLayout& layout = grads_->layout();
+  const FlatBuckets& flat = grads_->flat();
   rank_ = sharded() ? group_.rank() : 0;
 
   torch::NoGradGuard no_grad;
-  param_buffer_ = torch::zeros({layout.total}, params_.front().options().requires_grad(false));
+  param_buffer_ = torch::zeros({flat.total}, params_.front().options().requires_grad(false));
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto view = param_buffer_.narrow(0, layout.offset[i], layout.numel[i]).view_as(params_[i]);
+    auto view = param_buffer_.narrow(0, flat.offset[i], flat.numel[i]).view_as(params_[i]);
     view.copy_(params_[i]);
     params_[i].set_data(view);
   }
 
   const auto main_options = param_buffer_.options().dtype(options.main_dtype);
   if (options.main_dtype != param_buffer_.scalar_type())
-    main_ = torch::empty({layout.shard_numel()}, main_options);
-  exp_avg_ = torch::zeros({layout.shard_numel()}, main_options);
-  exp_avg_sq_ = torch::zeros({layout.shard_numel()}, main_options);
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    const int64_t start = layout.buckets[b].shard_start, length = layout.slice_numel(b);
-    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank_), length);
+    main_ = torch::empty({flat.shard_numel()}, main_options);
+  exp_avg_ = torch::zeros({flat.shard_numel()}, main_options);
+  exp_avg_sq_ = torch::zeros({flat.shard_numel()}, main_options);
+  for (size_t b = 0; b < flat.buckets.size(); ++b) {
+    const int64_t start = flat.buckets[b].shard_start, length = flat.slice_numel(b);
+    auto own = param_buffer_.narrow(0, flat.slice_start(b, rank_), length);
     AdamWSlice slice;
     slice.param = own;
     if (main_.defined()) {
@@ -73,7 +73,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
     slice.exp_avg_sq = exp_avg_sq_.narrow(0, start, length);
     slices_.push_back(std::move(slice));
   }
-  segments_ = layout.segments(rank_);
+  segments_ = flat.segments(rank_);
   // Matrices and embeddings decay; biases and LayerNorm parameters do not.
   for (const Run& run : merge_runs(segments_, [&](size_t p) { return params_[p].dim() >= 2; }))
     slices_[run.bucket].runs.push_back({run.offset, run.length, run.key});
@@ -115,12 +115,12 @@ void ZeroOptimizer::step(double lr) {
 
 void ZeroOptimizer::publish() {
   torch::NoGradGuard no_grad;
-  const FlatLayout& layout = grads_->layout();
-  for (size_t b = 0; b < layout.buckets.size(); ++b) {
-    auto own = param_buffer_.narrow(0, layout.slice_start(b, rank_), layout.slice_numel(b));
+  const FlatBuckets& flat = grads_->flat();
+  for (size_t b = 0; b < flat.buckets.size(); ++b) {
+    auto own = param_buffer_.narrow(0, flat.slice_start(b, rank_), flat.slice_numel(b));
     if (main_.defined()) own.copy_(slices_[b].param);
     if (!sharded()) continue;
-    auto bucket = param_buffer_.narrow(0, layout.buckets[b].start, layout.buckets[b].numel);
+    auto bucket = param_buffer_.narrow(0, flat.buckets[b].start, flat.buckets[b].numel);
     group_.all_gather(bucket, own.clone());
   }
 }

@@ -1,7 +1,7 @@
 // The optimizer over the data-parallel group, ZeRO stages 0-2 (Rajbhandari et al. 2019) with
 // mixed precision, in the layout of Megatron's distributed optimizer:
 //  - the model's parameters become views of one flat buffer laid out like the gradients
-//    (parallel/flat_layout.h), so a bucket of updated parameters is one all-gather;
+//    (parallel/flat_buckets.h), so a bucket of updated parameters is one all-gather;
 //  - main parameters in `main_dtype` (fp32 for bf16/fp16 models; the parameters themselves
 //    for fp32/fp64 models) and AdamW's moments are kept for this rank's shard only: 1/d of them
 //    from stage 1 on, all of them at stage 0;
@@ -29,7 +29,7 @@ struct ZeroOptions {
   int64_t zero_stage = 0;
   int64_t bucket_bytes = 25 << 20;
   torch::Dtype main_dtype = torch::kFloat;
-  std::vector<bool> isolate;  // per parameter: a bucket of its own (see make_flat_layout)
+  std::vector<bool> isolate;  // per parameter: a bucket of its own (see make_flat_buckets)
 };
 
 struct StateMemory {
@@ -55,7 +55,7 @@ class ZeroOptimizer {
   void scale_grads(const torch::Tensor& factor);
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
-  bool sharded() const { return grads_->layout().shards > 1; }
+  bool sharded() const { return grads_->flat().shards > 1; }
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 
@@ -78,7 +78,7 @@ class ZeroOptimizer {
   std::unique_ptr<DataParallelGrads> grads_;
   torch::Tensor main_;          // this rank's main parameters, unless param_buffer_ holds them
   torch::Tensor exp_avg_, exp_avg_sq_;
-  std::vector<FlatLayout::Segment> segments_;  // this rank's pieces of parameters
+  std::vector<FlatBuckets::Segment> segments_;  // this rank's pieces of parameters
   std::vector<AdamWSlice> slices_;              // one per bucket
   int64_t step_ = 0;
 };

@@ -37,17 +37,17 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
   for (const auto& p : params_) numels.push_back(p.numel());
   const int64_t element = torch::elementSize(options_.dtype);
   const int64_t shards = options_.zero_stage == 0 ? 1 : group_.size();
-  layout_ = make_flat_layout(numels, std::max<int64_t>(1, options_.bucket_bytes / element), shards,
+  flat_ = make_flat_buckets(numels, std::max<int64_t>(1, options_.bucket_bytes / element), shards,
                              options_.isolate);
-  buckets_.resize(layout_.buckets.size());
+  buckets_.resize(flat_.buckets.size());
 
   const auto on = params_.front().options().dtype(options_.dtype).requires_grad(false);
   if (options_.zero_stage < 2) {
-    buffer_ = torch::zeros({layout_.total}, on);
+    buffer_ = torch::zeros({flat_.total}, on);
     for (size_t b = 0; b < buckets_.size(); ++b)
-      buckets_[b].storage = buffer_.narrow(0, layout_.buckets[b].start, layout_.buckets[b].numel);
+      buckets_[b].storage = buffer_.narrow(0, flat_.buckets[b].start, flat_.buckets[b].numel);
   }
-  if (options_.zero_stage > 0) shard_ = torch::zeros({layout_.shard_numel()}, on);
+  if (options_.zero_stage > 0) shard_ = torch::zeros({flat_.shard_numel()}, on);
   grads_are_views_ = buffer_.defined() && params_.front().scalar_type() == options_.dtype;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].scalar_type() != params_.front().scalar_type())
@@ -67,13 +67,13 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communic
 DataParallelGrads::~DataParallelGrads() = default;
 
 torch::Tensor DataParallelGrads::storage_of(size_t param) {
-  const size_t b = layout_.bucket_of[param];
+  const size_t b = flat_.bucket_of[param];
   Bucket& bucket = buckets_[b];
   if (!bucket.storage.defined())  // stage 2: allocated when the bucket's first gradient comes
-    bucket.storage = torch::zeros({layout_.buckets[b].numel},
+    bucket.storage = torch::zeros({flat_.buckets[b].numel},
                                   params_[param].options().dtype(options_.dtype).requires_grad(false));
-  return bucket.storage.narrow(0, layout_.offset[param] - layout_.buckets[b].start,
-                               layout_.numel[param]);
+  return bucket.storage.narrow(0, flat_.offset[param] - flat_.buckets[b].start,
+                               flat_.numel[param]);
 }
 
 void DataParallelGrads::zero() {
@@ -95,9 +95,9 @@ void DataParallelGrads::on_ready(size_t param) {
     grad.reset();
   }
   if (!armed_ && options_.zero_stage < 2) return;
-  const size_t b = layout_.bucket_of[param];
+  const size_t b = flat_.bucket_of[param];
   Bucket& bucket = buckets_[b];
-  if (++bucket.ready == layout_.buckets[b].params.size()) {
+  if (++bucket.ready == flat_.buckets[b].params.size()) {
     bucket.ready = 0;
     start(b);
     if (armed_) ++started_during_backward_;
@@ -110,7 +110,7 @@ void DataParallelGrads::start(size_t b) {
   if (options_.zero_stage == 0) {
     flight.pending = group_.all_reduce_async(flight.sent, ReduceOp::avg);
   } else {
-    flight.received = torch::empty({layout_.slice_numel(b)}, flight.sent.options());
+    flight.received = torch::empty({flat_.slice_numel(b)}, flight.sent.options());
     flight.pending = group_.reduce_scatter_async(flight.received, flight.sent, ReduceOp::avg);
   }
   bucket.started = true;
@@ -152,7 +152,7 @@ void DataParallelGrads::finish() {
 
 torch::Tensor DataParallelGrads::reduced(size_t b) const {
   if (options_.zero_stage == 0) return buckets_[b].storage;
-  return shard_.narrow(0, layout_.buckets[b].shard_start, layout_.slice_numel(b));
+  return shard_.narrow(0, flat_.buckets[b].shard_start, flat_.slice_numel(b));
 }
 
 int64_t DataParallelGrads::bytes() const {

@@ -1,4 +1,4 @@
-// Data-parallel gradients in one flat buffer (parallel/flat_layout.h), reduced over the
+// Data-parallel gradients in one flat buffer (parallel/flat_buckets.h), reduced over the
 // data-parallel group bucket by bucket as soon as a bucket's gradients are final, while
 // backward goes on.
 //
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "parallel/comm.h"
-#include "parallel/flat_layout.h"
+#include "parallel/flat_buckets.h"
 
 namespace torch::autograd {
 struct Node;
@@ -49,7 +49,7 @@ class DataParallelGrads {
   // this rank's mean gradients of bucket b.
   void finish();
 
-  const FlatLayout& layout() const { return layout_; }
+  const FlatBuckets& flat() const { return flat_; }
   // This rank's reduced slice of bucket b (the whole bucket at stage 0).
   torch::Tensor reduced(size_t bucket) const;
   size_t num_buckets() const { return buckets_.size(); }
@@ -77,7 +77,7 @@ class DataParallelGrads {
 
   Communicator& group_;
   GradBufferOptions options_;
-  FlatLayout layout_;
+  FlatBuckets flat_;
   std::vector<torch::Tensor> params_;
   bool grads_are_views_;   // .grad is a view of buffer_; otherwise hooks add and free it
   bool unreduced_;         // gradients need no reduction and no hooks

@@ -1,29 +1,37 @@
 // The Megatron process grid: tensor-parallel ranks vary fastest, then data-parallel, then
 // pipeline (rank = pp * (tp_size * dp_size) + dp * tp_size + tp), and the groups cut from it.
+//
+//   16 ranks, tp_size 2, pp_size 4 (dp_size 2):    pp 0     pp 1     pp 2      pp 3
+//                                         dp 0   [0 1]    [4 5]    [8 9]    [12 13]
+//                                         dp 1   [2 3]    [6 7]   [10 11]   [14 15]
+//   a tp group is a [pair]; a dp group a column within a pp stage ({0, 2}); a pp group a row
+//   across stages ({0, 4, 8, 12}); the embedding group a pp group's ends ({0, 12}).
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "core/layout.h"
 #include "parallel/comm.h"
-#include "parallel/layout.h"
 
 namespace trident {
 
-// The rank lists of every group, for a world of tp * dp * pp ranks. Pure arithmetic.
+// The rank lists of every group, for a world of tp_size * dp_size * pp_size ranks. Pure
+// arithmetic.
 struct GridGroups {
-  std::vector<std::vector<int>> tensor;    // same (dp, pp): tp consecutive ranks
-  std::vector<std::vector<int>> data;      // same (tp, pp)
-  std::vector<std::vector<int>> pipeline;  // same (tp, dp): one rank per stage
-  std::vector<std::vector<int>> embedding; // first and last stage of each pipeline group
-  std::vector<std::vector<int>> model;     // same dp: the tp * pp ranks holding one replica
+  std::vector<std::vector<int>> tp;         // same (dp, pp): tp_size consecutive ranks
+  std::vector<std::vector<int>> dp;         // same (tp, pp)
+  std::vector<std::vector<int>> pp;         // same (tp, dp): one rank per stage
+  std::vector<std::vector<int>> embedding;  // first and last stage of each pp group
+  std::vector<std::vector<int>> mp;         // same dp: the tp_size * pp_size ranks of one replica
 };
-GridGroups grid_groups(int world_size, int tensor, int pipeline);
+GridGroups grid_groups(int world_size, int tp_size, int pp_size);
 
+// A rank's place in the grid.
 struct GridCoordinates {
   int tp = 0, dp = 0, pp = 0;
 };
-GridCoordinates grid_coordinates(int rank, int tensor, int data);
+GridCoordinates grid_coordinates(int rank, int tp_size, int dp_size);
 
 class ProcessGroups {
  public:
@@ -31,22 +39,22 @@ class ProcessGroups {
   ProcessGroups(std::shared_ptr<Communicator> world, const Layout& layout);
 
   Communicator& world() const { return *world_; }
-  Communicator& tensor() const { return *tensor_; }
-  Communicator& data() const { return *data_; }
-  Communicator& pipeline() const { return *pipeline_; }
-  Communicator& embedding() const { return *embedding_; }
-  Communicator& model() const { return *model_; }
+  Communicator& tp_group() const { return *tp_; }
+  Communicator& dp_group() const { return *dp_; }
+  Communicator& pp_group() const { return *pp_; }
+  Communicator& embedding_group() const { return *embedding_; }
+  Communicator& mp_group() const { return *mp_; }
   // Shared ownership for layers that keep their group (the tensor-parallel layers).
-  std::shared_ptr<Communicator> tensor_group() const { return tensor_; }
+  std::shared_ptr<Communicator> shared_tp_group() const { return tp_; }
 
   const GridCoordinates& coordinates() const { return coordinates_; }
   bool first_stage() const { return coordinates_.pp == 0; }
-  bool last_stage() const { return coordinates_.pp == layout_.pipeline - 1; }
+  bool last_stage() const { return coordinates_.pp == layout_.pp_size - 1; }
 
  private:
   Layout layout_;
   GridCoordinates coordinates_;
-  std::shared_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_;
+  std::shared_ptr<Communicator> world_, tp_, dp_, pp_, embedding_, mp_;
 };
 
 }  // namespace trident

@@ -6,7 +6,7 @@
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
 #include "parallel/launch.h"
-#include "parallel/layout.h"
+#include "core/layout.h"
 #include "parallel/process_groups.h"
 #include "tests/multiprocess.h"
 
@@ -135,16 +135,15 @@ TEST(Collectives, SplitGroupsByColorOrderedByKey) {
 TEST(ProcessGroups, TensorAndDataGroupsReduceTheRightRanks) {
   if (n() % 2 != 0) GTEST_SKIP() << "needs an even world";
   Layout layout;
-  layout.world_size = n();
-  layout.tensor = 2;
-  layout.data = n() / 2;
+  layout.tp_size = 2;
+  layout.dp_size = n() / 2;
   ProcessGroups groups(trident::testing::world_shared(), layout);
-  EXPECT_EQ(groups.tensor().size(), 2);
-  EXPECT_EQ(groups.tensor().rank(), me() % 2);
-  EXPECT_EQ(groups.data().size(), n() / 2);
-  EXPECT_EQ(groups.data().rank(), me() / 2);
+  EXPECT_EQ(groups.tp_group().size(), 2);
+  EXPECT_EQ(groups.tp_group().rank(), me() % 2);
+  EXPECT_EQ(groups.dp_group().size(), n() / 2);
+  EXPECT_EQ(groups.dp_group().rank(), me() / 2);
   auto t = torch::full({1}, double(me()), torch::kDouble);
-  groups.tensor().all_reduce(t, ReduceOp::sum);
+  groups.tp_group().all_reduce(t, ReduceOp::sum);
   EXPECT_EQ(t.item<double>(), double(me() / 2 * 4 + 1));  // ranks 2k and 2k+1
 }
 
@@ -160,7 +159,7 @@ TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
     DataParallelGrads grads({a, b, c}, trident::testing::world(), options);
     // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
     ASSERT_EQ(grads.num_buckets(), 2u);
-    const FlatLayout& layout = grads.layout();
+    const FlatBuckets& flat = grads.flat();
     for (int step = 0; step < 2; ++step) {
       grads.zero();
       for (int micro = 0; micro < 2; ++micro) {
@@ -171,20 +170,20 @@ TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
       grads.finish();
       if (stage < 2) EXPECT_EQ(grads.started_during_backward(), 2u);
       const double mean = (n() + 1) / 2.0 * 2;  // two micro-batches
-      auto expected = torch::zeros({layout.total});
+      auto expected = torch::zeros({flat.total});
       // a, b, c were given as parameters 0, 1, 2 with factors 1, 2, 3.
-      expected.narrow(0, layout.offset[0], 300).fill_(mean);
-      expected.narrow(0, layout.offset[1], 500).fill_(2 * mean);
-      expected.narrow(0, layout.offset[2], 70).fill_(3 * mean);
+      expected.narrow(0, flat.offset[0], 300).fill_(mean);
+      expected.narrow(0, flat.offset[1], 500).fill_(2 * mean);
+      expected.narrow(0, flat.offset[2], 70).fill_(3 * mean);
       const int64_t rank = stage == 0 ? 0 : me();
       for (size_t k = 0; k < grads.num_buckets(); ++k)
         EXPECT_TRUE(torch::allclose(grads.reduced(k),
-                                    expected.narrow(0, layout.slice_start(k, rank), layout.slice_numel(k))));
+                                    expected.narrow(0, flat.slice_start(k, rank), flat.slice_numel(k))));
     }
     const int64_t shards = stage == 0 ? 1 : n();
-    EXPECT_EQ(layout.total % shards, 0);
-    const int64_t held = stage == 0 ? layout.total : stage == 1 ? layout.total + layout.total / shards
-                                                                : layout.total / shards;
+    EXPECT_EQ(flat.total % shards, 0);
+    const int64_t held = stage == 0 ? flat.total : stage == 1 ? flat.total + flat.total / shards
+                                                                : flat.total / shards;
     EXPECT_EQ(grads.bytes(), 4 * held);
   }
 }

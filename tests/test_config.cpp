@@ -59,10 +59,6 @@ TEST(Config, ImpossibleCombinationsAreRejected) {
   EXPECT_NE(message.find("optimizer.min_lr"), std::string::npos) << message;
   message = error_of([] { Config::parse(""); });
   EXPECT_NE(message.find("data.path is empty"), std::string::npos) << message;
-  message = error_of([] { Config::parse(kSynthetic, {"parallel.tensor=3"}); });
-  EXPECT_NE(message.find("must be divisible by parallel.tensor (3)"), std::string::npos) << message;
-  message = error_of([] { Config::parse(kSynthetic, {"parallel.virtual_stages=2"}); });
-  EXPECT_NE(message.find("interleaved_1f1b"), std::string::npos) << message;
 }
 
 TEST(Config, FileErrorsNameTheFile) {

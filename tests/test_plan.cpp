@@ -29,12 +29,12 @@ TEST(Memory, KorthikantiActivationsByHand) {
   m.seq_length = 2048;
   m.hidden_size = 4096;
   m.num_attention_heads = 32;
-  LayoutShape l;
+  Layout l;
   l.micro_batch = 1;
   const double sbh = 2048.0 * 4096;
   const double scores = 5.0 * 32 * 2048 / 4096;  // 5as/h = 80
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (34 + scores));
-  l.tensor = 8;
+  l.tp_size = 8;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 24.0 / 8 + scores / 8));
   l.sequence_parallel = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (34 + scores) / 8);
@@ -46,8 +46,8 @@ TEST(Memory, KorthikantiActivationsByHand) {
 
 TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   ModelConfig m;
-  LayoutShape l;
-  l.data = 4;
+  Layout l;
+  l.dp_size = 4;
   const MemoryEstimate plain = estimate_memory(m, 256, l, Precision::bf16);
   l.zero_stage = 1;
   const MemoryEstimate one = estimate_memory(m, 256, l, Precision::bf16);
@@ -59,8 +59,8 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   EXPECT_DOUBLE_EQ(plain.weights + plain.grads + plain.optimizer, 18 * plain.parameters);
   // 1F1B keeps at most p micro-batches in flight on the first stage, GPipe all M.
   m.num_layers = 8;
-  l = LayoutShape{};
-  l.pipeline = 4;
+  l = Layout{};
+  l.pp_size = 4;
   l.micro_batches = 16;
   const double one_f_one_b = estimate_memory(m, 256, l, Precision::bf16).activations;
   l.schedule = Schedule::gpipe;
@@ -82,7 +82,7 @@ TEST(Plan, ReproducesTheMegatronScalingTable) {
     Hardware a100;
     a100.gpus = row.gpus;
     const int64_t data = row.gpus / (row.tensor * row.pipeline);
-    const PlanRow published = evaluate_layout(config, layout_of(config, data), a100);
+    const PlanRow published = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
     EXPECT_TRUE(published.fits) << published.memory.total() / kGiB << " GiB";
     EXPECT_EQ(published.layout.micro_batches, row.global_batch / (row.micro_batch * data));
     const Plan plan = make_plan(config, a100);
@@ -90,15 +90,43 @@ TEST(Plan, ReproducesTheMegatronScalingTable) {
     const std::string comparison = compare_with_row(plan, row, config);
     EXPECT_EQ(comparison.find("does not fit"), std::string::npos) << comparison;
     const auto& ours = plan.recommended->layout;
-    if (ours.tensor != row.tensor || ours.pipeline != row.pipeline) {
+    if (ours.tp_size != row.tensor || ours.pp_size != row.pipeline) {
       // Allowed only as a smaller layout that fits, the table's own fitting as well.
-      EXPECT_LE(ours.tensor * ours.pipeline, row.tensor * row.pipeline);
+      EXPECT_LE(ours.tp_size * ours.pp_size, row.tensor * row.pipeline);
       EXPECT_NE(comparison.find("fits too; the rule of thumb stops at the smallest layout"),
                 std::string::npos) << comparison;
     }
     EXPECT_LE(plan.recommended->memory.total(), 80 * kGiB);
     std::printf("%-5s %s\n", row.name, comparison.c_str());
   }
+}
+
+// The planner's layouts are built like the config's own (resolve_layout): a ranked row and
+// `train --dry-run`'s estimate of the same layout agree, ZeRO stage, schedule and virtual stages
+// included (a planner that dropped them estimated 34 GiB beside dry-run's 18 GiB).
+TEST(Plan, RowsKeepTheConfigsZeroStageAndSchedule) {
+  const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
+                                     {"parallel.zero_stage=1", "parallel.pipeline=2",
+                                      "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"});
+  Hardware a100;
+  a100.gpus = 32;
+  const Layout own = resolve_layout(config, a100.gpus);
+  const PlanRow dry_run = evaluate_layout(config, own, a100);
+  const Plan plan = make_plan(config, a100);
+  int matches = 0;
+  for (const PlanRow& row : plan.ranked) {
+    const Layout& l = row.layout;
+    EXPECT_EQ(l.zero_stage, 1);
+    EXPECT_EQ(l.schedule, Schedule::interleaved_1f1b);
+    EXPECT_EQ(l.virtual_stages, 2);
+    if (l.tp_size == own.tp_size && l.pp_size == own.pp_size && l.micro_batch == own.micro_batch &&
+        l.recompute == own.recompute) {
+      ++matches;
+      EXPECT_EQ(row.memory.total(), dry_run.memory.total());
+      EXPECT_EQ(row.seconds(), dry_run.seconds());
+    }
+  }
+  EXPECT_EQ(matches, 1);
 }
 
 TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {

@@ -1,4 +1,4 @@
-// The pieces of the ZeRO optimizer that need no communication: the flat layout, the AdamW
+// The pieces of the ZeRO optimizer that need no communication: the flat buckets, the AdamW
 // update against LibTorch's own, the state memory per ZeRO stage, and the loss scaler.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -8,37 +8,37 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/zero.h"
-#include "parallel/flat_layout.h"
+#include "parallel/flat_buckets.h"
 #include "tests/helpers.h"
 
 using namespace trident;
 using trident::testing::FakeGroup;
 
-TEST(FlatLayout, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
+TEST(FlatBuckets, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
   const std::vector<int64_t> numels = {300, 7, 500, 70, 1};
   for (int64_t shards : {1, 2, 3, 4}) {
     SCOPED_TRACE(shards);
-    const FlatLayout layout = make_flat_layout(numels, 400, shards, {false, false, true, false, false});
+    const FlatBuckets flat = make_flat_buckets(numels, 400, shards, {false, false, true, false, false});
     int64_t start = 0, shard_start = 0;
-    for (const auto& bucket : layout.buckets) {
+    for (const auto& bucket : flat.buckets) {
       EXPECT_EQ(bucket.start, start);
       EXPECT_EQ(bucket.numel % shards, 0);
       EXPECT_EQ(bucket.shard_start, shard_start);
       start += bucket.numel;
       shard_start += bucket.numel / shards;
     }
-    EXPECT_EQ(layout.total, start);
-    EXPECT_EQ(layout.shard_numel() * shards, layout.total);
+    EXPECT_EQ(flat.total, start);
+    EXPECT_EQ(flat.shard_numel() * shards, flat.total);
     // Reverse order: {1, 70} close at 71 < 400, then the isolated 500 alone, then {7, 300}.
-    ASSERT_EQ(layout.buckets.size(), 3u);
-    EXPECT_EQ(layout.buckets[0].params, (std::vector<size_t>{4, 3}));
-    EXPECT_EQ(layout.buckets[1].params, std::vector<size_t>{2});
-    EXPECT_EQ(layout.buckets[2].params, (std::vector<size_t>{1, 0}));
+    ASSERT_EQ(flat.buckets.size(), 3u);
+    EXPECT_EQ(flat.buckets[0].params, (std::vector<size_t>{4, 3}));
+    EXPECT_EQ(flat.buckets[1].params, std::vector<size_t>{2});
+    EXPECT_EQ(flat.buckets[2].params, (std::vector<size_t>{1, 0}));
     std::vector<int64_t> seen(numels.size(), 0);
     for (int64_t rank = 0; rank < shards; ++rank)
-      for (const auto& s : layout.segments(rank)) {
-        EXPECT_EQ(layout.slice_start(s.bucket, rank) + s.slice_offset, layout.offset[s.param] + s.param_offset);
-        EXPECT_LE(s.slice_offset + s.numel, layout.slice_numel(s.bucket));
+      for (const auto& s : flat.segments(rank)) {
+        EXPECT_EQ(flat.slice_start(s.bucket, rank) + s.slice_offset, flat.offset[s.param] + s.param_offset);
+        EXPECT_LE(s.slice_offset + s.numel, flat.slice_numel(s.bucket));
         seen[s.param] += s.numel;
       }
     EXPECT_EQ(seen, numels);

@@ -8,13 +8,13 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/flops.h"
+#include "core/layout.h"
 #include "core/logging.h"
 #include "core/plan.h"
 #include "core/text.h"
 #include "parallel/comm.h"
 #include "parallel/failure.h"
 #include "parallel/launch.h"
-#include "parallel/layout.h"
 #include "train/trainer.h"
 
 namespace {
@@ -41,7 +41,7 @@ CLI::App& describe(CLI::App& app, Arguments& args) {
 void print_dry_run(const trident::Config& config, const trident::LaunchInfo& launch) {
   using namespace trident;
   const Layout layout = resolve_layout(config, launch.world_size);
-  const int64_t vocab = config.model.padded_vocab(config.parallel.tensor);
+  const int64_t vocab = config.model.padded_vocab(layout.tp_size);
   const IterationFlops flops =
       iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute);
   Hardware hardware;  // an A100 80 GB cluster, 8 per node, unless train.peak_tflops says otherwise
@@ -50,12 +50,12 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
   std::printf("layout: world %lld = TP %lld x PP %lld x DP %lld, %lld micro-batches\n"
               "parameters: %s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
-              (long long)layout.world_size, (long long)layout.tensor, (long long)layout.pipeline,
-              (long long)layout.data, (long long)layout.micro_batches,
+              (long long)layout.world_size(), (long long)layout.tp_size, (long long)layout.pp_size,
+              (long long)layout.dp_size, (long long)layout.micro_batches,
               si_units(double(gpt_parameter_count(config.model, vocab))).c_str(), (long long)vocab,
               si_units(flops.model).c_str(), si_units(flops.hardware).c_str(),
               si_units(flops.six_pd).c_str());
-  const PlanRow row = evaluate_layout(config, layout_of(config, layout.data), hardware);
+  const PlanRow row = evaluate_layout(config, layout, hardware);
   std::printf("%s\n#\n# the planner on the same %lld GPUs:\n%s", describe_row(row).c_str(),
               (long long)launch.world_size, plan_table(make_plan(config, hardware), 5).c_str());
 }

@@ -101,7 +101,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = main_dtype_;
     zero.isolate = tied_;
-    optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->data(), config_.optimizer, zero);
+    optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->dp_group(), config_.optimizer, zero);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == Precision::fp16);
     if (!resume_from.empty()) read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
   });
@@ -121,7 +121,7 @@ std::string Trainer::open_checkpoints(TrainingProgress& progress) {
   checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
   // Ranks that will write (save_checkpoint) find out now, not after the run, if they cannot.
   const bool writes = groups_->world().rank() == 0 || groups_->coordinates().dp == 0 ||
-                      (config_.parallel.zero_stage > 0 && layout_.data > 1);
+                      (layout_.zero_stage > 0 && layout_.dp_size > 1);
   if (writes) checkpoints_->probe_writable(groups_->world().rank());
   const int64_t latest = checkpoints_->latest();
   if (latest >= 0 && !config_.train.resume)
@@ -142,12 +142,12 @@ void Trainer::build_model_chunks() {
   torch::manual_seed(config_.train.seed);
   // Chunk c of stage r is virtual stage c * p + r: contiguous layers, the embedding on the
   // model's first virtual stage, the head on its last.
-  const int64_t p = layout_.pipeline, v = config_.parallel.virtual_stages;
+  const int64_t p = layout_.pp_size, v = layout_.virtual_stages;
   const int64_t layers = config_.model.num_layers / (p * v);
   for (int64_t c = 0; c < v; ++c) {
     const int64_t virtual_stage = c * p + groups_->coordinates().pp;
     GPT chunk(config_.model, vocab_,
-              TensorParallel{groups_->tensor_group(), config_.parallel.sequence_parallel},
+              TensorParallel{groups_->shared_tp_group(), layout_.sequence_parallel},
               Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1},
               config_.recompute);
     chunk->to(dtype_);
@@ -202,18 +202,18 @@ Trainer::PendingStep Trainer::run_step() {
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   const double loss_scale = scaler_->scale();
   const PipelineStats stats = run_pipeline(
-      groups_->pipeline(), pipeline_options(),
+      groups_->pp_group(), pipeline_options(),
       [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
         auto out = stage_forward(*data_->train, consumed_samples_, chunk, micro, input, loss_sum);
         return chunks_[size_t(chunk)]->stage().head && loss_scale != 1 ? out * loss_scale : out;
       },
       [&] { grads.arm(); });
   grads.finish();
-  all_reduce_grads(sequence_parallel_, groups_->tensor());
-  all_reduce_grads(tied_, groups_->embedding());
+  all_reduce_grads(sequence_parallel_, groups_->tp_group());
+  all_reduce_grads(tied_, groups_->embedding_group());
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
-  groups_->pipeline().all_reduce(loss_sum, ReduceOp::sum);
-  groups_->data().all_reduce(loss_sum, ReduceOp::avg);
+  groups_->pp_group().all_reduce(loss_sum, ReduceOp::sum);
+  groups_->dp_group().all_reduce(loss_sum, ReduceOp::avg);
   const torch::Tensor grad_norm = global_grad_square_sum().sqrt() / loss_scale;
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
@@ -253,7 +253,7 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   m.tokens_per_second = double(batch.global_batch_size * config_.model.seq_length) / seconds;
   const IterationFlops flops =
       iteration_flops(config_.model, vocab_, batch.global_batch_size, config_.recompute);
-  const double per_device = 1e12 * seconds * double(layout_.world_size);
+  const double per_device = 1e12 * seconds * double(layout_.world_size());
   m.tflops_6pd = flops.six_pd / per_device;
   m.tflops_model = flops.model / per_device;
   m.tflops_hardware = flops.hardware / per_device;
@@ -280,7 +280,7 @@ void Trainer::diverged(const std::string& what, int64_t iteration) const {
   }
   throw JobError::everywhere(str("iteration ", iteration, ": ", what, ": training diverged; stopped ",
                                  "before saving anything at this iteration (", saved, ")"),
-                             int(layout_.world_size));
+                             int(layout_.world_size()));
 }
 
 double Trainer::evaluate() {
@@ -290,22 +290,22 @@ double Trainer::evaluate() {
   const auto& batch = config_.batch;
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   for (int64_t i = 0; i < config_.train.eval_iters; ++i)
-    run_pipeline_forward(groups_->pipeline(), pipeline_options(),
+    run_pipeline_forward(groups_->pp_group(), pipeline_options(),
                          [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
                            return stage_forward(*data_->valid, i * batch.global_batch_size, chunk,
                                                 micro, input, total);
                          });
-  groups_->pipeline().all_reduce(total, ReduceOp::sum);
-  groups_->data().all_reduce(total, ReduceOp::avg);
+  groups_->pp_group().all_reduce(total, ReduceOp::sum);
+  groups_->dp_group().all_reduce(total, ReduceOp::avg);
   return total.item<double>() / double(config_.train.eval_iters);
 }
 
 PipelineOptions Trainer::pipeline_options() const {
   PipelineOptions options;
-  options.schedule = config_.parallel.schedule;
+  options.schedule = layout_.schedule;
   options.micro_batches = layout_.micro_batches;
-  options.virtual_stages = config_.parallel.virtual_stages;
-  const int64_t seq = config_.model.seq_length / (config_.parallel.sequence_parallel ? layout_.tensor : 1);
+  options.virtual_stages = layout_.virtual_stages;
+  const int64_t seq = config_.model.seq_length / (layout_.sequence_parallel ? layout_.tp_size : 1);
   options.activation_shape = {config_.batch.micro_batch_size, seq, config_.model.hidden_size};
   options.activation_options = torch::TensorOptions().dtype(dtype_).device(device_);
   return options;
@@ -319,7 +319,7 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
   const int64_t size = config_.batch.micro_batch_size;
   Batch batch;
   if (first || last)
-    batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.data), size);
+    batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.dp_size), size);
   // From pinned memory, copies to the GPU do not make the host wait for them.
   auto to_device = [&](const torch::Tensor& t) {
     return device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t;
@@ -350,7 +350,7 @@ torch::Tensor Trainer::global_grad_square_sum() {
   // runs over the model-parallel group (TP x PP), and over data-parallel ranks too when their
   // shards differ (ZeRO).
   auto total = optimizer_->grad_square_sum(counted_).reshape({1}).contiguous();
-  (optimizer_->sharded() ? groups_->world() : groups_->model()).all_reduce(total, ReduceOp::sum);
+  (optimizer_->sharded() ? groups_->world() : groups_->mp_group()).all_reduce(total, ReduceOp::sum);
   return total.reshape({});
 }
 
@@ -390,15 +390,15 @@ void Trainer::save_checkpoint() {
 
 void Trainer::log_start() const {
   const auto& m = config_.model;
-  log::info(str("trident: ", layout_.world_size, " process(es) (", groups_->world().backend(),
-                "), TP ", layout_.tensor, " x PP ",
-                layout_.pipeline, " x DP ", layout_.data, ", ", layout_.micro_batches,
+  log::info(str("trident: ", layout_.world_size(), " process(es) (", groups_->world().backend(),
+                "), TP ", layout_.tp_size, " x PP ",
+                layout_.pp_size, " x DP ", layout_.dp_size, ", ", layout_.micro_batches,
                 " micro-batch(es) of ", config_.batch.micro_batch_size, " per iteration, ",
                 config_.precision, " on ", device_.str()));
   log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ",
                 m.num_attention_heads, " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ",
                 m.vocab_size, " padded to ", vocab_, " (multiple of ",
-                m.make_vocab_size_divisible_by, " x TP ", layout_.tensor, "): ",
+                m.make_vocab_size_divisible_by, " x TP ", layout_.tp_size, "): ",
                 si_units(double(gpt_parameter_count(m, vocab_))), " parameters"));
   const IterationFlops flops =
       iteration_flops(m, vocab_, config_.batch.global_batch_size, config_.recompute);
@@ -415,7 +415,7 @@ void Trainer::log_memory() const {
   // temporaries) as what it held beyond the states.
   const StateMemory held = optimizer_->memory();
   const MemoryEstimate estimate =
-      estimate_memory(config_.model, vocab_, layout_of(config_, layout_.data), config_.precision);
+      estimate_memory(config_.model, vocab_, layout_, config_.precision);
   const auto mib = binary_bytes;
   std::string activations = str("not measured on ", device_.str());
   if (const auto stats = allocator_stats(device_)) {
@@ -467,7 +467,7 @@ void Trainer::write_metrics(std::ofstream& file, const IterationMetrics& m) cons
       .add("tflops_hardware", m.tflops_hardware);
   if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
   if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
-  if (layout_.pipeline > 1)
+  if (layout_.pp_size > 1)
     json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
   errno = 0;
   file << json.str() << "\n" << std::flush;

@@ -9,8 +9,8 @@
 
 #include "core/config.h"
 #include "model/gpt.h"
+#include "core/layout.h"
 #include "parallel/launch.h"
-#include "parallel/layout.h"
 
 namespace trident {
 

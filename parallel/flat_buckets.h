@@ -11,7 +11,7 @@
 
 namespace trident {
 
-struct FlatLayout {
+struct FlatBuckets {
   struct Bucket {
     int64_t start = 0;        // in the buffer
     int64_t numel = 0;        // padded to a multiple of shards
@@ -47,7 +47,7 @@ struct FlatLayout {
 // `numels` in model order. A bucket closes once it holds `bucket_elements`; a parameter marked
 // in `isolate` gets a bucket of its own (so that its shards line up across groups that hold the
 // same parameter at different places, like the tied embedding on the first and last stage).
-FlatLayout make_flat_layout(const std::vector<int64_t>& numels, int64_t bucket_elements,
+FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket_elements,
                             int64_t shards, const std::vector<bool>& isolate = {});
 
 }  // namespace trident

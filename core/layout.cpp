@@ -1,0 +1,78 @@
+#include "core/layout.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+
+// Builds the layout into `out`; returns what does not fit, "" when everything does.
+std::string build(const Config& config, int64_t world_size, Layout& out) {
+  const auto& m = config.model;
+  const auto& p = config.parallel;
+  const auto& b = config.batch;
+  const bool interleaved = p.schedule == Schedule::interleaved_1f1b;
+  if (interleaved && p.pipeline < 2) return "parallel.schedule=interleaved_1f1b needs parallel.pipeline >= 2";
+  if (interleaved != (p.virtual_stages > 1))
+    return str("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
+               p.schedule, " with ", p.virtual_stages, " virtual stages)");
+  for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
+                             std::pair{"model.hidden_size", m.hidden_size},
+                             std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})
+    if (value % p.tensor != 0)
+      return str(name, " (", value, ") must be divisible by parallel.tensor (", p.tensor, ")");
+  if (p.sequence_parallel && m.seq_length % p.tensor != 0)
+    return str("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
+               ") with parallel.sequence_parallel");
+  if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
+    return str("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
+               "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");
+
+  const int64_t model_parallel = p.tensor * p.pipeline;
+  if (world_size % model_parallel != 0)
+    return str("world size ", world_size, " is not divisible by parallel.tensor * parallel.pipeline = ",
+               p.tensor, " * ", p.pipeline, " = ", model_parallel);
+  const int64_t dp_size = world_size / model_parallel;
+  if (p.data != 0 && p.data != dp_size)
+    return str("parallel.data=", p.data, " but world size ", world_size, " / (parallel.tensor * ",
+               "parallel.pipeline) gives ", dp_size, "; set parallel.data=0 (auto) or launch ",
+               p.data * model_parallel, " processes");
+  const int64_t per_step = b.micro_batch_size * dp_size;
+  if (b.global_batch_size % per_step != 0)
+    return str("batch.global_batch_size (", b.global_batch_size, ") must be a multiple of ",
+               "batch.micro_batch_size * data-parallel size = ", b.micro_batch_size, " * ", dp_size,
+               " = ", per_step);
+  const int64_t micro_batches = b.global_batch_size / per_step;
+  if (interleaved && micro_batches % p.pipeline != 0)
+    return str("parallel.schedule=interleaved_1f1b needs a multiple of parallel.pipeline (", p.pipeline,
+               ") micro-batches, but global_batch / (micro_batch * DP) = ", micro_batches);
+
+  out.tp_size = p.tensor;
+  out.pp_size = p.pipeline;
+  out.dp_size = dp_size;
+  out.virtual_stages = p.virtual_stages;
+  out.sequence_parallel = p.sequence_parallel && p.tensor > 1;
+  out.zero_stage = p.zero_stage;
+  out.schedule = p.schedule;
+  out.micro_batch = b.micro_batch_size;
+  out.micro_batches = micro_batches;
+  out.recompute = config.recompute;
+  return "";
+}
+
+}  // namespace
+
+Layout resolve_layout(const Config& config, int64_t world_size) {
+  Layout layout;
+  const std::string problem = build(config, world_size, layout);
+  if (!problem.empty()) fail(problem);
+  return layout;
+}
+
+std::string layout_problem(const Config& config, int64_t world_size) {
+  Layout unused;
+  return build(config, world_size, unused);
+}
+
+}  // namespace trident

@@ -1,0 +1,37 @@
+// The parallel layout of a run: how its work is split over ranks and micro-batches. It is the
+// one description the trainer, the memory and time estimates and the planner share, and
+// resolve_layout is the one function that builds it from a config.
+//
+// Vocabulary, one spelling per axis: sizes are tp_size, pp_size, dp_size; a rank's coordinates
+// tp, pp, dp; its groups tp_group(), pp_group(), dp_group() (parallel/process_groups.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace trident {
+
+struct Layout {
+  int64_t tp_size = 1, pp_size = 1, dp_size = 1;
+  int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
+  bool sequence_parallel = false;  // asked for and tp_size > 1
+  int64_t zero_stage = 0;
+  Schedule schedule = Schedule::one_f_one_b;
+  int64_t micro_batch = 1;
+  // M = global_batch / (micro_batch x dp_size): the pipeline's micro-batches and the
+  // gradient-accumulation count.
+  int64_t micro_batches = 1;
+  Recompute recompute = Recompute::none;
+
+  int64_t world_size() const { return tp_size * pp_size * dp_size; }
+};
+
+// The layout `config` asks for on `world_size` ranks. Throws Error naming the keys at fault when
+// the parallel settings, the batch and the model's shape do not fit together.
+Layout resolve_layout(const Config& config, int64_t world_size);
+// Why resolve_layout would throw, "" when it would not (the planner's candidates).
+std::string layout_problem(const Config& config, int64_t world_size);
+
+}  // namespace trident

@@ -11,14 +11,8 @@
 namespace trident {
 namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-torch::nn::LayerNorm layer_norm(const ModelConfig& config) {
-  return torch::nn::LayerNorm(
-      torch::nn::LayerNormOptions({config.hidden_size}).eps(config.layernorm_epsilon));
+LayerNorm layer_norm(const ModelConfig& config, const TensorParallel& tp) {
+  return LayerNorm(config.hidden_size, config.layernorm_epsilon, tp);
 }
 
 // Causal attention over [b, heads, s, d].
@@ -49,8 +43,8 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
     return causal_attention(qkv[0], qkv[1], qkv[2], is_training() ? dropout_ : 0.0);
   };
   const int64_t h = config.hidden_size;
-  qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, *tp.group, false, tp.sequence_parallel));
-  out = register_module("out", RowParallelLinear(h, h, *tp.group, true, tp.sequence_parallel));
+  qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, tp));
+  out = register_module("out", RowParallelLinear(h, h, tp, Init::residual));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -63,10 +57,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
-  up = register_module("up", ColumnParallelLinear(config.hidden_size, config.ffn(), *tp.group,
-                                                  false, tp.sequence_parallel));
-  down = register_module("down", RowParallelLinear(config.ffn(), config.hidden_size, *tp.group,
-                                                   true, tp.sequence_parallel));
+  up = register_module("up", ColumnParallelLinear(config.hidden_size, config.ffn(), tp));
+  down = register_module("down", RowParallelLinear(config.ffn(), config.hidden_size, tp, Init::residual));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
@@ -76,9 +68,9 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute)
     : recompute_(recompute == Recompute::full) {
   compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
-  ln_1 = register_module("ln_1", layer_norm(config));
+  ln_1 = register_module("ln_1", layer_norm(config, tp));
   attn = register_module("attn", SelfAttention(config, tp, recompute));
-  ln_2 = register_module("ln_2", layer_norm(config));
+  ln_2 = register_module("ln_2", layer_norm(config, tp));
   mlp = register_module("mlp", MLP(config, tp));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
 }
@@ -100,14 +92,14 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
          ") must be divisible by the tensor-parallel size ", tp_.group->size());
   if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
   if (stage_.embedding || stage_.head)
-    wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, *tp_.group));
+    wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, tp_, stage_.tied_embedding()));
   if (stage_.embedding) {
-    wpe = register_module("wpe", torch::nn::Embedding(config.seq_length, config.hidden_size));
+    wpe = register_module("wpe", PositionEmbedding(config.seq_length, config.hidden_size));
     dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
   }
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
     blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute)));
-  if (stage_.head) ln_f = register_module("ln_f", layer_norm(config));
+  if (stage_.head) ln_f = register_module("ln_f", layer_norm(config, tp_));
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
@@ -134,45 +126,10 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& tar
   return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();
 }
 
-int64_t GPTImpl::partition_dim(const std::string& name) {
-  for (const char* column : {"attn.qkv.weight", "attn.qkv.bias", "mlp.up.weight", "mlp.up.bias"})
-    if (ends_with(name, column)) return 0;
-  for (const char* row : {"attn.out.weight", "mlp.down.weight"})
-    if (ends_with(name, row)) return 1;
-  if (name == "wte.weight") return 0;  // vocabulary rows
-  return -1;
-}
-
-std::vector<torch::Tensor> GPTImpl::sequence_parallel_parameters() {
-  std::vector<torch::Tensor> out;
-  if (!tp_.sequence_parallel) return out;
-  // Position embeddings are added before the sequence is split: their gradient is whole.
-  for (const auto& item : named_parameters())
-    if (partition_dim(item.key()) < 0 && item.key() != "wpe.weight") out.push_back(item.value());
-  return out;
-}
-
 void GPTImpl::initialize(uint64_t seed) {
-  torch::NoGradGuard no_grad;
   const double std = config_.init_method_std;
-  const double residual_std = std / std::sqrt(2.0 * double(config_.num_layers));
-  const int64_t ranks = tp_.group->size(), rank = tp_.group->rank();
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    if (ends_with(name, ".bias")) {
-      p.zero_();
-    } else if (name.find("ln_") != std::string::npos) {
-      p.fill_(1.0);
-    } else {
-      const bool residual = ends_with(name, "attn.out.weight") || ends_with(name, "mlp.down.weight");
-      const int64_t dim = partition_dim(name);
-      std::vector<int64_t> full(p.sizes().begin(), p.sizes().end());
-      if (dim >= 0) full[size_t(dim)] *= ranks;
-      auto whole = init_normal(name, full, residual ? residual_std : std, seed);
-      p.copy_(dim >= 0 ? whole.narrow(dim, rank * p.size(dim), p.size(dim)) : whole);
-    }
-  }
+  initialize_parameters(*this, seed, std, std / std::sqrt(2.0 * double(config_.num_layers)),
+                        tp_.group->rank(), tp_.group->size());
 }
 
 }  // namespace trident

@@ -5,23 +5,16 @@
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/dropout.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/normalization.h>
 
 #include <memory>
 #include <vector>
 
 #include "core/config.h"
-#include "parallel/comm.h"
+#include "model/layers.h"
 #include "model/recompute.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
-
-struct TensorParallel {
-  std::shared_ptr<Communicator> group = make_self_communicator();
-  bool sequence_parallel = false;
-};
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:
@@ -56,7 +49,7 @@ class BlockImpl : public torch::nn::Module {
   BlockImpl(const ModelConfig& config, const TensorParallel& tp,
             Recompute recompute = Recompute::none);
   torch::Tensor forward(torch::Tensor x);
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};
   torch::nn::Dropout dropout{nullptr};
@@ -77,6 +70,14 @@ struct Stage {
   int64_t num_layers = -1;  // -1: all layers
   bool embedding = true;
   bool head = true;
+
+  // Virtual stage `index` of `count` (count = pp_size * virtual_stages), each holding
+  // `layers` contiguous layers.
+  static Stage of(int64_t index, int64_t count, int64_t layers) {
+    return {index * layers, layers, index == 0, index == count - 1};
+  }
+  // The tied embedding this stage holds: none when it holds both ends of the model.
+  Tied tied_embedding() const { return embedding && head ? Tied::no : embedding ? Tied::owner : Tied::copy; }
 };
 
 class GPTImpl : public torch::nn::Module {
@@ -92,25 +93,18 @@ class GPTImpl : public torch::nn::Module {
   // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
   torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets);
 
-  // Draws every parameter whole from the seed, then keeps this rank's slice: normal(0, std)
-  // for matrices and embeddings, std / sqrt(2 * layers) for the projections that add into the
-  // residual stream (GPT-2, Megatron), ones and zeros for LayerNorms and biases.
+  // Draws every parameter as its role says (model/init.h): normal(0, std) for matrices and
+  // embeddings, std / sqrt(2 * layers) for the projections that add into the residual stream
+  // (GPT-2, Megatron), ones and zeros for LayerNorms and biases; whole, then this rank's slice.
   void initialize(uint64_t seed);
-
-  // The dimension along which tensor parallelism splits a parameter, -1 if replicated.
-  static int64_t partition_dim(const std::string& name);
-  // With sequence parallelism, the replicated parameters applied to this rank's part of the
-  // sequence only (LayerNorms, row-parallel biases): their gradients are partial sums that
-  // must be all-reduced over the TP group. Empty without sequence parallelism.
-  std::vector<torch::Tensor> sequence_parallel_parameters();
 
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
 
   VocabParallelEmbedding wte{nullptr};
-  torch::nn::Embedding wpe{nullptr};
+  PositionEmbedding wpe{nullptr};
   std::vector<Block> blocks;  // registered as "h<global layer index>"
-  torch::nn::LayerNorm ln_f{nullptr};
+  LayerNorm ln_f{nullptr};
   torch::nn::Dropout dropout{nullptr};
 
  private:

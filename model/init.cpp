@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "parallel/parameter_role.h"
+
 namespace trident {
 namespace {
 
@@ -17,6 +19,25 @@ torch::Tensor init_normal(const std::string& name, torch::IntArrayRef full_shape
                           uint64_t seed) {
   auto generator = at::detail::createCPUGenerator(seed ^ fnv1a(name));
   return at::normal(0.0, std, full_shape, generator, torch::TensorOptions().dtype(torch::kDouble));
+}
+
+void initialize_parameters(torch::nn::Module& module, uint64_t seed, double std, double residual_std,
+                           int64_t tp_rank, int64_t tp_size) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters_with_roles(module)) {
+    const ParameterRole& role = p.role;
+    if (role.init == Init::zeros) {
+      p.tensor.zero_();
+    } else if (role.init == Init::ones) {
+      p.tensor.fill_(1.0);
+    } else {
+      std::vector<int64_t> full(p.tensor.sizes().begin(), p.tensor.sizes().end());
+      if (!role.replicated()) full[size_t(role.partition_dim)] *= tp_size;
+      auto whole = init_normal(p.name, full, role.init == Init::residual ? residual_std : std, seed);
+      const int64_t dim = role.partition_dim, part = role.replicated() ? 0 : p.tensor.size(dim);
+      p.tensor.copy_(role.replicated() ? whole : whole.narrow(dim, tp_rank * part, part));
+    }
+  }
 }
 
 }  // namespace trident

@@ -34,14 +34,19 @@ std::vector<Run> merge_runs(const std::vector<FlatBuckets::Segment>& segments, K
 }
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& data_parallel,
+ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communicator& dp_group,
                              const OptimizerConfig& config, ZeroOptions options)
-    : group_(data_parallel), config_(config), params_(std::move(params)) {
+    : group_(dp_group), config_(config) {
+  std::vector<bool> decay;
   GradBufferOptions grad_options;
+  for (const auto& p : params) {
+    params_.push_back(p.tensor);
+    decay.push_back(p.role.decay);
+    grad_options.isolate.push_back(p.role.tied != Tied::no);
+  }
   grad_options.dtype = options.main_dtype;  // gradients accumulate in the main dtype
   grad_options.bucket_bytes = options.bucket_bytes;
   grad_options.zero_stage = options.zero_stage;
-  grad_options.isolate = options.isolate;
   grads_ = std::make_unique<DataParallelGrads>(params_, group_, grad_options);
   const FlatBuckets& flat = grads_->flat();
   rank_ = sharded() ? group_.rank() : 0;
@@ -74,8 +79,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& da
     slices_.push_back(std::move(slice));
   }
   segments_ = flat.segments(rank_);
-  // Matrices and embeddings decay; biases and LayerNorm parameters do not.
-  for (const Run& run : merge_runs(segments_, [&](size_t p) { return params_[p].dim() >= 2; }))
+  // Matrices and embeddings decay; biases and LayerNorm parameters do not (their roles say so).
+  for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(decay[p]); }))
     slices_[run.bucket].runs.push_back({run.offset, run.length, run.key});
 }
 

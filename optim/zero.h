@@ -17,6 +17,7 @@
 #include "optim/adamw.h"
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/parameter_role.h"
 
 namespace torch::serialize {
 class InputArchive;
@@ -29,7 +30,6 @@ struct ZeroOptions {
   int64_t zero_stage = 0;
   int64_t bucket_bytes = 25 << 20;
   torch::Dtype main_dtype = torch::kFloat;
-  std::vector<bool> isolate;  // per parameter: a bucket of its own (see make_flat_buckets)
 };
 
 struct StateMemory {
@@ -38,8 +38,9 @@ struct StateMemory {
 
 class ZeroOptimizer {
  public:
-  // `params` in model order, of one dtype.
-  ZeroOptimizer(std::vector<torch::Tensor> params, Communicator& data_parallel,
+  // `params` in model order, of one dtype. Roles decide weight decay, and the tied embedding
+  // gets a bucket of its own (so that its shards line up on the first and last stage).
+  ZeroOptimizer(const std::vector<RoledParameter>& params, Communicator& dp_group,
                 const OptimizerConfig& config, ZeroOptions options);
 
   DataParallelGrads& grads() { return *grads_; }

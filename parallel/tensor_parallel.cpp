@@ -106,54 +106,58 @@ torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Commun
   return map<Op::reduce_scatter_sequence, Op::gather_sequence>(x, tp);
 }
 
-ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, Communicator& tp,
-                                                   bool gather_output, bool sequence_parallel)
-    : tp_(&tp), gather_output_(gather_output), sequence_parallel_(sequence_parallel) {
-  const int64_t local = divide(out, tp.size(), "a column-parallel layer's output size");
-  weight = register_parameter("weight", torch::empty({local, in}));
-  bias = register_parameter("bias", torch::zeros({local}));
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp,
+                                                   Init init, ColumnOutput output)
+    : tp_(std::move(tp)), output_(output) {
+  const int64_t local = divide(out, tp_.group->size(), "a column-parallel layer's output size");
+  weight = register_parameter("weight", torch::empty({local, in}), ParameterRole::split(0).with_init(init));
+  bias = register_parameter("bias", torch::zeros({local}),
+                            ParameterRole::split(0).with_init(Init::zeros).without_decay());
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto input = sequence_parallel_ ? gather_from_sequence_parallel(x, *tp_)
-                                  : copy_to_tensor_parallel(x, *tp_);
+  Communicator& tp = *tp_.group;
+  auto input = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   auto y = torch::nn::functional::linear(input, weight, bias);
-  return gather_output_ ? gather_from_tensor_parallel(y, *tp_) : y;
+  return output_ == ColumnOutput::gathered ? gather_from_tensor_parallel(y, tp) : y;
 }
 
-RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, Communicator& tp,
-                                             bool input_is_parallel, bool sequence_parallel)
-    : tp_(&tp), input_is_parallel_(input_is_parallel), sequence_parallel_(sequence_parallel) {
-  if (sequence_parallel && !input_is_parallel)
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init,
+                                             RowInput input)
+    : tp_(std::move(tp)), input_(input) {
+  if (tp_.sequence_parallel && input_ == RowInput::whole)
     fail("a row-parallel layer with sequence parallelism needs its input already split");
-  const int64_t local = divide(in, tp.size(), "a row-parallel layer's input size");
-  weight = register_parameter("weight", torch::empty({out, local}));
-  bias = register_parameter("bias", torch::zeros({out}));
+  const int64_t local = divide(in, tp_.group->size(), "a row-parallel layer's input size");
+  weight = register_parameter("weight", torch::empty({out, local}), ParameterRole::split(1).with_init(init));
+  bias = register_parameter(
+      "bias", torch::zeros({out}),
+      ParameterRole::whole().with_init(Init::zeros).without_decay().sequence_parallel_when(tp_.sequence_parallel));
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto input = input_is_parallel_ ? x : scatter_to_tensor_parallel(x, *tp_);
+  Communicator& tp = *tp_.group;
+  auto input = input_ == RowInput::split ? x : scatter_to_tensor_parallel(x, tp);
   auto partial = torch::nn::functional::linear(input, weight);
-  auto y = sequence_parallel_ ? reduce_scatter_to_sequence_parallel(partial, *tp_)
-                              : reduce_from_tensor_parallel(partial, *tp_);
+  auto y = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
+                                 : reduce_from_tensor_parallel(partial, tp);
   return y + bias;
 }
 
-VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden,
-                                                       Communicator& tp)
-    : tp_(&tp) {
-  const int64_t local = divide(vocab, tp.size(), "the padded vocabulary");
-  vocab_start_ = local * tp.rank();
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp,
+                                                       Tied tied)
+    : tp_(std::move(tp)) {
+  const int64_t local = divide(vocab, tp_.group->size(), "the padded vocabulary");
+  vocab_start_ = local * tp_.group->rank();
   vocab_end_ = vocab_start_ + local;
-  weight = register_parameter("weight", torch::empty({local, hidden}));
+  weight = register_parameter("weight", torch::empty({local, hidden}), ParameterRole::split(0).tied_as(tied));
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  if (tp_->size() == 1) return torch::embedding(weight, ids);
+  if (tp_.group->size() == 1) return torch::embedding(weight, ids);
   auto outside = (ids < vocab_start_).logical_or(ids >= vocab_end_);
   auto local_ids = (ids - vocab_start_).masked_fill(outside, 0);
   auto rows = torch::embedding(weight, local_ids).masked_fill(outside.unsqueeze(-1), 0.0);
-  return reduce_from_tensor_parallel(rows, *tp_);
+  return reduce_from_tensor_parallel(rows, *tp_.group);
 }
 
 namespace {

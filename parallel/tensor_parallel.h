@@ -9,7 +9,10 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <memory>
+
 #include "parallel/comm.h"
+#include "parallel/parameter_role.h"
 
 namespace trident {
 
@@ -22,49 +25,65 @@ torch::Tensor scatter_to_sequence_parallel(const torch::Tensor& x, Communicator&
 torch::Tensor gather_from_sequence_parallel(const torch::Tensor& x, Communicator& tp);  // all-gather seq / reduce-scatter
 torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Communicator& tp);  // reduce-scatter seq / all-gather
 
+// A layer's tensor-parallel group, and whether sequence parallelism splits the activations
+// between its parallel regions.
+struct TensorParallel {
+  std::shared_ptr<Communicator> group = make_self_communicator();
+  bool sequence_parallel = false;
+};
+
+// Where a column-parallel layer's output goes: split over the group (into a row-parallel layer,
+// Megatron's pairing) or gathered whole.
+enum class ColumnOutput { split, gathered };
+// What a row-parallel layer takes: an input already split over the group (a column-parallel
+// layer's output) or a whole one, which it splits.
+enum class RowInput { split, whole };
+
 // Y = X A^T + b with A's rows (outputs) split over the group: this rank holds rows
 // [rank * out/t, (rank+1) * out/t). Input replicated (or sequence-split with sequence
-// parallelism: all-gathered first); output split on the last dim unless gather_output.
-class ColumnParallelLinearImpl : public torch::nn::Module {
+// parallelism: all-gathered first). Roles: weight and bias split on dim 0.
+class ColumnParallelLinearImpl : public ParallelModule {
  public:
-  ColumnParallelLinearImpl(int64_t in, int64_t out, Communicator& tp, bool gather_output,
-                           bool sequence_parallel);
+  ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
+                           ColumnOutput output = ColumnOutput::split);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;  // [out/t, in], [out/t]
 
  private:
-  Communicator* tp_;
-  bool gather_output_, sequence_parallel_;
+  TensorParallel tp_;
+  ColumnOutput output_;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
 // Y = X A^T + b with A's columns (inputs) split over the group; the partial products are summed
 // (all-reduce, or reduce-scatter along the sequence with sequence parallelism), then the
-// replicated bias is added.
-class RowParallelLinearImpl : public torch::nn::Module {
+// replicated bias is added. Roles: weight split on dim 1; bias whole, sequence-parallel with
+// sequence parallelism (each rank adds it to its part of the sequence).
+class RowParallelLinearImpl : public ParallelModule {
  public:
-  RowParallelLinearImpl(int64_t in, int64_t out, Communicator& tp, bool input_is_parallel,
-                        bool sequence_parallel);
+  RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
+                        RowInput input = RowInput::split);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;  // [out, in/t], [out]
 
  private:
-  Communicator* tp_;
-  bool input_is_parallel_, sequence_parallel_;
+  TensorParallel tp_;
+  RowInput input_;
 };
 TORCH_MODULE(RowParallelLinear);
 
 // An embedding table whose rows (the vocabulary) are split over the group: ids outside this
-// rank's range look up zeros, and the all-reduce adds the one rank that had each id.
-class VocabParallelEmbeddingImpl : public torch::nn::Module {
+// rank's range look up zeros, and the all-reduce adds the one rank that had each id. On a
+// pipeline, the first stage owns the tied embedding and the last holds a copy for the head.
+class VocabParallelEmbeddingImpl : public ParallelModule {
  public:
-  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, Communicator& tp);
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp, Tied tied = Tied::no);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;  // [vocab/t, hidden]
   int64_t vocab_start() const { return vocab_start_; }
 
  private:
-  Communicator* tp_;
+  TensorParallel tp_;
   int64_t vocab_start_, vocab_end_;
 };
 TORCH_MODULE(VocabParallelEmbedding);

@@ -57,7 +57,8 @@ TEST(TensorParallelLayers, ColumnParallelLinear) {
       auto y_ref = torch::nn::functional::linear(x_ref, w_ref, b_ref);
       (y_ref * g).sum().backward();
 
-      ColumnParallelLinear layer(kIn, kOut, *group(), gather_output, sequence_parallel);
+      ColumnParallelLinear layer(kIn, kOut, TensorParallel{group(), sequence_parallel}, Init::normal,
+                                 gather_output ? ColumnOutput::gathered : ColumnOutput::split);
       layer->to(torch::kDouble);
       {
         torch::NoGradGuard no_grad;
@@ -85,7 +86,8 @@ TEST(TensorParallelLayers, RowParallelLinear) {
     auto y_ref = torch::nn::functional::linear(x_ref, w_ref, b_ref);
     (y_ref * g).sum().backward();
 
-    RowParallelLinear layer(kIn, kOut, *group(), input_is_parallel, sequence_parallel);
+    RowParallelLinear layer(kIn, kOut, TensorParallel{group(), sequence_parallel}, Init::normal,
+                            input_is_parallel ? RowInput::split : RowInput::whole);
     layer->to(torch::kDouble);
     {
       torch::NoGradGuard no_grad;
@@ -113,7 +115,7 @@ TEST(TensorParallelLayers, VocabParallelEmbedding) {
   auto y_ref = torch::embedding(table_ref, ids);
   (y_ref * g).sum().backward();
 
-  VocabParallelEmbedding layer(vocab, hidden, *group());
+  VocabParallelEmbedding layer(vocab, hidden, TensorParallel{group()});
   layer->to(torch::kDouble);
   {
     torch::NoGradGuard no_grad;

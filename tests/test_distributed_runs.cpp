@@ -68,33 +68,34 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   const int64_t tp = config.parallel.tensor, pp = config.parallel.pipeline,
                 v = config.parallel.virtual_stages, layers = config.model.num_layers / (pp * v);
   std::map<std::string, std::vector<torch::Tensor>> pieces;  // name -> one per TP rank
+  std::map<std::string, int64_t> split_along;                // name -> partition dim (-1: whole)
   for (int64_t stage = 0; stage < pp; ++stage) {
     for (int64_t chunk = 0; chunk < v; ++chunk) {
       const int64_t virtual_stage = chunk * pp + stage;
       for (int64_t r = 0; r < tp; ++r) {
         GPT model(config.model, config.model.padded_vocab(tp),
-                  TensorParallel{std::make_shared<FakeGroup>(int(r), int(tp)), false},
-                  Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == pp * v - 1});
+                  TensorParallel{std::make_shared<FakeGroup>(int(r), int(tp))}, Stage::of(virtual_stage, pp * v, layers));
         model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
         torch::serialize::InputArchive archive;
         archive.load_from((dir / "ckpt" / "iter_0000006" /
                            ("model_tp" + std::to_string(r) + "_pp" + std::to_string(stage) + "_v" +
                             std::to_string(chunk) + ".pt")).string());
         model->load(archive);
-        for (const auto& item : model->named_parameters()) {
-          auto& list = pieces[item.key()];
+        for (const auto& param : parameters_with_roles(*model)) {
+          auto& list = pieces[param.name];
+          split_along[param.name] = param.role.partition_dim;
           // The tied embedding's copy on the last stage must equal the first stage's.
           if (int64_t(list.size()) == tp) {
-            EXPECT_TRUE(torch::equal(list[size_t(r)], item.value())) << item.key() << " copies differ";
+            EXPECT_TRUE(torch::equal(list[size_t(r)], param.tensor)) << param.name << " copies differ";
             continue;
           }
-          list.push_back(item.value());
+          list.push_back(param.tensor);
         }
       }
     }
   }
   for (const auto& [name, list] : pieces) {
-    const int64_t dim = GPTImpl::partition_dim(name);
+    const int64_t dim = split_along.at(name);
     run.params[name] = dim < 0 ? list.front() : torch::cat(list, dim);
     if (dim < 0)
       for (const auto& piece : list) EXPECT_TRUE(torch::equal(piece, list.front())) << name << " differs across TP ranks";

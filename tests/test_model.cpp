@@ -126,13 +126,13 @@ TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
   auto whole = serial->named_parameters();
   for (int tp : {2, 4}) {
     for (int rank = 0; rank < tp; ++rank) {
-      GPT shard(m, m.padded_vocab(), TensorParallel{std::make_shared<trident::testing::FakeGroup>(rank, tp), false});
+      GPT shard(m, m.padded_vocab(), TensorParallel{std::make_shared<trident::testing::FakeGroup>(rank, tp)});
       shard->initialize(7);
-      for (const auto& item : shard->named_parameters()) {
-        const int64_t dim = GPTImpl::partition_dim(item.key());
-        const auto& full = whole[item.key()];
+      for (const auto& param : parameters_with_roles(*shard)) {
+        const int64_t dim = param.role.partition_dim;
+        const auto& full = whole[param.name];
         auto expected = dim < 0 ? full : full.chunk(tp, dim)[size_t(rank)];
-        EXPECT_TRUE(torch::equal(item.value(), expected)) << item.key() << " rank " << rank << "/" << tp;
+        EXPECT_TRUE(torch::equal(param.tensor, expected)) << param.name << " rank " << rank << "/" << tp;
       }
     }
   }

@@ -107,8 +107,8 @@ TEST(AdamW, FusedCudaUpdateEqualsTheFlatOne) {
 TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
   const int64_t d = 4;
   auto memory = [&](int64_t stage, torch::Dtype dtype) {
-    std::vector<torch::Tensor> params = {torch::zeros({64, 32}, dtype).requires_grad_(),
-                                         torch::zeros({32}, dtype).requires_grad_()};
+    std::vector<RoledParameter> params = {{"w", torch::zeros({64, 32}, dtype).requires_grad_(), ParameterRole::whole()},
+                                          {"b", torch::zeros({32}, dtype).requires_grad_(), ParameterRole::whole()}};
     FakeGroup group(1, int(d));
     ZeroOptions options;
     options.zero_stage = stage;
@@ -139,7 +139,7 @@ TEST(ZeroOptimizer, GradientNormIsExactOverMillionsOfElements) {
   const int64_t n = (int64_t(25) << 20) / 4;
   auto param = torch::zeros({n}, torch::kFloat).requires_grad_();
   auto group = make_self_communicator();
-  ZeroOptimizer optimizer({param}, *group, OptimizerConfig{}, ZeroOptions{});
+  ZeroOptimizer optimizer({{"g", param, ParameterRole::whole()}}, *group, OptimizerConfig{}, ZeroOptions{});
   torch::manual_seed(7);
   const auto grad = torch::rand({n}) + 0.5;
   param.mutable_grad().copy_(grad);  // a view of the flat gradient buffer

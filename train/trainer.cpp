@@ -18,6 +18,7 @@
 #include "core/memory.h"
 #include "core/plan.h"
 #include "core/text.h"
+#include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -97,10 +98,9 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     // Model weights load before the optimizer makes the parameters views of its flat buffer.
     if (!resume_from.empty()) read_model_shard(resume_from, at.tp, at.pp, chunks_);
     ZeroOptions zero;
-    zero.zero_stage = config_.parallel.zero_stage;
+    zero.zero_stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = main_dtype_;
-    zero.isolate = tied_;
     optimizer_ = std::make_unique<ZeroOptimizer>(params_, groups_->dp_group(), config_.optimizer, zero);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == Precision::fp16);
     if (!resume_from.empty()) read_optimizer_shards(resume_from, at.tp, at.pp, *optimizer_, *scaler_);
@@ -145,28 +145,12 @@ void Trainer::build_model_chunks() {
   const int64_t p = layout_.pp_size, v = layout_.virtual_stages;
   const int64_t layers = config_.model.num_layers / (p * v);
   for (int64_t c = 0; c < v; ++c) {
-    const int64_t virtual_stage = c * p + groups_->coordinates().pp;
-    GPT chunk(config_.model, vocab_,
-              TensorParallel{groups_->shared_tp_group(), layout_.sequence_parallel},
-              Stage{virtual_stage * layers, layers, virtual_stage == 0, virtual_stage == p * v - 1},
-              config_.recompute);
+    GPT chunk(config_.model, vocab_, TensorParallel{groups_->shared_tp_group(), layout_.sequence_parallel},
+              Stage::of(c * p + groups_->coordinates().pp, p * v, layers), config_.recompute);
     chunk->to(dtype_);
     chunk->initialize(config_.train.seed);
     chunk->to(device_);
-    const auto sequence_parallel = chunk->sequence_parallel_parameters();
-    for (const auto& item : chunk->named_parameters()) {
-      const torch::Tensor& param = item.value();
-      params_.push_back(param);
-      // When pipelined, the first and last stage each hold the tied embedding: their gradients
-      // are summed, and the norm counts the first stage's.
-      const bool tied = p > 1 && item.key() == "wte.weight";
-      const bool replicated = GPTImpl::partition_dim(item.key()) < 0;
-      tied_.push_back(tied);
-      counted_.push_back((!tied || chunk->stage().embedding) &&
-                         (!replicated || groups_->coordinates().tp == 0));
-      sequence_parallel_.push_back(std::any_of(sequence_parallel.begin(), sequence_parallel.end(),
-                                               [&](const torch::Tensor& t) { return t.is_same(param); }));
-    }
+    for (auto& param : parameters_with_roles(*chunk)) params_.push_back(std::move(param));
     chunks_.push_back(chunk);
   }
 }
@@ -208,13 +192,12 @@ Trainer::PendingStep Trainer::run_step() {
         return chunks_[size_t(chunk)]->stage().head && loss_scale != 1 ? out * loss_scale : out;
       },
       [&] { grads.arm(); });
-  grads.finish();
-  all_reduce_grads(sequence_parallel_, groups_->tp_group());
-  all_reduce_grads(tied_, groups_->embedding_group());
+  std::vector<ParameterRole> roles;
+  for (const auto& param : params_) roles.push_back(param.role);
+  const torch::Tensor grad_norm = finalize_grads(*optimizer_, *groups_, roles) / loss_scale;
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
   groups_->pp_group().all_reduce(loss_sum, ReduceOp::sum);
   groups_->dp_group().all_reduce(loss_sum, ReduceOp::avg);
-  const torch::Tensor grad_norm = global_grad_square_sum().sqrt() / loss_scale;
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
   if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
@@ -329,29 +312,6 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
   auto loss = model->loss(x, to_device(batch.targets)) / double(layout_.micro_batches);
   loss_sum += loss.detach().to(torch::kDouble);
   return loss;
-}
-
-void Trainer::all_reduce_grads(const std::vector<bool>& which, Communicator& group) {
-  if (group.size() == 1) return;
-  // Every member holds the same pieces (same layout), so all skip or all take part.
-  std::vector<torch::Tensor> pieces = optimizer_->grad_pieces(which);
-  if (pieces.empty()) return;
-  auto flat = torch::cat(pieces);  // one all-reduce for all of them
-  group.all_reduce(flat, ReduceOp::sum);
-  int64_t offset = 0;
-  for (auto& piece : pieces) {
-    piece.copy_(flat.narrow(0, offset, piece.numel()));
-    offset += piece.numel();
-  }
-}
-
-torch::Tensor Trainer::global_grad_square_sum() {
-  // Each rank counts the gradients it holds that no other rank counts (see counted_); the sum
-  // runs over the model-parallel group (TP x PP), and over data-parallel ranks too when their
-  // shards differ (ZeRO).
-  auto total = optimizer_->grad_square_sum(counted_).reshape({1}).contiguous();
-  (optimizer_->sharded() ? groups_->world() : groups_->mp_group()).all_reduce(total, ReduceOp::sum);
-  return total.reshape({});
 }
 
 void Trainer::save_checkpoint() {

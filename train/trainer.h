@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "model/gpt.h"
+#include "parallel/parameter_role.h"
 #include "core/layout.h"
 #include "parallel/launch.h"
 
@@ -88,10 +89,6 @@ class Trainer {
   // last stage returns the loss scaled by 1/M and adds it to `loss_sum`.
   torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk,
                               int64_t micro, const torch::Tensor& input, torch::Tensor& loss_sum);
-  // Sums the marked parameters' gradients over `group` (sequence-parallel ones over TP, the
-  // tied embedding over its first and last stage).
-  void all_reduce_grads(const std::vector<bool>& which, Communicator& group);
-  torch::Tensor global_grad_square_sum();  // on the device: no host synchronisation
   struct PendingStep;
   PendingStep run_step();
   // Reads the device's numbers; a non-finite loss or gradient norm (outside fp16's skipped
@@ -114,11 +111,7 @@ class Trainer {
   std::unique_ptr<GPTData> data_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::vector<GPT> chunks_;
-  std::vector<torch::Tensor> params_;  // every chunk's, in model order
-  // Per parameter: counted in the gradient norm (TP shards everywhere, replicated ones on TP
-  // rank 0, the tied embedding on the first stage only); all-reduced over TP (sequence
-  // parallelism); the tied embedding of the first or last stage when pipelined.
-  std::vector<bool> counted_, sequence_parallel_, tied_;
+  std::vector<RoledParameter> params_;  // every chunk's, in model order, with their roles
   torch::Dtype main_dtype_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;

@@ -1,0 +1,31 @@
+#include "parallel/parameter_role.h"
+
+#include "core/error.h"
+
+namespace trident {
+
+torch::Tensor ParallelModule::register_parameter(const std::string& name, torch::Tensor tensor,
+                                                 ParameterRole role) {
+  roles_[name] = role;
+  return torch::nn::Module::register_parameter(name, std::move(tensor));
+}
+
+std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& module) {
+  std::map<std::string, ParameterRole> roles;
+  auto collect = [&](const std::string& prefix, const torch::nn::Module& m) {
+    if (const auto* layer = dynamic_cast<const ParallelModule*>(&m))
+      for (const auto& [name, role] : layer->own_roles()) roles[prefix.empty() ? name : prefix + "." + name] = role;
+  };
+  collect("", module);
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) collect(item.key(), *item.value());
+  std::vector<RoledParameter> out;
+  for (const auto& item : module.named_parameters()) {
+    const auto role = roles.find(item.key());
+    TRIDENT_CHECK(role != roles.end(), "parameter '", item.key(), "' has no role: register it through ",
+                  "ParallelModule::register_parameter with what tensor parallelism makes of it");
+    out.push_back({item.key(), item.value(), role->second});
+  }
+  return out;
+}
+
+}  // namespace trident

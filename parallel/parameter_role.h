@@ -1,0 +1,84 @@
+// What a parameter is to the parallel layout, declared by the layer that creates it (as
+// Megatron tags its parameters where it makes them): how tensor parallelism splits it, what
+// finishing its gradient takes, how it starts and whether weight decay applies. The model's
+// initialisation, the gradient finishing, the optimizer and the checkpoints read roles; nothing
+// recognises a parameter by its name.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// How a parameter's initial values are drawn: whole, then this rank's slice (model/init.h).
+// `residual` is normal with std / sqrt(2 * layers), for the projections that add into the
+// residual stream (GPT-2, Megatron).
+enum class Init { normal, residual, zeros, ones };
+
+// The tied embedding of a pipeline: the first stage owns it, the last holds a copy for the head.
+enum class Tied { no, owner, copy };
+
+struct ParameterRole {
+  int64_t partition_dim = -1;      // the dimension tensor parallelism splits; -1: whole on every TP rank
+  // Whole on every TP rank but applied to this rank's part of the sequence (sequence
+  // parallelism): its gradient is a partial sum to be all-reduced over TP.
+  bool sequence_parallel = false;
+  Tied tied = Tied::no;            // gradients of owner and copy are summed over the embedding group
+  Init init = Init::normal;
+  bool decay = true;               // AdamW's weight decay: matrices and embeddings, not biases or norms
+
+  // Built by name at the layers: ParameterRole::split(0).with_init(Init::residual).
+  static ParameterRole split(int64_t dim) {
+    ParameterRole role;
+    role.partition_dim = dim;
+    return role;
+  }
+  static ParameterRole whole() { return {}; }
+  ParameterRole with_init(Init value) const { return with(&ParameterRole::init, value); }
+  ParameterRole without_decay() const { return with(&ParameterRole::decay, false); }
+  ParameterRole sequence_parallel_when(bool on) const { return with(&ParameterRole::sequence_parallel, on); }
+  ParameterRole tied_as(Tied value) const { return with(&ParameterRole::tied, value); }
+
+  bool replicated() const { return partition_dim < 0; }
+  // Whether this rank counts the parameter in the global gradient norm, so that every element
+  // is counted once: a TP shard everywhere, a replicated parameter on TP rank 0, the tied
+  // embedding on its owner.
+  bool counted_in_norm(int tp_rank) const { return (!replicated() || tp_rank == 0) && tied != Tied::copy; }
+
+ private:
+  template <typename Field, typename Value>
+  ParameterRole with(Field ParameterRole::*field, Value value) const {
+    ParameterRole role = *this;
+    role.*field = value;
+    return role;
+  }
+};
+
+// A module whose parameters carry their roles. Every parameter-bearing layer of trident is one;
+// a parameter registered the plain way has no role, and parameters_with_roles refuses it.
+class ParallelModule : public torch::nn::Module {
+ public:
+  const std::map<std::string, ParameterRole>& own_roles() const { return roles_; }
+
+ protected:
+  torch::Tensor register_parameter(const std::string& name, torch::Tensor tensor, ParameterRole role);
+
+ private:
+  std::map<std::string, ParameterRole> roles_;
+};
+
+struct RoledParameter {
+  std::string name;  // as named_parameters() names it
+  torch::Tensor tensor;
+  ParameterRole role;
+};
+
+// Every parameter of `module` (in named_parameters() order) with its role. Throws InternalError
+// naming a parameter whose layer declared no role.
+std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& module);
+
+}  // namespace trident

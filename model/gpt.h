@@ -20,6 +20,9 @@ class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
                     Recompute recompute = Recompute::none);
+  // core_ holds `this` (for recomputation in backward).
+  SelfAttentionImpl(const SelfAttentionImpl&) = delete;
+  SelfAttentionImpl& operator=(const SelfAttentionImpl&) = delete;
   torch::Tensor forward(const torch::Tensor& x);  // [b, s(/t with SP), h] -> same
 
   // QKV output rows are laid out [head][q|k|v][head_dim], so a contiguous slice of rows is a
@@ -48,6 +51,9 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& config, const TensorParallel& tp,
             Recompute recompute = Recompute::none);
+  // compute_ holds `this` (for recomputation in backward).
+  BlockImpl(const BlockImpl&) = delete;
+  BlockImpl& operator=(const BlockImpl&) = delete;
   torch::Tensor forward(torch::Tensor x);
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};

@@ -32,62 +32,62 @@ std::vector<Run> merge_runs(const std::vector<FlatBuckets::Segment>& segments, K
   }
   return runs;
 }
+
+std::vector<torch::Tensor> tensors_of(const std::vector<RoledParameter>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.tensor);
+  return out;
+}
+
+std::vector<bool> isolated(const std::vector<RoledParameter>& params) {
+  std::vector<bool> out;
+  for (const auto& p : params) out.push_back(p.role.tied != Tied::no);
+  return out;
+}
+
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communicator& dp_group,
                              const OptimizerConfig& config, ZeroOptions options)
-    : group_(dp_group), config_(config) {
-  std::vector<bool> decay;
-  GradBufferOptions grad_options;
-  for (const auto& p : params) {
-    params_.push_back(p.tensor);
-    decay.push_back(p.role.decay);
-    grad_options.isolate.push_back(p.role.tied != Tied::no);
-  }
-  grad_options.dtype = options.main_dtype;  // gradients accumulate in the main dtype
-  grad_options.bucket_bytes = options.bucket_bytes;
-  grad_options.zero_stage = options.zero_stage;
-  grads_ = std::make_unique<DataParallelGrads>(params_, group_, grad_options);
-  const FlatBuckets& flat = grads_->flat();
-  rank_ = sharded() ? group_.rank() : 0;
-
+    : group_(dp_group),
+      config_(config),
+      params_(tensors_of(params)),
+      flat_(make_grad_buckets(params_, options.bucket_bytes, options.main_dtype, options.zero_stage,
+                              dp_group.size(), isolated(params))),
+      weights_(params_, flat_),
+      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, options.zero_stage}),
+      rank_(sharded() ? group_.rank() : 0) {
+  // Step 4 of the header's order: main weights and moments for this rank's shard.
   torch::NoGradGuard no_grad;
-  param_buffer_ = torch::zeros({flat.total}, params_.front().options().requires_grad(false));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto view = param_buffer_.narrow(0, flat.offset[i], flat.numel[i]).view_as(params_[i]);
-    view.copy_(params_[i]);
-    params_[i].set_data(view);
-  }
-
-  const auto main_options = param_buffer_.options().dtype(options.main_dtype);
-  if (options.main_dtype != param_buffer_.scalar_type())
-    main_ = torch::empty({flat.shard_numel()}, main_options);
-  exp_avg_ = torch::zeros({flat.shard_numel()}, main_options);
-  exp_avg_sq_ = torch::zeros({flat.shard_numel()}, main_options);
-  for (size_t b = 0; b < flat.buckets.size(); ++b) {
-    const int64_t start = flat.buckets[b].shard_start, length = flat.slice_numel(b);
-    auto own = param_buffer_.narrow(0, flat.slice_start(b, rank_), length);
+  const torch::Tensor& buffer = weights_.buffer();
+  const auto main_options = buffer.options().dtype(options.main_dtype);
+  if (options.main_dtype != buffer.scalar_type()) main_ = torch::empty({flat_.shard_numel()}, main_options);
+  exp_avg_ = torch::zeros({flat_.shard_numel()}, main_options);
+  exp_avg_sq_ = torch::zeros({flat_.shard_numel()}, main_options);
+  for (size_t b = 0; b < flat_.buckets.size(); ++b) {
+    const int64_t start = flat_.buckets[b].shard_start, length = flat_.slice_numel(b);
+    auto own = buffer.narrow(0, flat_.slice_start(b, rank_), length);
     AdamWSlice slice;
     slice.param = own;
     if (main_.defined()) {
       slice.param = main_.narrow(0, start, length);
       slice.param.copy_(own);
     }
-    slice.grad = grads_->reduced(b);
+    slice.grad = grads_.reduced(b);
     slice.exp_avg = exp_avg_.narrow(0, start, length);
     slice.exp_avg_sq = exp_avg_sq_.narrow(0, start, length);
     slices_.push_back(std::move(slice));
   }
-  segments_ = flat.segments(rank_);
+  segments_ = flat_.segments(rank_);
   // Matrices and embeddings decay; biases and LayerNorm parameters do not (their roles say so).
-  for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(decay[p]); }))
+  for (const Run& run : merge_runs(segments_, [&](size_t p) { return params[p].role.decay; }))
     slices_[run.bucket].runs.push_back({run.offset, run.length, run.key});
 }
 
 std::vector<torch::Tensor> ZeroOptimizer::grad_pieces(const std::vector<bool>& which) const {
   std::vector<torch::Tensor> pieces;
   for (const auto& s : segments_)
-    if (which[s.param]) pieces.push_back(grads_->reduced(s.bucket).narrow(0, s.slice_offset, s.numel));
+    if (which[s.param]) pieces.push_back(grads_.reduced(s.bucket).narrow(0, s.slice_offset, s.numel));
   return pieces;
 }
 
@@ -97,10 +97,10 @@ torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) c
   // bucket's fp64 copy at a time, and inf or nan anywhere makes the sum inf or nan (the loss
   // scaler's signal).
   torch::NoGradGuard no_grad;
-  auto total = torch::zeros({}, param_buffer_.options().dtype(torch::kDouble));
+  auto total = torch::zeros({}, weights_.buffer().options().dtype(torch::kDouble));
   for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(counted[p]); })) {
     if (!run.key) continue;
-    const auto grads = grads_->reduced(run.bucket).narrow(0, run.offset, run.length);
+    const auto grads = grads_.reduced(run.bucket).narrow(0, run.offset, run.length);
     auto norm = at::linalg_vector_norm(grads, 2, c10::nullopt, false, torch::kDouble);
     total += norm * norm;
   }
@@ -120,18 +120,18 @@ void ZeroOptimizer::step(double lr) {
 
 void ZeroOptimizer::publish() {
   torch::NoGradGuard no_grad;
-  const FlatBuckets& flat = grads_->flat();
-  for (size_t b = 0; b < flat.buckets.size(); ++b) {
-    auto own = param_buffer_.narrow(0, flat.slice_start(b, rank_), flat.slice_numel(b));
+  const torch::Tensor& buffer = weights_.buffer();
+  for (size_t b = 0; b < flat_.buckets.size(); ++b) {
+    auto own = buffer.narrow(0, flat_.slice_start(b, rank_), flat_.slice_numel(b));
     if (main_.defined()) own.copy_(slices_[b].param);
     if (!sharded()) continue;
-    auto bucket = param_buffer_.narrow(0, flat.buckets[b].start, flat.buckets[b].numel);
+    auto bucket = buffer.narrow(0, flat_.buckets[b].start, flat_.buckets[b].numel);
     group_.all_gather(bucket, own.clone());
   }
 }
 
 StateMemory ZeroOptimizer::memory() const {
-  return {bytes_of(param_buffer_), grads_->bytes(),
+  return {bytes_of(weights_.buffer()), grads_.bytes(),
           bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_)};
 }
 

@@ -17,6 +17,8 @@
 #include "optim/adamw.h"
 #include "parallel/comm.h"
 #include "parallel/data_parallel.h"
+#include "parallel/flat_buckets.h"
+#include "parallel/flat_parameters.h"
 #include "parallel/parameter_role.h"
 
 namespace torch::serialize {
@@ -38,12 +40,21 @@ struct StateMemory {
 
 class ZeroOptimizer {
  public:
-  // `params` in model order, of one dtype. Roles decide weight decay, and the tied embedding
-  // gets a bucket of its own (so that its shards line up on the first and last stage).
+  // Takes over the model's parameters (model order, one dtype), in this order, here only:
+  //  1. FlatBuckets places every parameter in buckets (reverse model order, padded to the ZeRO
+  //     shards; the tied embedding alone, so that its shards line up on the first and last
+  //     stage);
+  //  2. FlatParameters moves the weights into one buffer: every parameter tensor becomes a view
+  //     of it, so the weights must be final (initialised or loaded from a checkpoint) before;
+  //  3. DataParallelGrads points every .grad into the gradient buffer and hooks backward;
+  //  4. main weights and AdamW moments are made for this rank's shard.
+  // Roles decide weight decay. Holds views of its buffers: not copyable or movable.
   ZeroOptimizer(const std::vector<RoledParameter>& params, Communicator& dp_group,
                 const OptimizerConfig& config, ZeroOptions options);
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  DataParallelGrads& grads() { return *grads_; }
+  DataParallelGrads& grads() { return grads_; }
   // After grads().finish(): this rank's reduced gradients of the parameters marked in `which`,
   // as views (in an order that is the same on every rank holding the same parameters at the
   // same places), for reductions over other groups.
@@ -56,7 +67,7 @@ class ZeroOptimizer {
   void scale_grads(const torch::Tensor& factor);
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
-  bool sharded() const { return grads_->flat().shards > 1; }
+  bool sharded() const { return flat_.shards > 1; }
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 
@@ -72,12 +83,14 @@ class ZeroOptimizer {
  private:
 
   Communicator& group_;
-  int64_t rank_;  // whose slices this rank holds (0 when unsharded)
   OptimizerConfig config_;
   std::vector<torch::Tensor> params_;
-  torch::Tensor param_buffer_;  // the model's parameters, flat
-  std::unique_ptr<DataParallelGrads> grads_;
-  torch::Tensor main_;          // this rank's main parameters, unless param_buffer_ holds them
+  // The construction order above, as members are built in declaration order.
+  FlatBuckets flat_;
+  FlatParameters weights_;
+  DataParallelGrads grads_;
+  int64_t rank_;              // whose slices this rank holds (0 when unsharded)
+  torch::Tensor main_;        // this rank's main parameters, unless the weights' buffer holds them
   torch::Tensor exp_avg_, exp_avg_sq_;
   std::vector<FlatBuckets::Segment> segments_;  // this rank's pieces of parameters
   std::vector<AdamWSlice> slices_;              // one per bucket

@@ -28,17 +28,24 @@ class DataParallelGrads::ReadyHook : public torch::autograd::FunctionPostHook {
   size_t param_;
 };
 
-DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, Communicator& data_parallel,
-                                     GradBufferOptions options)
-    : group_(data_parallel), options_(std::move(options)), params_(std::move(params)) {
+FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+                              torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
+                              const std::vector<bool>& isolate) {
+  std::vector<int64_t> numels;
+  for (const auto& p : params) numels.push_back(p.numel());
+  const int64_t elements = std::max<int64_t>(1, bucket_bytes / int64_t(torch::elementSize(dtype)));
+  return make_flat_buckets(numels, elements, zero_stage == 0 ? 1 : dp_size, isolate);
+}
+
+DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuckets flat,
+                                     Communicator& dp_group, GradBufferOptions options)
+    : group_(dp_group), options_(options), flat_(std::move(flat)), params_(std::move(params)) {
   if (options_.zero_stage < 0 || options_.zero_stage > 2)
     fail("parallel.zero_stage must be 0, 1 or 2, got ", options_.zero_stage);
-  std::vector<int64_t> numels;
-  for (const auto& p : params_) numels.push_back(p.numel());
-  const int64_t element = torch::elementSize(options_.dtype);
-  const int64_t shards = options_.zero_stage == 0 ? 1 : group_.size();
-  flat_ = make_flat_buckets(numels, std::max<int64_t>(1, options_.bucket_bytes / element), shards,
-                             options_.isolate);
+  TRIDENT_CHECK(flat_.shards == (options_.zero_stage == 0 ? 1 : group_.size()), "buckets padded for ",
+                flat_.shards, " shards at ZeRO stage ", options_.zero_stage, " over ", group_.size(), " ranks");
+  TRIDENT_CHECK(flat_.numel.size() == params_.size(), "buckets for ", flat_.numel.size(), " of ",
+                params_.size(), " parameters");
   buckets_.resize(flat_.buckets.size());
 
   const auto on = params_.front().options().dtype(options_.dtype).requires_grad(false);

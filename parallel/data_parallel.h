@@ -29,16 +29,25 @@ namespace trident {
 
 struct GradBufferOptions {
   torch::Dtype dtype = torch::kFloat;  // accumulation dtype
-  int64_t bucket_bytes = 25 << 20;
   int64_t zero_stage = 0;              // 0, 1 or 2
-  std::vector<bool> isolate;           // per parameter: a bucket of its own
 };
+
+// Buckets of about `bucket_bytes` of gradients in `dtype` for `params` (model order), padded for
+// the shards of a ZeRO stage over `dp_size` ranks; a parameter marked in `isolate` gets its own.
+FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+                              torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
+                              const std::vector<bool>& isolate = {});
 
 class DataParallelGrads {
  public:
-  DataParallelGrads(std::vector<torch::Tensor> params, Communicator& data_parallel,
+  // Points every parameter's .grad into the gradient buffer laid out by `flat` (or, for 16-bit
+  // parameters accumulating in fp32, adds and frees them there) and hooks each parameter's
+  // AccumulateGrad, which holds `this`: not copyable or movable.
+  DataParallelGrads(std::vector<torch::Tensor> params, FlatBuckets flat, Communicator& dp_group,
                     GradBufferOptions options);
   ~DataParallelGrads();
+  DataParallelGrads(const DataParallelGrads&) = delete;
+  DataParallelGrads& operator=(const DataParallelGrads&) = delete;
 
   // Zeroes the gradients; use instead of optimizer.zero_grad(), which could drop the views.
   void zero();

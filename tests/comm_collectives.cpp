@@ -154,9 +154,10 @@ TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
     auto a = torch::zeros({300}, torch::requires_grad()), b = torch::zeros({500}, torch::requires_grad()),
          c = torch::zeros({70}, torch::requires_grad());
     GradBufferOptions options;
-    options.bucket_bytes = 4 * 400;
     options.zero_stage = stage;
-    DataParallelGrads grads({a, b, c}, trident::testing::world(), options);
+    const std::vector<torch::Tensor> params = {a, b, c};
+    DataParallelGrads grads(params, make_grad_buckets(params, 4 * 400, torch::kFloat, stage, n()),
+                            trident::testing::world(), options);
     // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
     ASSERT_EQ(grads.num_buckets(), 2u);
     const FlatBuckets& flat = grads.flat();

@@ -18,6 +18,8 @@
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/zero.h"
+#include "parallel/failure.h"
+#include "parallel/process_groups.h"
 
 namespace fs = std::filesystem;
 
@@ -236,6 +238,67 @@ std::vector<FileRecord> write_shared_state(const std::string& folder, const Trai
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   files.push_back(write_text(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n"));
   return files;
+}
+
+std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
+  const int64_t latest = store.latest();
+  if (latest >= 0 && !config.train.resume)
+    fail("train.checkpoint_dir '", store.dir(), "' already holds checkpoints (latest: iteration ", latest,
+         "); set train.resume=true to continue from it or choose another directory");
+  for (int64_t saved : store.iterations())
+    if (saved > latest)
+      fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(saved), "', newer than its ",
+           "`latest` pointer; this run would overwrite it. Move it away or choose another directory");
+  if (latest < 0) return std::nullopt;
+  return ResumePoint{store.path(latest), read_progress(store.path(latest), config)};
+}
+
+std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
+  const int64_t latest = store.latest();
+  if (latest < 0) return "no checkpoint was saved";
+  if (latest + 1 < iteration) return str("the newest checkpoint, ", store.path(latest), ", trained on with finite losses");
+  std::string advice = str("the newest checkpoint, ", store.path(latest), ", holds the weights that gave this loss");
+  const int64_t proven = store.newest_proven(latest);
+  if (proven >= 0)
+    advice += str("; the one before, ", store.path(proven), ", trained on with finite losses: to resume ",
+                  "from it, move the newer ones out of ", store.dir(), " and write ",
+                  fs::path(store.path(proven)).filename().string(), " into its `latest`");
+  return advice;
+}
+
+bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer) {
+  return groups.world().rank() == 0 || groups.coordinates().dp == 0 || sharded_optimizer;
+}
+
+void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
+                     const std::vector<GPT>& chunks, const ZeroOptimizer& optimizer,
+                     const LossScaler& scaler, const TrainingProgress& progress, const Config& config,
+                     double loss) {
+  const int64_t iteration = progress.iteration;
+  const int world_rank = groups.world().rank();
+  const bool leader = world_rank == 0;
+  const auto& at = groups.coordinates();
+  try {
+    agree(cpu_world, [&] {
+      if (leader) store.begin(iteration);
+    });
+    agree(cpu_world, [&] {
+      if (!writes_checkpoint_files(groups, optimizer.sharded())) return;
+      const std::string folder = store.staging_path(iteration);
+      std::vector<FileRecord> files;
+      auto add = [&](std::vector<FileRecord> more) { files.insert(files.end(), more.begin(), more.end()); };
+      if (at.dp == 0) add(write_model_shard(folder, at.tp, at.pp, chunks));
+      add(write_optimizer_shard(folder, at.tp, at.pp, at.dp, optimizer, scaler));
+      if (leader) add(write_shared_state(folder, progress, config));
+      write_manifest_part(folder, world_rank, files);
+    });
+    agree(cpu_world, [&] {
+      if (leader) store.commit(iteration, config.train.keep_checkpoints, loss);
+    });
+  } catch (const JobError&) {
+    if (leader) store.abandon(iteration);
+    throw;
+  }
 }
 
 TrainingProgress read_progress(const std::string& folder, const Config& config) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,10 @@
 
 namespace trident {
 
+class Communicator;
 class GPT;
 class LossScaler;
+class ProcessGroups;
 class ZeroOptimizer;
 struct Config;
 
@@ -68,6 +71,34 @@ struct TrainingProgress {
   int64_t iteration = 0;         // iterations completed
   int64_t consumed_samples = 0;  // position in the shuffled sample order
 };
+
+// Where a run resumes: the checkpoint `latest` names.
+struct ResumePoint {
+  std::string folder;
+  TrainingProgress progress;
+};
+// Checks that `store` can take this run (train.resume set when it holds checkpoints, none newer
+// than `latest`, saved model and layout keys equal to `config`'s) and returns where it resumes,
+// nothing for an empty directory. Reads progress.yaml only.
+std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config);
+
+// After a divergence at `iteration`: which checkpoint to resume from, in words for the error.
+// The newest one holds the weights that gave the bad loss when it was saved the iteration
+// before; then the one before it (newest_proven) is named, with how to resume from it.
+std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
+
+// Whether this rank writes files when a checkpoint is saved: world rank 0, the first
+// data-parallel replica, and every rank when ZeRO shards the optimizer.
+bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer);
+
+// Saves every rank's part of a run as the checkpoint of `progress.iteration`, in three steps all
+// ranks agree on (parallel/failure.h): rank 0 begins it, the writers write their shards and
+// record them in the manifest, rank 0 commits it with `loss`. A failure on any rank removes the
+// partial checkpoint and throws JobError on every rank. Collective over `cpu_world`.
+void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
+                     const std::vector<GPT>& chunks, const ZeroOptimizer& optimizer,
+                     const LossScaler& scaler, const TrainingProgress& progress, const Config& config,
+                     double loss);
 
 // Files of one checkpoint: model_tp<t>_pp<p>_v<c>.pt for model chunk c of the rank at
 // tensor-parallel position t of pipeline stage p (written by the first data-parallel replica),

@@ -1,5 +1,10 @@
 #include "train/device.h"
 
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "core/error.h"
+
 #ifdef TRIDENT_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -7,6 +12,34 @@
 #endif
 
 namespace trident {
+
+torch::Device training_device(const std::string& device, int64_t local_rank) {
+  if (device == "cpu") return torch::kCPU;
+  if (!torch::cuda::is_available())
+    fail("train.device=cuda, but this LibTorch has no CUDA or sees no GPU; use train.device=cpu");
+  return torch::Device(torch::kCUDA, int(local_rank % int64_t(torch::cuda::device_count())));
+}
+
+torch::Dtype weights_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::fp64: return torch::kDouble;
+    case Precision::bf16: return torch::kBFloat16;
+    case Precision::fp16: return torch::kHalf;
+    case Precision::fp32: return torch::kFloat;
+  }
+  return torch::kFloat;
+}
+
+void check_precision_runs_on(Precision precision, const torch::Device& device) {
+  if (precision != Precision::fp16 || device.is_cuda()) return;
+  try {
+    auto x = torch::ones({2, 2}, torch::kHalf);
+    (void)torch::mm(x, x);
+  } catch (const c10::Error&) {
+    fail("precision=fp16 needs train.device=cuda with this LibTorch (it has no fp16 matrix "
+         "multiply on the CPU); use precision=bf16 on the CPU");
+  }
+}
 
 #ifdef TRIDENT_TORCH_CUDA
 struct IntervalTimer::Events {

@@ -8,8 +8,20 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
+
+#include "core/config.h"
 
 namespace trident {
+
+// The device of this rank for train.device: the CPU, or GPU local_rank % visible GPUs. Error
+// when CUDA is asked for and LibTorch sees no GPU.
+torch::Device training_device(const std::string& device, int64_t local_rank);
+// The dtype of the model's weights and activations for a precision.
+torch::Dtype weights_dtype(Precision precision);
+// Error when the device cannot train in this precision (fp16 on LibTorch 1.13's CPU, which has
+// no fp16 matrix multiply).
+void check_precision_runs_on(Precision precision, const torch::Device& device);
 
 struct AllocatorStats {
   int64_t allocated = 0, peak_allocated = 0, reserved = 0;  // bytes

@@ -1,0 +1,31 @@
+#include "model/parallel_model.h"
+
+#include "parallel/process_groups.h"
+
+namespace trident {
+
+std::vector<ParameterRole> ParallelModel::roles() const {
+  std::vector<ParameterRole> out;
+  for (const auto& param : params) out.push_back(param.role);
+  return out;
+}
+
+ParallelModel build_parallel_model(const Config& config, const Layout& layout, const ProcessGroups& groups,
+                                   int64_t vocab, torch::Dtype dtype, const torch::Device& device) {
+  torch::manual_seed(config.train.seed);  // dropout's stream; the weights draw from their own
+  const int64_t p = layout.pp_size, v = layout.virtual_stages;
+  const int64_t layers = config.model.num_layers / (p * v);
+  ParallelModel model;
+  for (int64_t c = 0; c < v; ++c) {
+    GPT chunk(config.model, vocab, TensorParallel{groups.shared_tp_group(), layout.sequence_parallel},
+              Stage::of(c * p + groups.coordinates().pp, p * v, layers), layout.recompute);
+    chunk->to(dtype);
+    chunk->initialize(config.train.seed);
+    chunk->to(device);
+    for (auto& param : parameters_with_roles(*chunk)) model.params.push_back(std::move(param));
+    model.chunks.push_back(chunk);
+  }
+  return model;
+}
+
+}  // namespace trident

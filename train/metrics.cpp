@@ -1,0 +1,126 @@
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/json_line.h"
+#include "core/logging.h"
+#include "core/memory.h"
+#include "core/text.h"
+#include "optim/zero.h"
+#include "train/device.h"
+
+namespace trident {
+
+RunLog::RunLog(const Config& config, const Layout& layout, int64_t vocab)
+    : config_(config),
+      layout_(layout),
+      vocab_(vocab),
+      flops_(iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute)) {}
+
+void RunLog::add_rates(IterationMetrics& m) const {
+  const double seconds = m.elapsed_ms / 1e3;
+  m.tokens_per_second = double(config_.batch.global_batch_size * config_.model.seq_length) / seconds;
+  const double per_device = 1e12 * seconds * double(layout_.world_size());
+  m.tflops_6pd = flops_.six_pd / per_device;
+  m.tflops_model = flops_.model / per_device;
+  m.tflops_hardware = flops_.hardware / per_device;
+  if (config_.train.peak_tflops > 0) m.mfu = m.tflops_model / config_.train.peak_tflops;
+}
+
+void RunLog::start(const std::string& backend, const torch::Device& device, const std::string& data) const {
+  const auto& m = config_.model;
+  const double peak = config_.train.peak_tflops;
+  log::info(str("trident: ", layout_.world_size(), " process(es) (", backend, "), TP ", layout_.tp_size,
+                " x PP ", layout_.pp_size, " x DP ", layout_.dp_size, ", ", layout_.micro_batches,
+                " micro-batch(es) of ", layout_.micro_batch, " per iteration, ", config_.precision,
+                " on ", device.str()));
+  log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
+                " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ", m.vocab_size, " padded to ",
+                vocab_, " (multiple of ", m.make_vocab_size_divisible_by, " x TP ", layout_.tp_size,
+                "): ", si_units(double(gpt_parameter_count(m, vocab_))), " parameters"));
+  log::info(str("FLOPs per iteration: ", si_units(flops_.model), " (model), ", si_units(flops_.six_pd),
+                " (6PD); peak per device: ",
+                peak > 0 ? si_units(peak) + " TFLOP/s" : std::string("unknown, no MFU")));
+  log::info("data: " + data);
+}
+
+void RunLog::memory(const StateMemory& held, const torch::Device& device) const {
+  const MemoryEstimate estimate = estimate_memory(config_.model, vocab_, layout_, config_.precision);
+  const auto mib = binary_bytes;
+  std::string activations = str("not measured on ", device.str());
+  if (const auto stats = allocator_stats(device)) {
+    const double states = double(held.weights + held.grads + held.optimizer);
+    activations = str(mib(double(stats->peak_allocated) - states), " beyond the states at the peak of ",
+                      mib(double(stats->peak_allocated)), " allocated, ", mib(double(stats->reserved)),
+                      " reserved");
+  }
+  log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",
+                mib(estimate.weights), "), grads ", mib(double(held.grads)), " (", mib(estimate.grads),
+                "), optimizer ", mib(double(held.optimizer)), " (", mib(estimate.optimizer),
+                "), activations ", activations, " (", mib(estimate.activations), ")"));
+}
+
+void RunLog::iteration(const IterationMetrics& m) const {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "iter %lld/%lld | samples %lld | %.1f ms | %.0f tok/s | lr %.3e | loss %.4f | "
+                "grad_norm %.3f | TFLOPS/device 6PD %.3f megatron %.3f",
+                static_cast<long long>(m.iteration), static_cast<long long>(config_.train.iters),
+                static_cast<long long>(m.consumed_samples), m.elapsed_ms, m.tokens_per_second,
+                m.learning_rate, m.loss, m.grad_norm, m.tflops_6pd, m.tflops_model);
+  std::string text = line;
+  if (config_.recompute != Recompute::none) {
+    std::snprintf(line, sizeof line, " (hardware %.3f)", m.tflops_hardware);
+    text += line;
+  }
+  if (!std::isnan(m.mfu)) text += str(" | MFU ", std::round(m.mfu * 1000) / 10, "%");
+  if (config_.precision == Precision::fp16)
+    text += str(" | loss_scale ", m.loss_scale, " | skipped ", m.skipped_total);
+  if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
+  log::info(text);
+}
+
+void RunLog::open_metrics(bool resumed) {
+  const std::string& path = config_.train.metrics_file;
+  if (path.empty() || !log::primary()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  metrics_.open(path, resumed ? std::ios::app : std::ios::trunc);
+  if (!metrics_) fail("train.metrics_file '", path, "' cannot be written: ", std::strerror(errno));
+}
+
+void RunLog::record(const IterationMetrics& m) {
+  if (!metrics_.is_open()) return;
+  JsonLine json;
+  json.add("iteration", m.iteration)
+      .add("consumed_samples", m.consumed_samples)
+      .add("loss", m.loss)
+      .add("lr", m.learning_rate)
+      .add("grad_norm", m.grad_norm)
+      .add("loss_scale", m.loss_scale)
+      .add("skipped", int64_t(m.skipped))
+      .add("elapsed_ms", m.elapsed_ms)
+      .add("tokens_per_s", m.tokens_per_second)
+      .add("tflops_6pd", m.tflops_6pd)
+      .add("tflops_model", m.tflops_model)
+      .add("tflops_hardware", m.tflops_hardware);
+  if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
+  if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
+  if (layout_.pp_size > 1)
+    json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
+  errno = 0;
+  metrics_ << json.str() << "\n" << std::flush;
+  if (metrics_) return;
+  // Training goes on (a full disk stops the next checkpoint anyway); the file says no more.
+  log::warn(str("train.metrics_file '", config_.train.metrics_file, "' cannot be written (",
+                errno ? std::strerror(errno) : "write failed", "): iteration ", m.iteration,
+                " and later are missing from it"));
+  metrics_.close();
+}
+
+}  // namespace trident

@@ -1,0 +1,70 @@
+// What a training run reports: the lines at its start, the memory line after its first
+// iteration, a line per logged iteration (rank 0 speaks), and the metrics file, one JSON object
+// per iteration.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "core/config.h"
+#include "core/flops.h"
+#include "core/layout.h"
+
+namespace trident {
+
+struct StateMemory;
+
+struct IterationMetrics {
+  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  int64_t iteration = 0;         // completed iterations, counting this one
+  int64_t consumed_samples = 0;  // after this iteration
+  double loss = 0;
+  double learning_rate = 0;
+  double grad_norm = 0;          // before clipping (unscaled)
+  double loss_scale = 1;         // fp16's dynamic scale used by this iteration
+  bool skipped = false;          // fp16: inf or nan in the gradients, the optimizer did not step
+  int64_t skipped_total = 0;     // skipped iterations so far
+  double elapsed_ms = 0;
+  double tokens_per_second = 0;
+  double tflops_6pd = 0;         // per device, 6 * parameters * tokens
+  double tflops_model = 0;       // per device, Megatron formula without recompute
+  double tflops_hardware = 0;    // per device, recomputed forward work included
+  double mfu = kUnknown;         // tflops_model / device peak, when the peak is known
+  double valid_loss = kUnknown;  // set on validation iterations
+  int64_t max_in_flight = 0;     // this rank's pipeline stage: peak micro-batches held
+  double pipeline_transfer_ms = 0;  // this rank's time in pipeline exchanges
+};
+
+class RunLog {
+ public:
+  // `vocab`: the padded vocabulary the model holds.
+  RunLog(const Config& config, const Layout& layout, int64_t vocab);
+
+  // Tokens per second, TFLOPS per device (6PD, Megatron's model and hardware formulas) and MFU
+  // of an iteration from its elapsed time.
+  void add_rates(IterationMetrics& m) const;
+
+  void start(const std::string& backend, const torch::Device& device, const std::string& data) const;
+  // The states this rank holds (counted) beside the planner's estimate; on a GPU the
+  // allocator's peak over the first iteration, of which the activations are the part beyond.
+  void memory(const StateMemory& held, const torch::Device& device) const;
+  void iteration(const IterationMetrics& m) const;
+
+  // train.metrics_file, on rank 0: continued by a resumed run, else started anew. Error naming
+  // the file when it cannot be opened; a later failed write is one warning and ends the file.
+  void open_metrics(bool resumed);
+  void record(const IterationMetrics& m);
+
+ private:
+  Config config_;
+  Layout layout_;
+  int64_t vocab_;
+  IterationFlops flops_;
+  std::ofstream metrics_;
+};
+
+}  // namespace trident

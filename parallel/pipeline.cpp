@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include <deque>
+#include <optional>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -21,38 +22,33 @@ class StageRunner {
 
   bool first() const { return rank_ == 0; }
   bool last() const { return rank_ == size_ - 1; }
-  int next() const { return (rank_ + 1) % size_; }
-  int previous() const { return (rank_ + size_ - 1) % size_; }
 
-  // Exchanges with the neighbours in one step: sends the defined tensors, receives what is
-  // asked for. Sends and receives that would leave the pipeline must not be asked for; with one
-  // model chunk they are dropped here.
+  // The point-to-point steps of a schedule, named as Megatron names them: "forward" is an
+  // activation travelling to the next stage, "backward" its gradient travelling back. Sends and
+  // receives that would leave the pipeline are dropped (with one model chunk; with several the
+  // ring wraps and the schedule asks only for what exists).
+  torch::Tensor recv_forward() { return transfer({}, {}, true, false).from_previous; }
+  torch::Tensor recv_backward() { return transfer({}, {}, false, true).from_next; }
+  void send_forward(const torch::Tensor& output) { transfer(output, {}, false, false); }
+  void send_backward(const torch::Tensor& input_grad) { transfer({}, input_grad, false, false); }
+  torch::Tensor send_forward_recv_backward(const torch::Tensor& output) {
+    return transfer(output, {}, false, true).from_next;
+  }
+  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, bool receive) {
+    return transfer({}, input_grad, receive, false).from_previous;
+  }
+  torch::Tensor send_forward_recv_forward(const torch::Tensor& output, bool receive) {
+    return transfer(output, {}, receive, false).from_previous;
+  }
+  torch::Tensor send_backward_recv_backward(const torch::Tensor& input_grad, bool receive) {
+    return transfer({}, input_grad, false, receive).from_next;
+  }
   struct Received {
     torch::Tensor from_previous, from_next;
   };
-  Received exchange(torch::Tensor to_next, torch::Tensor to_previous, bool receive_from_previous,
-                    bool receive_from_next) {
-    if (options_.virtual_stages == 1) {
-      if (last()) to_next = torch::Tensor(), receive_from_next = false;
-      if (first()) to_previous = torch::Tensor(), receive_from_previous = false;
-    }
-    std::vector<Communicator::Transfer> transfers;
-    Received received;
-    if (to_next.defined()) transfers.push_back({to_next.detach().contiguous(), next(), true});
-    if (to_previous.defined()) transfers.push_back({to_previous.detach().contiguous(), previous(), true});
-    if (receive_from_previous) {
-      received.from_previous = torch::empty(options_.activation_shape, options_.activation_options);
-      transfers.push_back({received.from_previous, previous(), false});
-    }
-    if (receive_from_next) {
-      received.from_next = torch::empty(options_.activation_shape, options_.activation_options);
-      transfers.push_back({received.from_next, next(), false});
-    }
-    if (transfers.empty()) return received;
-    Stopwatch stopwatch;
-    group_.exchange(transfers);
-    stats_.transfer_ms += stopwatch.elapsed_ms();
-    return received;
+  Received send_forward_backward_recv_forward_backward(const torch::Tensor& output, const torch::Tensor& input_grad,
+                                                       bool receive_forward, bool receive_backward) {
+    return transfer(output, input_grad, receive_forward, receive_backward);
   }
 
   // Whether chunk `chunk` of this stage computes the loss (the model's last layers).
@@ -71,20 +67,57 @@ class StageRunner {
 
   // Backward of the oldest stored micro-batch of `chunk`; returns the gradient of its input.
   torch::Tensor backward_step(int64_t chunk, const torch::Tensor& output_grad) {
-    auto [input, output] = chunks_[size_t(chunk)].front();
-    chunks_[size_t(chunk)].pop_front();
+    auto& stored = chunks_[size_t(chunk)];
+    TRIDENT_CHECK(!stored.empty(), "backward of chunk ", chunk, " with no forward stored");
+    auto [input, output] = stored.front();
+    stored.pop_front();
     --in_flight_;
     if (holds_loss(chunk)) {
       output.backward();
     } else {
+      TRIDENT_CHECK(output_grad.defined(), "backward of chunk ", chunk, " without its output's gradient");
       torch::autograd::backward({output}, {output_grad});
     }
     return input.defined() ? input.grad() : torch::Tensor();
   }
 
+  // Every forward was backwarded: the schedule ran each micro-batch through both.
+  void check_done() const {
+    TRIDENT_CHECK(in_flight_ == 0, in_flight_, " micro-batches forwarded but never backwarded");
+    for (const auto& stored : chunks_) TRIDENT_CHECK(stored.empty(), "activations left in a chunk");
+  }
+
   const PipelineStats& stats() const { return stats_; }
 
  private:
+  // Sends the defined tensors and receives what is asked for, all in one exchange that cannot
+  // deadlock (two neighbours sending to each other).
+  Received transfer(torch::Tensor to_next, torch::Tensor to_previous, bool receive_from_previous,
+                    bool receive_from_next) {
+    if (options_.virtual_stages == 1) {
+      if (last()) to_next = torch::Tensor(), receive_from_next = false;
+      if (first()) to_previous = torch::Tensor(), receive_from_previous = false;
+    }
+    const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+    std::vector<Communicator::Transfer> transfers;
+    Received received;
+    if (to_next.defined()) transfers.push_back({to_next.detach().contiguous(), next, true});
+    if (to_previous.defined()) transfers.push_back({to_previous.detach().contiguous(), previous, true});
+    if (receive_from_previous) {
+      received.from_previous = torch::empty(options_.activation_shape, options_.activation_options);
+      transfers.push_back({received.from_previous, previous, false});
+    }
+    if (receive_from_next) {
+      received.from_next = torch::empty(options_.activation_shape, options_.activation_options);
+      transfers.push_back({received.from_next, next, false});
+    }
+    if (transfers.empty()) return received;
+    Stopwatch stopwatch;
+    group_.exchange(transfers);
+    stats_.transfer_ms += stopwatch.elapsed_ms();
+    return received;
+  }
+
   Communicator& group_;
   const PipelineOptions& options_;
   const PipelineForward& forward_;
@@ -95,15 +128,10 @@ class StageRunner {
 };
 
 void run_gpipe(StageRunner& stage, int64_t m, const std::function<void()>& before_last_backward) {
-  const torch::Tensor none;
-  for (int64_t i = 0; i < m; ++i) {
-    auto input = stage.exchange(none, none, true, false).from_previous;
-    stage.exchange(stage.forward_step(0, i, input), none, false, false);
-  }
+  for (int64_t i = 0; i < m; ++i) stage.send_forward(stage.forward_step(0, i, stage.recv_forward()));
   for (int64_t i = 0; i < m; ++i) {
     if (i == m - 1) before_last_backward();
-    auto grad = stage.exchange(none, none, false, true).from_next;
-    stage.exchange(none, stage.backward_step(0, grad), false, false);
+    stage.send_backward(stage.backward_step(0, stage.recv_backward()));
   }
 }
 
@@ -111,26 +139,19 @@ void run_gpipe(StageRunner& stage, int64_t m, const std::function<void()>& befor
 // backward, so at most p micro-batches are in flight on the first stage.
 void run_1f1b(StageRunner& stage, int64_t m, int64_t stages, int64_t rank,
               const std::function<void()>& before_last_backward) {
-  const torch::Tensor none;
   const int64_t warmup = std::min<int64_t>(stages - rank - 1, m);
   const int64_t steady = m - warmup;
-  for (int64_t i = 0; i < warmup; ++i) {
-    auto input = stage.exchange(none, none, true, false).from_previous;
-    stage.exchange(stage.forward_step(0, i, input), none, false, false);
-  }
-  torch::Tensor input = steady > 0 ? stage.exchange(none, none, true, false).from_previous : none;
+  for (int64_t i = 0; i < warmup; ++i) stage.send_forward(stage.forward_step(0, i, stage.recv_forward()));
+  torch::Tensor input = steady > 0 ? stage.recv_forward() : torch::Tensor();
   for (int64_t i = 0; i < steady; ++i) {
     const bool last_steady = i == steady - 1;
-    auto output = stage.forward_step(0, warmup + i, input);
-    auto grad = stage.exchange(output, none, false, true).from_next;
+    auto grad = stage.send_forward_recv_backward(stage.forward_step(0, warmup + i, input));
     if (last_steady && warmup == 0) before_last_backward();
-    auto input_grad = stage.backward_step(0, grad);
-    input = stage.exchange(none, input_grad, !last_steady, false).from_previous;
+    input = stage.send_backward_recv_forward(stage.backward_step(0, grad), /*receive=*/!last_steady);
   }
   for (int64_t i = 0; i < warmup; ++i) {
     if (i == warmup - 1) before_last_backward();
-    auto grad = stage.exchange(none, none, false, true).from_next;
-    stage.exchange(none, stage.backward_step(0, grad), false, false);
+    stage.send_backward(stage.backward_step(0, stage.recv_backward()));
   }
 }
 
@@ -138,88 +159,122 @@ void run_1f1b(StageRunner& stage, int64_t m, int64_t stages, int64_t rank,
 // micro-batch k runs chunk (k / p) % v forward and the mirrored chunk backward; the warm-up is
 // 2 (p - rank - 1) + (v - 1) p forwards. Inputs and output gradients arrive one exchange ahead
 // of their use and wait in per-chunk queues.
+class Interleaved {
+ public:
+  Interleaved(StageRunner& stage, int64_t v, int64_t p)
+      : stage_(stage), v_(v), p_(p), inputs_(size_t(v)), output_grads_(size_t(v)) {}
+
+  // The chunk virtual micro-batch k runs (k may be negative, before the first).
+  int64_t chunk_of(int64_t k, bool forward) const {
+    const int64_t group = p_ * v_;
+    const int64_t chunk = ((k % group + group) % group) / p_;  // floor modulo
+    return forward ? chunk : v_ - 1 - chunk;
+  }
+  int64_t micro_of(int64_t k) const { return k / (p_ * v_) * p_ + k % p_; }
+
+  // In the steady state, which of this rank's chunks the activation (forward) or gradient
+  // (backward) that arrives with step k is for; nothing when none arrives.
+  //
+  //   activations travel rank r -> r+1 within a chunk, and wrap from the last rank's chunk c to
+  //   the first rank's chunk c+1; gradients travel back and wrap from the first rank's chunk c
+  //   to the last rank's chunk c-1:
+  //
+  //     p = 3, v = 2:   r0:c0 -> r1:c0 -> r2:c0 ~~wrap~~> r0:c1 -> r1:c1 -> r2:c1 (loss)
+  //
+  //   Away from the wrap the neighbour's step k feeds this rank's step k + 1 (same chunk). At
+  //   the wrap the sender is the far end, p - 1 virtual micro-batches behind: it ran step
+  //   k - (p - 1) on chunk c, which feeds chunk c + 1 (forward) or c - 1 (backward), unless c
+  //   was the model's last chunk (forward: the loss) or first (backward: the embedding).
+  std::optional<int64_t> arriving_chunk(int64_t k, bool forward) const {
+    const bool at_wrap = forward ? stage_.first() : stage_.last();
+    if (!at_wrap) return chunk_of(k + 1, forward);
+    const int64_t sent = chunk_of(k - (p_ - 1), forward);
+    if (sent == (forward ? v_ - 1 : 0)) return std::nullopt;
+    return forward ? sent + 1 : sent - 1;
+  }
+
+  torch::Tensor forward(int64_t k) {
+    const int64_t chunk = chunk_of(k, true);
+    torch::Tensor input;  // the model's first layers take tokens, not a received activation
+    if (!(stage_.first() && chunk == 0)) input = take(inputs_[size_t(chunk)], "input", chunk);
+    return stage_.forward_step(chunk, micro_of(k), input);
+  }
+  torch::Tensor backward(int64_t k) {
+    const int64_t chunk = chunk_of(k, false);
+    torch::Tensor grad;
+    if (!stage_.holds_loss(chunk)) grad = take(output_grads_[size_t(chunk)], "output gradient", chunk);
+    return stage_.backward_step(chunk, grad);
+  }
+  void arrived_input(int64_t chunk, torch::Tensor input) { inputs_[size_t(chunk)].push_back(std::move(input)); }
+  void arrived_output_grad(int64_t chunk, torch::Tensor grad) {
+    output_grads_[size_t(chunk)].push_back(std::move(grad));
+  }
+
+  void check_done() const {
+    for (int64_t c = 0; c < v_; ++c) {
+      TRIDENT_CHECK(inputs_[size_t(c)].empty(), "inputs left for chunk ", c);
+      TRIDENT_CHECK(output_grads_[size_t(c)].empty(), "output gradients left for chunk ", c);
+    }
+    stage_.check_done();
+  }
+
+ private:
+  torch::Tensor take(std::deque<torch::Tensor>& queue, const char* what, int64_t chunk) {
+    TRIDENT_CHECK(!queue.empty(), "no ", what, " arrived for chunk ", chunk);
+    torch::Tensor t = queue.front();
+    queue.pop_front();
+    return t;
+  }
+
+  StageRunner& stage_;
+  const int64_t v_, p_;
+  std::vector<std::deque<torch::Tensor>> inputs_, output_grads_;
+};
+
 void run_interleaved(StageRunner& stage, int64_t m, int64_t v, int64_t p, int64_t rank,
                      const std::function<void()>& before_last_backward) {
-  const torch::Tensor none;
+  Interleaved run(stage, v, p);
   const int64_t total = m * v;
   const bool all_warmup = m == p;
   const int64_t warmup = all_warmup ? total : std::min(total, 2 * (p - rank - 1) + (v - 1) * p);
   const int64_t remaining = total - warmup;
-  auto chunk_of = [&](int64_t k, bool forward) {
-    const int64_t group = p * v;
-    const int64_t chunk = ((k % group + group) % group) / p;  // k may be negative: floor modulo
-    return forward ? chunk : v - 1 - chunk;
-  };
-  auto micro_of = [&](int64_t k) { return k / (p * v) * p + k % p; };
-  std::vector<std::deque<torch::Tensor>> inputs(static_cast<size_t>(v)), output_grads(static_cast<size_t>(v));
-  auto forward = [&](int64_t k) {
-    const int64_t chunk = chunk_of(k, true);
-    torch::Tensor input;  // the model's first layers take tokens, not a received activation
-    if (!(stage.first() && chunk == 0)) {
-      input = inputs[size_t(chunk)].front();
-      inputs[size_t(chunk)].pop_front();
-    }
-    return stage.forward_step(chunk, micro_of(k), input);
-  };
   auto backward = [&](int64_t k) {
     if (k == total - 1) before_last_backward();
-    const int64_t chunk = chunk_of(k, false);
-    torch::Tensor grad;
-    if (!stage.holds_loss(chunk)) {
-      grad = output_grads[size_t(chunk)].front();
-      output_grads[size_t(chunk)].pop_front();
-    }
-    return stage.backward_step(chunk, grad);
+    return run.backward(k);
   };
 
-  if (!stage.first()) inputs[0].push_back(stage.exchange(none, none, true, false).from_previous);
+  if (!stage.first()) run.arrived_input(0, stage.recv_forward());
   for (int64_t k = 0; k < warmup; ++k) {
-    torch::Tensor output = forward(k);
-    const int64_t next_chunk = chunk_of(k + 1, true);
-    const bool receive_previous = !(stage.first() && next_chunk == 0) && k != total - 1;
+    torch::Tensor output = run.forward(k);
+    const int64_t next_chunk = run.chunk_of(k + 1, true);
+    const bool receive_forward = !(stage.first() && next_chunk == 0) && k != total - 1;
     // The last warm-up step also receives the first output gradient, one step ahead.
-    const bool receive_next = k == warmup - 1 && !all_warmup && !stage.last();
-    auto got = stage.exchange(output, none, receive_previous, receive_next);
-    if (receive_next) output_grads[size_t(v - 1)].push_back(got.from_next);
-    if (receive_previous) inputs[size_t(next_chunk)].push_back(got.from_previous);
+    const bool receive_backward = k == warmup - 1 && !all_warmup && !stage.last();
+    auto got = stage.send_forward_backward_recv_forward_backward(output, {}, receive_forward, receive_backward);
+    if (receive_backward) run.arrived_output_grad(v - 1, got.from_next);
+    if (receive_forward) run.arrived_input(next_chunk, got.from_previous);
   }
   for (int64_t k = 0; k < remaining; ++k) {
     const int64_t forward_k = k + warmup;
-    torch::Tensor output = forward(forward_k);
+    torch::Tensor output = run.forward(forward_k);
     torch::Tensor input_grad = backward(k);
-
-    bool receive_previous = true;
-    int64_t next_forward_chunk;
-    if (stage.first()) {
-      next_forward_chunk = chunk_of(forward_k - (p - 1), true);
-      if (next_forward_chunk == v - 1) receive_previous = false;
-      ++next_forward_chunk;
-    } else {
-      next_forward_chunk = chunk_of(forward_k + 1, true);
-    }
-    bool receive_next = true;
-    int64_t next_backward_chunk;
-    if (stage.last()) {
-      next_backward_chunk = chunk_of(k - (p - 1), false);
-      if (next_backward_chunk == 0) receive_next = false;
-      --next_backward_chunk;
-    } else {
-      next_backward_chunk = chunk_of(k + 1, false);
-    }
-    if (k == remaining - 1) receive_previous = false;
-    auto got = stage.exchange(output, input_grad, receive_previous, receive_next);
-    if (receive_previous) inputs[size_t(next_forward_chunk)].push_back(got.from_previous);
-    if (receive_next) output_grads[size_t(next_backward_chunk)].push_back(got.from_next);
+    std::optional<int64_t> input_for = run.arriving_chunk(forward_k, true);
+    const std::optional<int64_t> grad_for = run.arriving_chunk(k, false);
+    if (k == remaining - 1) input_for.reset();
+    auto got = stage.send_forward_backward_recv_forward_backward(output, input_grad, input_for.has_value(),
+                                                                 grad_for.has_value());
+    if (input_for) run.arrived_input(*input_for, got.from_previous);
+    if (grad_for) run.arrived_output_grad(*grad_for, got.from_next);
   }
-  if (all_warmup && !stage.last())
-    output_grads[size_t(v - 1)].push_back(stage.exchange(none, none, false, true).from_next);
+  if (all_warmup && !stage.last()) run.arrived_output_grad(v - 1, stage.recv_backward());
   for (int64_t k = remaining; k < total; ++k) {
     torch::Tensor input_grad = backward(k);
-    const int64_t next_chunk = chunk_of(k + 1, false);
-    const bool receive_next = !(stage.last() && next_chunk == v - 1) && k != total - 1;
-    auto got = stage.exchange(none, input_grad, false, receive_next);
-    if (receive_next) output_grads[size_t(next_chunk)].push_back(got.from_next);
+    const int64_t next_chunk = run.chunk_of(k + 1, false);
+    const bool receive = !(stage.last() && next_chunk == v - 1) && k != total - 1;
+    torch::Tensor grad = stage.send_backward_recv_backward(input_grad, receive);
+    if (receive) run.arrived_output_grad(next_chunk, grad);
   }
+  run.check_done();
 }
 
 }  // namespace
@@ -231,8 +286,10 @@ PipelineStats run_pipeline(Communicator& group, const PipelineOptions& options,
   const int64_t m = options.micro_batches;
   if (options.schedule == Schedule::gpipe) {
     run_gpipe(stage, m, before_last_backward);
+    stage.check_done();
   } else if (options.schedule == Schedule::one_f_one_b) {
     run_1f1b(stage, m, group.size(), group.rank(), before_last_backward);
+    stage.check_done();
   } else {
     if (m % group.size() != 0)
       fail("interleaved 1F1B needs the micro-batch count (", m, ") to be a multiple of the ",

@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include "model/gpt.h"
-#include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/multiprocess.h"
 
@@ -212,39 +211,5 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
       EXPECT_EQ(counting->all_gathers, 2);
       EXPECT_EQ(counting->reduce_scatters, 2);
     }
-  }
-}
-
-// The scheduler's own counters: 1F1B keeps at most p micro-batches in flight (stage r holds
-// p - r), GPipe all M; both run the same work.
-TEST(PipelineSchedules, MicroBatchesInFlight) {
-  const int64_t m = 6;
-  auto weight = torch::full({4, 4}, 0.5, torch::kDouble).requires_grad_();
-  PipelineOptions options;
-  options.micro_batches = m;
-  options.activation_shape = {2, 4};
-  options.activation_options = torch::TensorOptions().dtype(torch::kDouble);
-  auto forward = [&](int64_t, int64_t micro, const torch::Tensor& input) {
-    auto x = input.defined() ? input : torch::full({2, 4}, double(micro + 1), torch::kDouble);
-    auto y = torch::matmul(x, weight);
-    return me() == n() - 1 ? y.sum() / double(m) : y;
-  };
-  torch::Tensor one_f_one_b_grad;
-  for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
-    options.schedule = schedule;
-    weight.mutable_grad() = torch::Tensor();
-    int armed = 0;
-    const PipelineStats stats = run_pipeline(*group(), options, forward, [&] { ++armed; });
-    EXPECT_EQ(armed, 1) << schedule;
-    if (options.schedule == Schedule::one_f_one_b) {
-      EXPECT_EQ(stats.max_in_flight, std::min<int64_t>(n() - me(), m)) << schedule;
-      EXPECT_LE(stats.max_in_flight, n());
-    } else {
-      EXPECT_EQ(stats.max_in_flight, m) << schedule;
-    }
-    ASSERT_TRUE(weight.grad().defined()) << schedule;
-    // Both schedules accumulate the gradient of all M micro-batches.
-    if (options.schedule == Schedule::one_f_one_b) one_f_one_b_grad = weight.grad().clone();
-    else EXPECT_TRUE(torch::allclose(weight.grad(), one_f_one_b_grad));
   }
 }

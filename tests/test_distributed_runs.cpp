@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
+#include "train/checkpoint.h"
 
 using namespace trident;
 using namespace trident::testing;
@@ -77,9 +78,7 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
                   TensorParallel{std::make_shared<FakeGroup>(int(r), int(tp))}, Stage::of(virtual_stage, pp * v, layers));
         model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
         torch::serialize::InputArchive archive;
-        archive.load_from((dir / "ckpt" / "iter_0000006" /
-                           ("model_tp" + std::to_string(r) + "_pp" + std::to_string(stage) + "_v" +
-                            std::to_string(chunk) + ".pt")).string());
+        archive.load_from(CheckpointStore((dir / "ckpt").string()).path(6) + "/" + model_file(r, stage, chunk));
         model->load(archive);
         for (const auto& param : parameters_with_roles(*model)) {
           auto& list = pieces[param.name];

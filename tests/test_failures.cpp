@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 
 using namespace trident;
@@ -149,7 +150,7 @@ TEST(JobFailure, ABrokenShardOfOneRankIsReportedOnceBeforeTraining) {
     auto first = overrides;
     first.push_back("train.iters=2");
     ASSERT_EQ(run_command(train_command(launcher, first)).exit_code, 0);
-    const std::string shard = ckpt + "/iter_0000002/model_tp1_pp0_v0.pt";
+    const std::string shard = CheckpointStore(ckpt).path(2) + "/" + model_file(1, 0, 0);
     {
       std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
       file.seekp(std::streamoff(fs::file_size(shard) / 2));
@@ -316,8 +317,8 @@ TEST(JobFailure, AFailedWriteKeepsTheLatestCheckpointAndTheRunResumes) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   const auto errors = error_lines(r.output);
   ASSERT_EQ(errors.size(), 1u) << r.output;
-  EXPECT_EQ(errors.front(), "error: writing '" + (dir / "ckpt/.staging-iter_0000004/optimizer_tp0_pp0_dp0.pt").string() +
-                                "' failed: File too large") << r.output;
+  const std::string shard = CheckpointStore((dir / "ckpt").string()).staging_path(4) + "/" + optimizer_file(0, 0, 0);
+  EXPECT_EQ(errors.front(), "error: writing '" + shard + "' failed: File too large") << r.output;
   std::vector<std::string> left;
   for (const auto& entry : fs::directory_iterator(dir / "ckpt")) left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());

@@ -243,14 +243,14 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   CheckpointStore store(ckpt);
   // A save killed half-way through writing its files: no cleanup runs.
   store.begin(3);
-  std::ofstream(store.staging_path(3) + "/model_tp0_pp0_v0.pt") << "half a file";
+  std::ofstream(store.staging_path(3) + "/" + model_file(0, 0, 0)) << "half a file";
   EXPECT_EQ(store.latest(), 2);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2}));
   // A save that fails (here: its writer throws) removes what it wrote.
   EXPECT_THROW(store.save(
                    4,
                    [](const std::string& folder) -> std::vector<FileRecord> {
-                     std::ofstream(folder + "/model_tp0_pp0_v0.pt") << "half a file";
+                     std::ofstream(folder + "/" + model_file(0, 0, 0)) << "half a file";
                      throw std::runtime_error("disk on fire");
                    },
                    2, 1.0),
@@ -332,7 +332,7 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
   const std::string ckpt = (dir / "ckpt").string();
   train_with_checkpoints(data, ckpt, 1);
   const std::string folder = CheckpointStore(ckpt).path(1);
-  const std::string optimizer = folder + "/optimizer_tp0_pp0_dp0.pt";
+  const std::string optimizer = folder + "/" + optimizer_file(0, 0, 0);
   const auto size = std::filesystem::file_size(optimizer);
   auto resume = [&] { return error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); }); };
   {

@@ -104,7 +104,7 @@ struct TrainConfig {
   bool resume = true;          // continue from checkpoint_dir/latest when it exists
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string device = "cpu";  // cpu | cuda
-  double peak_tflops = 0.0;    // per device, for MFU; 0 means look it up or leave MFU out
+  double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // intra-op threads on CPU; 0 leaves LibTorch's default
 };
 

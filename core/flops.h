@@ -35,7 +35,8 @@ IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t 
 double megatron_flops(int64_t batch, int64_t seq, int64_t layers, int64_t hidden, int64_t vocab,
                       bool full_recompute);
 
-// Dense bf16 peak of a known accelerator, by (substring of) its name, in TFLOP/s; 0 if unknown.
-double known_peak_tflops(const std::string& device_name);
+// Dense 16-bit tensor-core peak of a known GPU, by (a substring of) its name as CUDA reports
+// it, in TFLOP/s, for bf16 and fp16 training; 0 for other GPUs and precisions (no MFU then).
+double known_peak_tflops(const std::string& device_name, Precision precision);
 
 }  // namespace trident

@@ -43,7 +43,7 @@ struct Plan {
 // Estimates one layout (the config's model, global batch and precision).
 PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hardware);
 
-// The rule of thumb (Narayanan et al. 2021; shared DESIGN.md): data parallelism as far as
+// The rule of thumb (Narayanan et al. 2021, section 3): data parallelism as far as
 // possible; no model parallelism when parameters x 18 bytes < 75% of GPU memory; else the
 // smallest TP (within a node) and then the smallest PP whose estimate fits; warn when
 // global / micro batch is close to DP (few micro-batches: a large pipeline bubble).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #ifdef TRIDENT_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,6 +19,13 @@ torch::Device training_device(const std::string& device, int64_t local_rank) {
   if (!torch::cuda::is_available())
     fail("train.device=cuda, but this LibTorch has no CUDA or sees no GPU; use train.device=cpu");
   return torch::Device(torch::kCUDA, int(local_rank % int64_t(torch::cuda::device_count())));
+}
+
+std::string device_name(const torch::Device& device) {
+#ifdef TRIDENT_TORCH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#endif
+  return device.str();
 }
 
 torch::Dtype weights_dtype(Precision precision) {

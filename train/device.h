@@ -17,6 +17,8 @@ namespace trident {
 // The device of this rank for train.device: the CPU, or GPU local_rank % visible GPUs. Error
 // when CUDA is asked for and LibTorch sees no GPU.
 torch::Device training_device(const std::string& device, int64_t local_rank);
+// The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or its type ("cpu").
+std::string device_name(const torch::Device& device);
 // The dtype of the model's weights and activations for a precision.
 torch::Dtype weights_dtype(Precision precision);
 // Error when the device cannot train in this precision (fp16 on LibTorch 1.13's CPU, which has

@@ -16,10 +16,11 @@
 
 namespace trident {
 
-RunLog::RunLog(const Config& config, const Layout& layout, int64_t vocab)
+RunLog::RunLog(const Config& config, const Layout& layout, int64_t vocab, double peak_tflops)
     : config_(config),
       layout_(layout),
       vocab_(vocab),
+      peak_tflops_(peak_tflops),
       flops_(iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute)) {}
 
 void RunLog::add_rates(IterationMetrics& m) const {
@@ -29,12 +30,11 @@ void RunLog::add_rates(IterationMetrics& m) const {
   m.tflops_6pd = flops_.six_pd / per_device;
   m.tflops_model = flops_.model / per_device;
   m.tflops_hardware = flops_.hardware / per_device;
-  if (config_.train.peak_tflops > 0) m.mfu = m.tflops_model / config_.train.peak_tflops;
+  if (peak_tflops_ > 0) m.mfu = m.tflops_model / peak_tflops_;
 }
 
 void RunLog::start(const std::string& backend, const torch::Device& device, const std::string& data) const {
   const auto& m = config_.model;
-  const double peak = config_.train.peak_tflops;
   log::info(str("trident: ", layout_.world_size(), " process(es) (", backend, "), TP ", layout_.tp_size,
                 " x PP ", layout_.pp_size, " x DP ", layout_.dp_size, ", ", layout_.micro_batches,
                 " micro-batch(es) of ", layout_.micro_batch, " per iteration, ", config_.precision,
@@ -45,7 +45,8 @@ void RunLog::start(const std::string& backend, const torch::Device& device, cons
                 "): ", si_units(double(gpt_parameter_count(m, vocab_))), " parameters"));
   log::info(str("FLOPs per iteration: ", si_units(flops_.model), " (model), ", si_units(flops_.six_pd),
                 " (6PD); peak per device: ",
-                peak > 0 ? si_units(peak) + " TFLOP/s" : std::string("unknown, no MFU")));
+                peak_tflops_ > 0 ? si_units(peak_tflops_) + " TFLOP/s"
+                                 : std::string("unknown, no MFU (set train.peak_tflops)")));
   log::info("data: " + data);
 }
 

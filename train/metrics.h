@@ -41,8 +41,9 @@ struct IterationMetrics {
 
 class RunLog {
  public:
-  // `vocab`: the padded vocabulary the model holds.
-  RunLog(const Config& config, const Layout& layout, int64_t vocab);
+  // `vocab`: the padded vocabulary the model holds; `peak_tflops`: the device's, 0 if unknown
+  // (no MFU then).
+  RunLog(const Config& config, const Layout& layout, int64_t vocab, double peak_tflops);
 
   // Tokens per second, TFLOPS per device (6PD, Megatron's model and hardware formulas) and MFU
   // of an iteration from its elapsed time.
@@ -63,6 +64,7 @@ class RunLog {
   Config config_;
   Layout layout_;
   int64_t vocab_;
+  double peak_tflops_;
   IterationFlops flops_;
   std::ofstream metrics_;
 };

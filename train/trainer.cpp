@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/flops.h"
 #include "core/logging.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
@@ -27,8 +28,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
       layout_(resolve_layout(config_, launch.world_size)),
       vocab_(config_.model.padded_vocab(layout_.tp_size)),
       device_(torch::kCPU),
-      dtype_(weights_dtype(config_.precision)),
-      log_(config_, layout_, vocab_) {
+      dtype_(weights_dtype(config_.precision)) {
   log::set_process(int(launch.rank), int(launch.world_size));
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
@@ -39,6 +39,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
+  const double peak = config_.train.peak_tflops;
+  log_.emplace(config_, layout_, vocab_, peak > 0 ? peak : known_peak_tflops(device_name(device_), config_.precision));
   comm.device = device_;
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);
   if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));
@@ -154,7 +156,7 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   m.loss = last_loss_ = pending.loss.item<double>();
   m.grad_norm = pending.grad_norm.item<double>();
   m.elapsed_ms = pending.timer->elapsed_ms();
-  log_.add_rates(m);
+  log_->add_rates(m);
   if (!m.skipped && !(std::isfinite(m.loss) && std::isfinite(m.grad_norm)))
     diverged(str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm), m.iteration);
   return m;
@@ -224,14 +226,14 @@ void Trainer::save_checkpoint() {
 
 void Trainer::train() {
   const auto& t = config_.train;
-  log_.start(groups_->world().backend(), device_,
+  log_->start(groups_->world().backend(), device_,
              str(data_->stream->describe(), "; ", data_->train->size(), " train / ",
                  data_->valid ? data_->valid->size() : 0, " validation samples"));
   if (iteration_ >= t.iters) {
     log::info(str("already at iteration ", iteration_, ", train.iters=", t.iters, ": nothing to do"));
     return;
   }
-  log_.open_metrics(/*resumed=*/iteration_ > 0);
+  log_->open_metrics(/*resumed=*/iteration_ > 0);
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one
@@ -246,11 +248,11 @@ void Trainer::train() {
     if (!(validate || save || logged)) continue;
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
-      if (m.iteration == first_iteration + 1) log_.memory(optimizer_->memory(), device_);
+      if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
       if (m.iteration == it && validate) m.valid_loss = evaluate();
       if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
-        log_.iteration(m);
-      log_.record(m);
+        log_->iteration(m);
+      log_->record(m);
       for (const auto& callback : callbacks_) callback(m);
     }
     pending.clear();

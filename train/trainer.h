@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/config.h"
@@ -82,7 +83,7 @@ class Trainer {
   ParallelModel model_;
   std::unique_ptr<ZeroOptimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
-  RunLog log_;
+  std::optional<RunLog> log_;  // once the device, and so its peak, is known
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   int64_t last_saved_ = -1;

@@ -4,8 +4,8 @@
 
 namespace trident {
 
-LossScaler::LossScaler(const LossScaleConfig& config, bool dynamic)
-    : config_(config), dynamic_(dynamic), scale_(dynamic ? config.initial : 1.0) {}
+LossScaler::LossScaler(const LossScaleConfig& config, Precision precision)
+    : config_(config), dynamic_(precision == Precision::fp16), scale_(dynamic_ ? config.initial : 1.0) {}
 
 bool LossScaler::update(bool finite) {
   if (!dynamic_) return true;  // unscaled: a non-finite gradient is the model's own problem

@@ -12,7 +12,8 @@ namespace trident {
 
 class LossScaler {
  public:
-  LossScaler(const LossScaleConfig& config, bool dynamic);
+  // Dynamic for fp16; every other precision trains unscaled.
+  LossScaler(const LossScaleConfig& config, Precision precision);
   double scale() const { return scale_; }
   bool dynamic() const { return dynamic_; }
   // Records one step's outcome (`finite`: its gradients were all finite) and returns whether

@@ -11,17 +11,20 @@
 namespace trident {
 namespace {
 
-int64_t integer_variable(const EnvLookup& env, const char* name, int64_t fallback, bool required) {
+// A launcher's variable as a non-negative integer; `fallback` when it is not set.
+int64_t optional_integer(const EnvLookup& env, const char* name, int64_t fallback) {
   const char* value = env(name);
-  if (!value || !*value) {
-    if (required) fail("launch environment: ", name, " is not set");
-    return fallback;
-  }
+  if (!value || !*value) return fallback;
   int64_t out = 0;
   auto [end, ec] = std::from_chars(value, value + std::strlen(value), out);
   if (ec != std::errc() || *end != '\0' || out < 0)
     fail("launch environment: ", name, "='", value, "' is not a non-negative integer");
   return out;
+}
+
+int64_t required_integer(const EnvLookup& env, const char* name) {
+  if (!env(name) || !*env(name)) fail("launch environment: ", name, " is not set");
+  return optional_integer(env, name, 0);
 }
 
 void check_ranks(const LaunchInfo& info, const char* rank_name, const char* size_name) {
@@ -43,17 +46,17 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
          join(missing, ", "), " (set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT together)");
   LaunchInfo info;
   info.launcher = "torchrun";
-  info.rank = integer_variable(env, "RANK", 0, true);
-  info.world_size = integer_variable(env, "WORLD_SIZE", 1, true);
-  info.local_rank = integer_variable(env, "LOCAL_RANK", 0, false);
-  info.local_world_size = integer_variable(env, "LOCAL_WORLD_SIZE", info.world_size, false);
+  info.rank = required_integer(env, "RANK");
+  info.world_size = required_integer(env, "WORLD_SIZE");
+  info.local_rank = optional_integer(env, "LOCAL_RANK", 0);
+  info.local_world_size = optional_integer(env, "LOCAL_WORLD_SIZE", info.world_size);
   info.master_addr = env("MASTER_ADDR");
-  info.master_port = integer_variable(env, "MASTER_PORT", 0, true);
+  info.master_port = required_integer(env, "MASTER_PORT");
   if (info.master_port < 1 || info.master_port > 65535)
     fail("launch environment: MASTER_PORT=", info.master_port, " is not a port (1-65535)");
   const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
   info.agent_store = agent && std::strcmp(agent, "True") == 0;
-  info.restart_count = integer_variable(env, "TORCHELASTIC_RESTART_COUNT", 0, false);
+  info.restart_count = optional_integer(env, "TORCHELASTIC_RESTART_COUNT", 0);
   check_ranks(info, "RANK", "WORLD_SIZE");
   return info;
 }
@@ -76,11 +79,11 @@ constexpr LauncherVariables kSlurm = {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "
 LaunchInfo from_launcher(const EnvLookup& env, const LauncherVariables& names) {
   LaunchInfo info;
   info.launcher = names.launcher;
-  info.rank = integer_variable(env, names.rank, 0, true);
-  info.world_size = integer_variable(env, names.size, 1, true);
-  info.local_rank = integer_variable(env, names.local_rank, 0, false);
+  info.rank = required_integer(env, names.rank);
+  info.world_size = required_integer(env, names.size);
+  info.local_rank = optional_integer(env, names.local_rank, 0);
   info.local_world_size = names.local_size
-                              ? integer_variable(env, names.local_size, info.world_size, false)
+                              ? optional_integer(env, names.local_size, info.world_size)
                               : info.world_size;
   check_ranks(info, names.rank, names.size);
   return info;

@@ -159,16 +159,19 @@ void run_1f1b(StageRunner& stage, int64_t m, int64_t stages, int64_t rank,
 // micro-batch k runs chunk (k / p) % v forward and the mirrored chunk backward; the warm-up is
 // 2 (p - rank - 1) + (v - 1) p forwards. Inputs and output gradients arrive one exchange ahead
 // of their use and wait in per-chunk queues.
+// Which way a virtual micro-batch runs through the chunks: forward in order, backward mirrored.
+enum class Direction { forward, backward };
+
 class Interleaved {
  public:
   Interleaved(StageRunner& stage, int64_t v, int64_t p)
       : stage_(stage), v_(v), p_(p), inputs_(size_t(v)), output_grads_(size_t(v)) {}
 
-  // The chunk virtual micro-batch k runs (k may be negative, before the first).
-  int64_t chunk_of(int64_t k, bool forward) const {
+  // The chunk virtual micro-batch k runs in `direction` (k may be negative, before the first).
+  int64_t chunk_of(int64_t k, Direction direction) const {
     const int64_t group = p_ * v_;
     const int64_t chunk = ((k % group + group) % group) / p_;  // floor modulo
-    return forward ? chunk : v_ - 1 - chunk;
+    return direction == Direction::forward ? chunk : v_ - 1 - chunk;
   }
   int64_t micro_of(int64_t k) const { return k / (p_ * v_) * p_ + k % p_; }
 
@@ -185,22 +188,23 @@ class Interleaved {
   //   the wrap the sender is the far end, p - 1 virtual micro-batches behind: it ran step
   //   k - (p - 1) on chunk c, which feeds chunk c + 1 (forward) or c - 1 (backward), unless c
   //   was the model's last chunk (forward: the loss) or first (backward: the embedding).
-  std::optional<int64_t> arriving_chunk(int64_t k, bool forward) const {
+  std::optional<int64_t> arriving_chunk(int64_t k, Direction direction) const {
+    const bool forward = direction == Direction::forward;
     const bool at_wrap = forward ? stage_.first() : stage_.last();
-    if (!at_wrap) return chunk_of(k + 1, forward);
-    const int64_t sent = chunk_of(k - (p_ - 1), forward);
+    if (!at_wrap) return chunk_of(k + 1, direction);
+    const int64_t sent = chunk_of(k - (p_ - 1), direction);
     if (sent == (forward ? v_ - 1 : 0)) return std::nullopt;
     return forward ? sent + 1 : sent - 1;
   }
 
   torch::Tensor forward(int64_t k) {
-    const int64_t chunk = chunk_of(k, true);
+    const int64_t chunk = chunk_of(k, Direction::forward);
     torch::Tensor input;  // the model's first layers take tokens, not a received activation
     if (!(stage_.first() && chunk == 0)) input = take(inputs_[size_t(chunk)], "input", chunk);
     return stage_.forward_step(chunk, micro_of(k), input);
   }
   torch::Tensor backward(int64_t k) {
-    const int64_t chunk = chunk_of(k, false);
+    const int64_t chunk = chunk_of(k, Direction::backward);
     torch::Tensor grad;
     if (!stage_.holds_loss(chunk)) grad = take(output_grads_[size_t(chunk)], "output gradient", chunk);
     return stage_.backward_step(chunk, grad);
@@ -246,7 +250,7 @@ void run_interleaved(StageRunner& stage, int64_t m, int64_t v, int64_t p, int64_
   if (!stage.first()) run.arrived_input(0, stage.recv_forward());
   for (int64_t k = 0; k < warmup; ++k) {
     torch::Tensor output = run.forward(k);
-    const int64_t next_chunk = run.chunk_of(k + 1, true);
+    const int64_t next_chunk = run.chunk_of(k + 1, Direction::forward);
     const bool receive_forward = !(stage.first() && next_chunk == 0) && k != total - 1;
     // The last warm-up step also receives the first output gradient, one step ahead.
     const bool receive_backward = k == warmup - 1 && !all_warmup && !stage.last();
@@ -258,8 +262,8 @@ void run_interleaved(StageRunner& stage, int64_t m, int64_t v, int64_t p, int64_
     const int64_t forward_k = k + warmup;
     torch::Tensor output = run.forward(forward_k);
     torch::Tensor input_grad = backward(k);
-    std::optional<int64_t> input_for = run.arriving_chunk(forward_k, true);
-    const std::optional<int64_t> grad_for = run.arriving_chunk(k, false);
+    std::optional<int64_t> input_for = run.arriving_chunk(forward_k, Direction::forward);
+    const std::optional<int64_t> grad_for = run.arriving_chunk(k, Direction::backward);
     if (k == remaining - 1) input_for.reset();
     auto got = stage.send_forward_backward_recv_forward_backward(output, input_grad, input_for.has_value(),
                                                                  grad_for.has_value());
@@ -269,7 +273,7 @@ void run_interleaved(StageRunner& stage, int64_t m, int64_t v, int64_t p, int64_
   if (all_warmup && !stage.last()) run.arrived_output_grad(v - 1, stage.recv_backward());
   for (int64_t k = remaining; k < total; ++k) {
     torch::Tensor input_grad = backward(k);
-    const int64_t next_chunk = run.chunk_of(k + 1, false);
+    const int64_t next_chunk = run.chunk_of(k + 1, Direction::backward);
     const bool receive = !(stage.last() && next_chunk == v - 1) && k != total - 1;
     torch::Tensor grad = stage.send_backward_recv_backward(input_grad, receive);
     if (receive) run.arrived_output_grad(next_chunk, grad);

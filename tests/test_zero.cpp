@@ -156,7 +156,7 @@ TEST(LossScaler, SkipsAndBacksOffOnOverflowAndGrowsAfterAWindow) {
   config.initial = 1024;
   config.window = 3;
   config.min = 256;
-  LossScaler scaler(config, /*dynamic=*/true);
+  LossScaler scaler(config, Precision::fp16);
   EXPECT_TRUE(scaler.update(true));
   EXPECT_FALSE(scaler.update(false));
   EXPECT_EQ(scaler.scale(), 512);
@@ -174,7 +174,7 @@ TEST(LossScaler, SkipsAndBacksOffOnOverflowAndGrowsAfterAWindow) {
   EXPECT_TRUE(scaler.update(true));
   EXPECT_EQ(scaler.skipped_in_a_row(), 0);
 
-  LossScaler none(config, /*dynamic=*/false);
+  LossScaler none(config, Precision::bf16);
   EXPECT_EQ(none.scale(), 1);
   EXPECT_TRUE(none.update(false));
   EXPECT_EQ(none.skipped(), 0);

@@ -64,7 +64,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_group(), config_.optimizer, zero);
-    scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision == Precision::fp16);
+    scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);
     if (resume) read_optimizer_shards(resume->folder, at.tp, at.pp, *optimizer_, *scaler_);
   });
   if (resume) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "parallel/comm.h"
@@ -26,6 +27,19 @@ std::string error_of(Body body) {
   }
   ADD_FAILURE() << "expected a trident::Error";
   return "";
+}
+
+// A GPT small enough for unit tests: 2 layers, hidden 16, 4 heads, seq 8, a vocabulary of 50
+// padded to 64.
+inline ModelConfig tiny_model() {
+  ModelConfig m;
+  m.num_layers = 2;
+  m.hidden_size = 16;
+  m.num_attention_heads = 4;
+  m.seq_length = 8;
+  m.vocab_size = 50;
+  m.make_vocab_size_divisible_by = 64;
+  return m;
 }
 
 // A fresh, empty directory under the system temp dir, named after the running test.

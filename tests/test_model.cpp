@@ -12,16 +12,7 @@ using namespace trident;
 
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 16;
-  m.num_attention_heads = 4;
-  m.seq_length = 8;
-  m.vocab_size = 50;
-  m.make_vocab_size_divisible_by = 64;
-  return m;
-}
+using trident::testing::tiny_model;
 
 GPT make(const ModelConfig& m, torch::Dtype dtype = torch::kFloat, uint64_t seed = 7) {
   GPT model(m, m.padded_vocab());
@@ -33,7 +24,7 @@ GPT make(const ModelConfig& m, torch::Dtype dtype = torch::kFloat, uint64_t seed
 }  // namespace
 
 TEST(Model, ForwardAndBackwardShapes) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT model = make(m);
   auto tokens = torch::randint(0, m.vocab_size, {3, m.seq_length}, torch::kLong);
   auto logits = model->forward(tokens);
@@ -50,7 +41,7 @@ TEST(Model, ForwardAndBackwardShapes) {
 }
 
 TEST(Model, ParameterCountMatchesFormula) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT model = make(m);
   int64_t count = 0;
   for (const auto& p : model->parameters()) count += p.numel();
@@ -58,7 +49,7 @@ TEST(Model, ParameterCountMatchesFormula) {
 }
 
 TEST(Model, InitializationIsAFunctionOfSeedAndName) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT a = make(m, torch::kFloat, 11), b = make(m, torch::kFloat, 11), c = make(m, torch::kFloat, 12);
   auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
   for (const auto& item : pa) {
@@ -79,7 +70,7 @@ TEST(Model, InitializationIsAFunctionOfSeedAndName) {
 }
 
 TEST(Model, AttentionIsCausal) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT model = make(m);
   auto tokens = torch::randint(0, m.vocab_size, {1, m.seq_length}, torch::kLong);
   auto changed = tokens.clone();
@@ -90,7 +81,7 @@ TEST(Model, AttentionIsCausal) {
 }
 
 TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT model = make(m, torch::kDouble);
   auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
   auto targets = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
@@ -121,7 +112,7 @@ TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
 }
 
 TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
-  ModelConfig m = tiny();
+  ModelConfig m = tiny_model();
   GPT serial = make(m);
   auto whole = serial->named_parameters();
   for (int tp : {2, 4}) {
@@ -141,7 +132,7 @@ TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
 // Recomputation changes what is stored, not what is computed: with dropout on (the RNG is
 // replayed) the loss and every gradient are identical.
 TEST(Model, RecomputeGivesIdenticalGradients) {
-  ModelConfig m = tiny();
+  ModelConfig m = tiny_model();
   m.hidden_dropout = 0.1;
   m.attention_dropout = 0.1;
   auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);

@@ -10,14 +10,7 @@ using namespace trident;
 
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig m;
-  m.num_layers = 2;
-  m.hidden_size = 16;
-  m.num_attention_heads = 4;
-  m.seq_length = 8;
-  return m;
-}
+using trident::testing::tiny_model;
 
 std::map<std::string, ParameterRole> roles_of(const torch::nn::Module& module) {
   std::map<std::string, ParameterRole> out;
@@ -32,7 +25,7 @@ std::map<std::string, ParameterRole> roles_of(const torch::nn::Module& module) {
 // whole; with sequence parallelism the whole ones applied to part of the sequence (row biases,
 // LayerNorms) are partial sums over TP, the position embedding is not.
 TEST(ParameterRoles, GptLayersDeclareWhatTensorParallelismMakesOfThem) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   auto tp = std::make_shared<trident::testing::FakeGroup>(0, 2);
   GPT model(m, m.padded_vocab(2), TensorParallel{tp, /*sequence_parallel=*/true});
   const auto roles = roles_of(*model);
@@ -72,7 +65,7 @@ TEST(ParameterRoles, GptLayersDeclareWhatTensorParallelismMakesOfThem) {
 // On a pipeline the first stage owns the tied embedding, the last holds the head's copy, which
 // the gradient norm does not count again.
 TEST(ParameterRoles, TheTiedEmbeddingIsOwnedByTheFirstStage) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = tiny_model();
   GPT first(m, m.padded_vocab(), TensorParallel{}, Stage::of(0, 2, 1));
   GPT last(m, m.padded_vocab(), TensorParallel{}, Stage::of(1, 2, 1));
   const ParameterRole owner = roles_of(*first).at("wte.weight"), copy = roles_of(*last).at("wte.weight");

@@ -1,5 +1,8 @@
 #include "core/logging.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 namespace trident::log {
@@ -33,6 +36,19 @@ void error(const std::string& line) {
   else
     std::fprintf(stderr, "error: %s\n", line.c_str());
   std::fflush(stderr);
+}
+
+QuietStderr::QuietStderr() : saved_(::dup(2)) {
+  std::fflush(stderr);
+  const int null = ::open("/dev/null", O_WRONLY);
+  ::dup2(null, 2);
+  ::close(null);
+}
+
+QuietStderr::~QuietStderr() {
+  std::fflush(stderr);
+  ::dup2(saved_, 2);
+  ::close(saved_);
 }
 
 }  // namespace trident::log

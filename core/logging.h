@@ -17,4 +17,17 @@ void warn(const std::string& line);
 // with stdout and stderr flushed: it is printed before anything ends the job.
 void error(const std::string& line);
 
+// While it lives, this process's stderr goes to /dev/null: for libraries that log what the
+// error trident reports says anyway (c10d's connection retries, SentencePiece's training).
+class QuietStderr {
+ public:
+  QuietStderr();
+  ~QuietStderr();
+  QuietStderr(const QuietStderr&) = delete;
+  QuietStderr& operator=(const QuietStderr&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace trident::log

@@ -4,14 +4,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "parallel/comm_backends.h"
 #include "parallel/failure.h"
 #include "parallel/launch.h"
@@ -44,29 +42,6 @@ void wait(const WorkPtr& work, const std::string& call, std::chrono::seconds tim
     fail(call, " failed: ", cause);
   }
 }
-
-// While it lives, this process's stderr goes to /dev/null: c10d logs every connection retry and
-// timeout through glog (or its own logger) before throwing the exception that says the same,
-// which trident reports once.
-class QuietStderr {
- public:
-  QuietStderr() : saved_(::dup(2)) {
-    std::fflush(stderr);
-    const int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 2);
-    ::close(null);
-  }
-  ~QuietStderr() {
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-  }
-  QuietStderr(const QuietStderr&) = delete;
-  QuietStderr& operator=(const QuietStderr&) = delete;
-
- private:
-  int saved_;
-};
 
 template <typename WorkPtr>
 class GlooPendingAllReduce : public WidenedReduction {
@@ -205,7 +180,9 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
   const std::string store_at = str("the TCPStore at MASTER_ADDR=", launch.master_addr,
                                    " MASTER_PORT=", launch.master_port);
   const std::string within = str(" within parallel.timeout_s=", timeout.count(), " s");
-  QuietStderr quiet;
+  // c10d logs every connection retry and timeout through glog (or its own logger) before
+  // throwing the exception that says the same, which trident reports once.
+  log::QuietStderr quiet;
   c10::intrusive_ptr<c10d::Store> store;
   try {
     c10d::TCPStoreOptions options;

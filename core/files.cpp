@@ -48,6 +48,12 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return text;
 }
 
+FileDigest write_text_file(const std::string& path, const std::string& text) {
+  FileWriter writer(path);
+  writer.write(text.data(), text.size());
+  return writer.finish();
+}
+
 FileDigest digest_file(const std::string& path, const std::string& what) {
   Checksum checksum;
   FileDigest digest;

@@ -21,6 +21,8 @@ void read_file(const std::string& path, const std::string& what,
                const std::function<void(const char* data, size_t size)>& consume);
 // The whole content of a file (read_file's errors).
 std::string read_text_file(const std::string& path, const std::string& what);
+// Writes `text` as a new file (FileWriter's errors); returns its size and checksum.
+FileDigest write_text_file(const std::string& path, const std::string& text);
 // A file's size and checksum (read_file's errors).
 FileDigest digest_file(const std::string& path, const std::string& what);
 

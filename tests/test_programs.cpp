@@ -5,7 +5,10 @@
 #include <fstream>
 #include <string>
 
+#include "core/files.h"
 #include "tests/helpers.h"
+#include "train/indexed_dataset.h"
+#include "train/tokenizer.h"
 
 using trident::testing::scratch_dir;
 
@@ -77,6 +80,17 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"train --config", "error: --config: 1 required TEXT missing (see train --help)"},
       {"train --config " + dir.string(), "error: config file '" + dir.string() + "' cannot be read: Is a directory"},
       {"preprocess docs", "error: --output is required"},
+      {"preprocess --output d --tokenizer wordpiece docs", "error: --tokenizer: expected one of byte, sentencepiece, gpt2"},
+      {"preprocess --output d --tokenizer sentencepiece docs",
+       "error: --tokenizer sentencepiece needs --vocab-size N (to train one) or --tokenizer-model FILE"},
+      {"preprocess --output d --tokenizer sentencepiece --vocab-size 100 docs",
+       "error: --vocab-size: expected an integer >= 259, got '100'"},
+      {"preprocess --output d --tokenizer sentencepiece --vocab-size 500 --tokenizer-model m docs",
+       "error: --vocab-size excludes --tokenizer-model"},
+      {"preprocess --output d --vocab-size 500 docs", "error: --vocab-size is for --tokenizer sentencepiece, not byte"},
+      {"preprocess --output d --tokenizer gpt2 --vocab v.json docs",
+       "error: --tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt"},
+      {"preprocess --output d --merges m.txt docs", "error: --merges is for --tokenizer gpt2, not byte"},
       {"bench --bogus", "error: The following argument was not expected: --bogus (see bench --help)"},
       {"bench --iters 0", "error: --iters: expected a positive integer, got '0'"},
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},
@@ -100,6 +114,55 @@ TEST(PreprocessProgram, OnlyBinaryInputIsAnErrorAndLeavesNoDataset) {
   EXPECT_NE(r.output.find("error: no documents: all 1 input files are empty or binary"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir / "out.idx"));
+}
+
+// A SentencePiece dataset: trained on the inputs, recorded beside the dataset, reused from its
+// .model, stored as uint16; train refuses a model.vocab_size that does not cover it.
+TEST(PreprocessProgram, SentencePieceDatasetsCarryTheirTokenizerIntoTraining) {
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "sp").string(), again = (dir / "again").string();
+  Result r = run(kBin + "/preprocess --quiet --tokenizer sentencepiece --vocab-size 600 --output " + prefix + " " +
+                 kSource + "/core");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer: SentencePiece BPE (600 ids)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model.vocab_size must be >= 600"), std::string::npos) << r.output;
+  EXPECT_EQ(trident::IndexedDataset(prefix).type(), trident::TokenType::uint16);
+  EXPECT_EQ(trident::load_dataset_tokenizer(prefix)->describe(), "SentencePiece BPE (600 ids)");
+
+  r = run(kBin + "/preprocess --quiet --tokenizer sentencepiece --tokenizer-model " + prefix + ".model --output " +
+          again + " " + kSource + "/core");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(trident::read_text_file(again + ".bin", "dataset"), trident::read_text_file(prefix + ".bin", "dataset"));
+
+  const std::string train = kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.path=" + prefix +
+                            " train.iters=2 train.metrics_file= ";
+  r = run(train + "model.vocab_size=256");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(count(r.output, "error"), 1) << r.output;
+  EXPECT_NE(r.output.find("model.vocab_size (256) does not cover the tokenizer dataset '" + prefix +
+                          "' was made with, SentencePiece BPE (600 ids) (" + prefix +
+                          ".tokenizer.json): set model.vocab_size to at least 600"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << "trained despite a vocabulary too small";
+  r = run(train + "model.vocab_size=600");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SentencePiece BPE (600 ids)"), std::string::npos) << r.output;
+}
+
+// A GPT-2 BPE dataset holds what the tokenizer makes of each file, then <|endoftext|>.
+TEST(PreprocessProgram, Gpt2BpeDatasetsHoldEachFileThenEndOfText) {
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "g").string(), text = (dir / "a.txt").string();
+  std::ofstream(text) << "hello the world\n";
+  const std::string gpt2 = kSource + "/tests/data/gpt2-tiny/";
+  Result r = run(kBin + "/preprocess --quiet --tokenizer gpt2 --vocab " + gpt2 + "vocab.json --merges " + gpt2 +
+                 "merges.txt --output " + prefix + " " + text);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  trident::IndexedDataset dataset(prefix);
+  EXPECT_EQ(dataset.type(), trident::TokenType::uint16);
+  std::vector<int64_t> tokens(size_t(dataset.num_tokens()));
+  dataset.read(0, dataset.num_tokens(), tokens.data());
+  EXPECT_EQ(tokens, (std::vector<int64_t>{261, 258, 266, 10, 267}));  // hello Ġthe Ġworld Ċ <|endoftext|>
 }
 
 TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {

@@ -89,10 +89,19 @@ TEST(Tokenizers, DatasetsRecordTheirTokenizer) {
   EXPECT_EQ(back->describe(), "GPT-2 byte-level BPE (268 ids)");
   EXPECT_EQ(back->encode("hello the world"), gpt2->encode("hello the world"));
 
+  const auto record = read_tokenizer_record(prefix);
+  EXPECT_EQ(record.describe(), "GPT-2 byte-level BPE (268 ids)");
+  EXPECT_EQ(record.end_of_document, 267);
+  EXPECT_EQ(record.files, (std::vector<std::string>{prefix + ".vocab.json", prefix + ".merges.txt"}));
+
+  std::ofstream(prefix + ".tokenizer.json")
+      << R"({"type": "gpt2-bpe", "vocab_size": 300, "end_of_document": 267, "files": ["corpus.vocab.json", "corpus.merges.txt"]})";
+  EXPECT_NE(error_of([&] { load_dataset_tokenizer(prefix); }).find("records 300 ids ending documents with 267, but its files hold 268"),
+            std::string::npos);
   std::filesystem::remove(prefix + ".merges.txt");
   EXPECT_NE(error_of([&] { load_dataset_tokenizer(prefix); }).find("corpus.merges.txt' cannot be read"),
             std::string::npos);
-  std::ofstream(prefix + ".tokenizer.json") << "{\"type\": \"morse\", \"files\": []}";
+  std::ofstream(prefix + ".tokenizer.json") << R"({"type": "morse", "vocab_size": 2, "end_of_document": 0, "files": []})";
   EXPECT_NE(error_of([&] { load_dataset_tokenizer(prefix); }).find("names type 'morse' with 0 files"),
             std::string::npos);
   std::ofstream(prefix + ".tokenizer.json") << "{\"type\": ";

@@ -49,16 +49,12 @@ int64_t parse_folder_name(const std::string& name) {
 // `text` as <path>, replacing it atomically: written beside it, flushed, renamed over it.
 void write_text_atomically(const fs::path& path, const std::string& text) {
   const fs::path partial = path.string() + ".partial";
-  FileWriter writer(partial.string());
-  writer.write(text.data(), text.size());
-  writer.finish();
+  write_text_file(partial.string(), text);
   fs::rename(partial, path);
 }
 
 FileRecord write_text(const fs::path& path, const std::string& text) {
-  FileWriter writer(path.string());
-  writer.write(text.data(), text.size());
-  return {path.filename().string(), writer.finish()};
+  return {path.filename().string(), write_text_file(path.string(), text)};
 }
 
 // LibTorch's archive, streamed through a FileWriter: a full disk or an I/O error becomes one

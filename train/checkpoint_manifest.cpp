@@ -27,10 +27,7 @@ json files_json(const std::vector<FileRecord>& files) {
 }
 
 void write_json(const fs::path& path, const json& value) {
-  const std::string text = value.dump(2) + "\n";
-  FileWriter writer(path.string());
-  writer.write(text.data(), text.size());
-  writer.finish();
+  write_text_file(path.string(), value.dump(2) + "\n");
 }
 
 json read_json(const fs::path& path) {

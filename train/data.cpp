@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "train/indexed_dataset.h"
+#include "train/tokenizer.h"
 
 namespace trident {
 namespace {
@@ -20,18 +21,26 @@ uint64_t mix(uint64_t x) {
 
 class IndexedTokenStream : public TokenStream {
  public:
-  explicit IndexedTokenStream(const std::string& prefix) : dataset_(prefix) {}
+  // The dataset's tokenizer must fit the model: its ids index the embedding.
+  IndexedTokenStream(const std::string& prefix, int64_t vocab_size)
+      : dataset_(prefix), tokenizer_(read_tokenizer_record(prefix)) {
+    if (tokenizer_.vocab_size > vocab_size)
+      fail("model.vocab_size (", vocab_size, ") does not cover the tokenizer dataset '", prefix, "' was made with, ",
+           tokenizer_.describe(), tokenizer_.source.empty() ? "" : " (" + tokenizer_.source + ")",
+           ": set model.vocab_size to at least ", tokenizer_.vocab_size);
+  }
   int64_t size() const override { return dataset_.num_tokens(); }
   void read(int64_t offset, int64_t count, int64_t* out) const override {
     dataset_.read(offset, count, out);
   }
   std::string describe() const override {
-    return str(dataset_.bin_path(), " (", dataset_.num_documents(), " documents, ",
-               dataset_.num_tokens(), " tokens)");
+    return str(dataset_.bin_path(), " (", dataset_.num_documents(), " documents, ", dataset_.num_tokens(),
+               " tokens, ", tokenizer_.describe(), ")");
   }
 
  private:
   IndexedDataset dataset_;
+  TokenizerRecord tokenizer_;
 };
 
 // Uniform random tokens, a function of position: for benchmarks that must not wait on data.
@@ -55,7 +64,7 @@ class SyntheticTokenStream : public TokenStream {
 std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t vocab_size,
                                                uint64_t seed) {
   if (data.type == "synthetic") return std::make_shared<SyntheticTokenStream>(vocab_size, seed);
-  return std::make_shared<IndexedTokenStream>(data.path);
+  return std::make_shared<IndexedTokenStream>(data.path, vocab_size);
 }
 
 GPTSamples::GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end,

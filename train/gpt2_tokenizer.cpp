@@ -143,15 +143,14 @@ class Gpt2BpeTokenizer : public Tokenizer {
     return highest + 1;
   }
   int64_t end_of_document() const override { return end_of_document_; }
-  std::string describe() const override { return str("GPT-2 byte-level BPE (", vocab_size(), " ids)"); }
-  void save(const std::string& prefix) const override {
-    for (const auto& [file, text] : {std::pair{prefix + ".vocab.json", &vocab_text_},
-                                     std::pair{prefix + ".merges.txt", &merges_text_}}) {
-      FileWriter writer(file);
-      writer.write(text->data(), text->size());
-      writer.finish();
-    }
-    write_tokenizer_sidecar(prefix, "gpt2-bpe", *this, {prefix + ".vocab.json", prefix + ".merges.txt"});
+  std::string type() const override { return "gpt2-bpe"; }
+
+ protected:
+  std::vector<std::string> write_files(const std::string& prefix) const override {
+    const std::vector<std::string> files = {prefix + ".vocab.json", prefix + ".merges.txt"};
+    write_text_file(files[0], vocab_text_);
+    write_text_file(files[1], merges_text_);
+    return files;
   }
 
  private:

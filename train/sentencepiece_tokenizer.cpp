@@ -169,14 +169,13 @@ class SentencePieceTokenizer : public Tokenizer {
   }
   int64_t vocab_size() const override { return engine_->piece_size(); }
   int64_t end_of_document() const override { return engine_->eos_id(); }
-  std::string describe() const override { return str("SentencePiece BPE (", vocab_size(), " ids)"); }
-  void save(const std::string& prefix) const override {
+  std::string type() const override { return "sentencepiece"; }
+
+ protected:
+  std::vector<std::string> write_files(const std::string& prefix) const override {
     const std::string file = prefix + ".model";
-    const std::string model = engine_->model();
-    FileWriter writer(file);
-    writer.write(model.data(), model.size());
-    writer.finish();
-    write_tokenizer_sidecar(prefix, "sentencepiece", *this, {file});
+    write_text_file(file, engine_->model());
+    return {file};
   }
 
  private:

@@ -13,8 +13,6 @@ using nlohmann::json;
 namespace trident {
 namespace {
 
-constexpr int64_t kByteEndOfDocument = 0;
-
 class ByteTokenizer : public Tokenizer {
  public:
   std::vector<int64_t> encode(const std::string& text) const override {
@@ -29,51 +27,70 @@ class ByteTokenizer : public Tokenizer {
     return text;
   }
   int64_t vocab_size() const override { return 256; }
-  int64_t end_of_document() const override { return kByteEndOfDocument; }
-  std::string describe() const override { return "byte-level (256 ids)"; }
-  void save(const std::string& prefix) const override { write_tokenizer_sidecar(prefix, "byte", *this, {}); }
+  int64_t end_of_document() const override { return 0; }  // text files hold no NUL byte
+  std::string type() const override { return "byte"; }
+
+ protected:
+  std::vector<std::string> write_files(const std::string&) const override { return {}; }
 };
 
 std::string sidecar_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
-
-void write_tokenizer_sidecar(const std::string& prefix, const std::string& type, const Tokenizer& tokenizer,
-                             const std::vector<std::string>& files) {
-  json sidecar = {{"type", type},
-                  {"vocab_size", tokenizer.vocab_size()},
-                  {"end_of_document", tokenizer.end_of_document()},
-                  {"files", json::array()}};
-  for (const auto& file : files) sidecar["files"].push_back(fs::path(file).filename().string());
-  const std::string text = sidecar.dump(2) + "\n";
-  FileWriter writer(sidecar_path(prefix));
-  writer.write(text.data(), text.size());
-  writer.finish();
+std::string describe_tokenizer(const std::string& type, int64_t vocab_size) {
+  const std::string name = type == "byte"            ? "byte-level"
+                           : type == "sentencepiece" ? "SentencePiece BPE"
+                           : type == "gpt2-bpe"      ? "GPT-2 byte-level BPE"
+                                                     : type;
+  return str(name, " (", vocab_size, " ids)");
 }
 
-std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix) {
+void Tokenizer::save(const std::string& prefix) const {
+  json sidecar = {{"type", type()},
+                  {"vocab_size", vocab_size()},
+                  {"end_of_document", end_of_document()},
+                  {"files", json::array()}};
+  for (const auto& file : write_files(prefix)) sidecar["files"].push_back(fs::path(file).filename().string());
+  write_text_file(sidecar_path(prefix), sidecar.dump(2) + "\n");
+}
+
+std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+TokenizerRecord read_tokenizer_record(const std::string& prefix) {
   const std::string path = sidecar_path(prefix);
-  if (!fs::exists(path)) return byte_tokenizer();
+  if (!fs::exists(path)) return {"byte", 256, 0, {}, ""};
   const fs::path folder = fs::path(path).parent_path();
   try {
     const json sidecar = json::parse(read_text_file(path, "tokenizer file"));
-    const std::string type = sidecar.at("type").get<std::string>();
-    std::vector<std::string> files;
-    for (const auto& f : sidecar.at("files")) files.push_back((folder / f.get<std::string>()).string());
-    std::unique_ptr<Tokenizer> tokenizer;
-    if (type == "byte") tokenizer = byte_tokenizer();
-    else if (type == "sentencepiece" && files.size() == 1) tokenizer = load_sentencepiece(files[0]);
-    else if (type == "gpt2-bpe" && files.size() == 2) tokenizer = load_gpt2_bpe(files[0], files[1]);
-    else fail("tokenizer file '", path, "' names type '", type, "' with ", files.size(), " files");
-    if (tokenizer->vocab_size() != sidecar.at("vocab_size").get<int64_t>())
-      fail("tokenizer file '", path, "' records ", sidecar.at("vocab_size").get<int64_t>(), " ids, but its ",
-           type, " files hold ", tokenizer->vocab_size());
-    return tokenizer;
+    TokenizerRecord record{sidecar.at("type").get<std::string>(), sidecar.at("vocab_size").get<int64_t>(),
+                           sidecar.at("end_of_document").get<int64_t>(), {}, path};
+    for (const auto& file : sidecar.at("files")) record.files.push_back((folder / file.get<std::string>()).string());
+    const size_t files = record.type == "byte" ? 0 : record.type == "sentencepiece" ? 1 : 2;
+    if ((record.type != "byte" && record.type != "sentencepiece" && record.type != "gpt2-bpe") ||
+        record.files.size() != files)
+      fail("tokenizer file '", path, "' names type '", record.type, "' with ", record.files.size(),
+           " files; expected byte (no files), sentencepiece (1) or gpt2-bpe (2)");
+    if (record.vocab_size <= 0 || record.end_of_document < 0 || record.end_of_document >= record.vocab_size)
+      fail("tokenizer file '", path, "' records vocab_size ", record.vocab_size, " and end_of_document ",
+           record.end_of_document, "; expected 0 <= end_of_document < vocab_size");
+    return record;
   } catch (const json::exception& e) {
     fail("tokenizer file '", path, "' is malformed: ", e.what());
   }
+}
+
+std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix) {
+  const TokenizerRecord record = read_tokenizer_record(prefix);
+  std::unique_ptr<Tokenizer> tokenizer = record.type == "sentencepiece" ? load_sentencepiece(record.files[0])
+                                         : record.type == "gpt2-bpe"
+                                             ? load_gpt2_bpe(record.files[0], record.files[1])
+                                             : byte_tokenizer();
+  if (tokenizer->vocab_size() != record.vocab_size || tokenizer->end_of_document() != record.end_of_document)
+    fail("tokenizer file '", record.source, "' records ", record.vocab_size, " ids ending documents with ",
+         record.end_of_document, ", but its files hold ", tokenizer->vocab_size(), " ids ending them with ",
+         tokenizer->end_of_document());
+  return tokenizer;
 }
 
 }  // namespace trident

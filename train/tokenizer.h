@@ -14,6 +14,11 @@
 
 namespace trident {
 
+// "SentencePiece BPE (2000 ids)" for type "sentencepiece" (the names in PREFIX.tokenizer.json:
+// "byte", "sentencepiece", "gpt2-bpe").
+std::string describe_tokenizer(const std::string& type, int64_t vocab_size);
+
+// Not for several threads at once: encoders keep caches and buffers.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -21,30 +26,44 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;       // every id is below it
   virtual int64_t end_of_document() const = 0;  // the id that ends each document
-  virtual std::string describe() const = 0;     // "SentencePiece BPE (2000 ids)"
-  // Writes the tokenizer's own files for dataset `prefix` (PREFIX.model, PREFIX.vocab.json,
-  // ...) and PREFIX.tokenizer.json naming them.
-  virtual void save(const std::string& prefix) const = 0;
+  virtual std::string type() const = 0;         // as PREFIX.tokenizer.json names it
+  std::string describe() const { return describe_tokenizer(type(), vocab_size()); }
+  // Writes the tokenizer's own files for dataset `prefix`, then PREFIX.tokenizer.json naming them.
+  void save(const std::string& prefix) const;
+
+ protected:
+  // PREFIX.model, PREFIX.vocab.json + PREFIX.merges.txt, ...: returns the files written.
+  virtual std::vector<std::string> write_files(const std::string& prefix) const = 0;
 };
 
 std::unique_ptr<Tokenizer> byte_tokenizer();
 
-// SentencePiece BPE of `vocab_size` ids trained on the lines of `files` (exact round trips:
-// identity normalisation, whitespace kept, byte fallback for anything unseen).
+// SentencePiece BPE of `vocab_size` ids trained on the lines of `files`: exact round trips of
+// UTF-8 text (identity normalisation, whitespace kept, byte fallback for characters it has not
+// seen); SentencePiece reads UTF-8, so each byte that is not comes back as U+FFFD.
 std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& files, int64_t vocab_size);
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_file);
 
 // GPT-2's byte-level BPE; `<|endoftext|>` must be in the vocabulary (it ends documents).
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_json, const std::string& merges_txt);
 
-// The tokenizer dataset `prefix` was made with (PREFIX.tokenizer.json); byte-level for a dataset
-// without one (made before tokenizers, or by another program). Error naming a file that is
-// missing or malformed.
-std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix);
+// What PREFIX.tokenizer.json records, read without loading the tokenizer (training needs only
+// the vocabulary size; export copies the files).
+struct TokenizerRecord {
+  std::string type;
+  int64_t vocab_size = 0;
+  int64_t end_of_document = 0;
+  std::vector<std::string> files;  // paths, beside the dataset
+  std::string source;              // the sidecar's path, or "" for a dataset without one
+  std::string describe() const { return describe_tokenizer(type, vocab_size); }
+};
 
-// For the tokenizers' own files: writes PREFIX.tokenizer.json with their type, vocabulary size,
-// end-of-document id and files (names relative to the dataset's folder).
-void write_tokenizer_sidecar(const std::string& prefix, const std::string& type, const Tokenizer& tokenizer,
-                             const std::vector<std::string>& files);
+// Byte-level for a dataset without a sidecar (made before tokenizers, or by another program).
+// Error naming the file if it is malformed.
+TokenizerRecord read_tokenizer_record(const std::string& prefix);
+
+// The tokenizer dataset `prefix` was made with, loaded from the files beside it; error naming a
+// file that is missing or malformed.
+std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix);
 
 }  // namespace trident

@@ -1,8 +1,5 @@
 #include "optim/zero.h"
 
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
-
 #include <algorithm>
 
 #include "core/error.h"
@@ -135,61 +132,19 @@ StateMemory ZeroOptimizer::memory() const {
           bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_)};
 }
 
-void ZeroOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  archive.write("step", torch::tensor(step_));
-  auto index = torch::empty({int64_t(segments_.size()), 3}, torch::kLong);
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    const auto& s = segments_[i];
-    index[int64_t(i)][0] = int64_t(s.param);
-    index[int64_t(i)][1] = s.param_offset;
-    index[int64_t(i)][2] = s.numel;
+std::vector<ZeroOptimizer::StatePiece> ZeroOptimizer::state_pieces() const {
+  std::vector<StatePiece> pieces;
+  for (const auto& s : segments_) {
     const auto& slice = slices_[s.bucket];
-    // Copies, so that the files hold these elements and not the buffers they live in.
-    auto piece = [&](const torch::Tensor& t) { return t.narrow(0, s.slice_offset, s.numel).clone(); };
-    archive.write(str("main.", i), piece(slice.param));
-    archive.write(str("exp_avg.", i), piece(slice.exp_avg));
-    archive.write(str("exp_avg_sq.", i), piece(slice.exp_avg_sq));
+    auto view = [&](const torch::Tensor& t) { return t.narrow(0, s.slice_offset, s.numel); };
+    pieces.push_back({s.param, s.param_offset, s.numel, view(slice.param), view(slice.exp_avg), view(slice.exp_avg_sq)});
   }
-  archive.write("segments", index);
+  return pieces;
 }
 
-void ZeroOptimizer::load(std::vector<torch::serialize::InputArchive>& shards) {
-  torch::NoGradGuard no_grad;
-  std::vector<std::vector<size_t>> mine(params_.size());
-  for (size_t j = 0; j < segments_.size(); ++j) mine[segments_[j].param].push_back(j);
-  int64_t covered = 0, wanted = 0;
-  for (const auto& s : segments_) wanted += s.numel;
-  for (auto& archive : shards) {
-    torch::Tensor step, index;
-    archive.read("step", step);
-    archive.read("segments", index);
-    step_ = step.item<int64_t>();
-    for (int64_t i = 0; i < index.size(0); ++i) {
-      const auto param = size_t(index[i][0].item<int64_t>());
-      const int64_t offset = index[i][1].item<int64_t>(), numel = index[i][2].item<int64_t>();
-      if (param >= params_.size()) fail("the optimizer state names parameter ", param, " of ", params_.size());
-      torch::Tensor saved[3];
-      for (size_t j : mine[param]) {
-        const auto& s = segments_[j];
-        const int64_t lo = std::max(offset, s.param_offset);
-        const int64_t hi = std::min(offset + numel, s.param_offset + s.numel);
-        if (lo >= hi) continue;
-        if (!saved[0].defined()) {
-          archive.read(str("main.", i), saved[0]);
-          archive.read(str("exp_avg.", i), saved[1]);
-          archive.read(str("exp_avg_sq.", i), saved[2]);
-        }
-        auto& slice = slices_[s.bucket];
-        const torch::Tensor* targets[3] = {&slice.param, &slice.exp_avg, &slice.exp_avg_sq};
-        for (int k = 0; k < 3; ++k)
-          targets[k]->narrow(0, s.slice_offset + lo - s.param_offset, hi - lo)
-              .copy_(saved[k].narrow(0, lo - offset, hi - lo));
-        covered += hi - lo;
-      }
-    }
-  }
-  if (covered != wanted)
-    fail("the optimizer state covers ", covered, " of this rank's ", wanted, " elements");
+void ZeroOptimizer::restore_steps(int64_t steps) {
+  TRIDENT_CHECK(steps >= 0, "a negative step count ", steps);
+  step_ = steps;
 }
 
 }  // namespace trident

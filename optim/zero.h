@@ -21,11 +21,6 @@
 #include "parallel/flat_parameters.h"
 #include "parallel/parameter_role.h"
 
-namespace torch::serialize {
-class InputArchive;
-class OutputArchive;
-}  // namespace torch::serialize
-
 namespace trident {
 
 struct ZeroOptions {
@@ -71,11 +66,17 @@ class ZeroOptimizer {
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 
-  // This rank's shard of main parameters and moments, by parameter and element range, so that
-  // a run with another data-parallel size or ZeRO stage can pick its own pieces (load).
-  void save(torch::serialize::OutputArchive& archive) const;
-  // Takes from every saved shard the pieces this rank holds. Local: call publish() after it.
-  void load(std::vector<torch::serialize::InputArchive>& shards);
+  // This rank's state of one parameter's elements [offset, offset + numel) (flattened), as
+  // views into the optimizer's buffers: checkpoints read them to save and write them to load
+  // (then publish()). Together they cover this rank's shard of every parameter.
+  struct StatePiece {
+    size_t param = 0;  // in model order
+    int64_t offset = 0, numel = 0;
+    torch::Tensor main, exp_avg, exp_avg_sq;
+  };
+  std::vector<StatePiece> state_pieces() const;
+  // The number of steps taken, for AdamW's bias correction after a resume.
+  void restore_steps(int64_t steps);
   // Main parameters -> the model's parameters on every rank (an all-gather per bucket under
   // ZeRO): collective.
   void publish();

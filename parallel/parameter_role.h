@@ -30,6 +30,9 @@ struct ParameterRole {
   Tied tied = Tied::no;            // gradients of owner and copy are summed over the embedding group
   Init init = Init::normal;
   bool decay = true;               // AdamW's weight decay: matrices and embeddings, not biases or norms
+  // Its split dimension is padded to a multiple of the TP size (the vocabulary), so layouts
+  // differ in its length: a checkpoint may hold more or fewer of its rows than this layout has.
+  bool layout_padded = false;
 
   // Built by name at the layers: ParameterRole::split(0).with_init(Init::residual).
   static ParameterRole split(int64_t dim) {
@@ -42,6 +45,7 @@ struct ParameterRole {
   ParameterRole without_decay() const { return with(&ParameterRole::decay, false); }
   ParameterRole sequence_parallel_when(bool on) const { return with(&ParameterRole::sequence_parallel, on); }
   ParameterRole tied_as(Tied value) const { return with(&ParameterRole::tied, value); }
+  ParameterRole padded_for_layout() const { return with(&ParameterRole::layout_padded, true); }
 
   bool replicated() const { return partition_dim < 0; }
   // Whether this rank counts the parameter in the global gradient norm, so that every element

@@ -149,7 +149,7 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hi
   const int64_t local = divide(vocab, tp_.group->size(), "the padded vocabulary");
   vocab_start_ = local * tp_.group->rank();
   vocab_end_ = vocab_start_ + local;
-  weight = register_parameter("weight", torch::empty({local, hidden}), ParameterRole::split(0).tied_as(tied));
+  weight = register_parameter("weight", torch::empty({local, hidden}), ParameterRole::split(0).tied_as(tied).padded_for_layout());
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {

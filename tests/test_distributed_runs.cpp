@@ -2,7 +2,6 @@
 // single-process run (loss every step and final parameters). How failures end such runs is
 // tests/test_failures.cpp's subject.
 #include <gtest/gtest.h>
-#include <torch/serialize/input-archive.h>
 
 #include <unistd.h>
 
@@ -10,7 +9,6 @@
 #include <map>
 
 #include "core/config.h"
-#include "model/gpt.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint.h"
@@ -62,44 +60,8 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
                             " train.metrics_file=" + (dir / "metrics.jsonl").string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
 
-  RunResult run;
-  run.losses = read_losses(dir / "metrics.jsonl");
-  // Reassemble the shards (TP ranks x pipeline stages x model chunks) into whole parameters.
-  Config config = Config::parse("", overrides);
-  const int64_t tp = config.parallel.tensor, pp = config.parallel.pipeline,
-                v = config.parallel.virtual_stages, layers = config.model.num_layers / (pp * v);
-  std::map<std::string, std::vector<torch::Tensor>> pieces;  // name -> one per TP rank
-  std::map<std::string, int64_t> split_along;                // name -> partition dim (-1: whole)
-  for (int64_t stage = 0; stage < pp; ++stage) {
-    for (int64_t chunk = 0; chunk < v; ++chunk) {
-      const int64_t virtual_stage = chunk * pp + stage;
-      for (int64_t r = 0; r < tp; ++r) {
-        GPT model(config.model, config.model.padded_vocab(tp),
-                  TensorParallel{std::make_shared<FakeGroup>(int(r), int(tp))}, Stage::of(virtual_stage, pp * v, layers));
-        model->to(precision == "fp64" ? torch::kDouble : torch::kFloat);
-        torch::serialize::InputArchive archive;
-        archive.load_from(CheckpointStore((dir / "ckpt").string()).path(6) + "/" + model_file(r, stage, chunk));
-        model->load(archive);
-        for (const auto& param : parameters_with_roles(*model)) {
-          auto& list = pieces[param.name];
-          split_along[param.name] = param.role.partition_dim;
-          // The tied embedding's copy on the last stage must equal the first stage's.
-          if (int64_t(list.size()) == tp) {
-            EXPECT_TRUE(torch::equal(list[size_t(r)], param.tensor)) << param.name << " copies differ";
-            continue;
-          }
-          list.push_back(param.tensor);
-        }
-      }
-    }
-  }
-  for (const auto& [name, list] : pieces) {
-    const int64_t dim = split_along.at(name);
-    run.params[name] = dim < 0 ? list.front() : torch::cat(list, dim);
-    if (dim < 0)
-      for (const auto& piece : list) EXPECT_TRUE(torch::equal(piece, list.front())) << name << " differs across TP ranks";
-  }
-  return run;
+  // Whole parameters, assembled from the pieces every rank of the layout stored.
+  return {read_losses(dir / "metrics.jsonl"), read_global_weights(CheckpointStore((dir / "ckpt").string()).path(6))};
 }
 
 // fp64 runs must agree to rounding (1e-10 relative, loss and every parameter tensor). fp32
@@ -295,4 +257,46 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   EXPECT_EQ(same, straight);
   ASSERT_EQ(other.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(other[i], straight[i], 1e-10 * straight[i]) << i;
+}
+
+// Any layout resumes any other: a TP 2 x PP 2 run stopped after 3 steps and resumed at
+// TP 1 x PP 4 and at TP 4 x DP 2 continues the single-process run (fp64, to rounding): every
+// rank assembles its new parts of weights and optimizer state from the pieces the old layout
+// stored. The resumed runs' losses and final weights are compared with the straight run's.
+TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = *root_ / "any-layout";
+  auto overrides = model_overrides(data_);
+  overrides.insert(overrides.end(), {"precision=fp64", "optimizer.decay_iters=6"});
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), overrides.begin(), overrides.end());
+    return more;
+  };
+  const auto saved = dir / "tp2-pp2";
+  auto r = run_command("timeout 300 " + train_command(kMpirun + "4 ", with({"parallel.tensor=2", "parallel.pipeline=2",
+                                                                            "batch.micro_batch_size=2", "train.iters=3",
+                                                                            "train.checkpoint_dir=" + saved.string(),
+                                                                            "train.metrics_file=" + (dir / "first.jsonl").string()})));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto first = read_losses(dir / "first.jsonl");
+  ASSERT_EQ(first.size(), 3u);
+
+  const std::pair<std::string, std::vector<std::string>> layouts[] = {
+      {"tp1-pp4", {"parallel.pipeline=4", "batch.micro_batch_size=2"}},
+      {"tp4-dp2", {"parallel.tensor=4", "batch.micro_batch_size=4"}}};
+  for (const auto& [name, layout] : layouts) {
+    SCOPED_TRACE(name);
+    const auto resumed = dir / name;
+    std::filesystem::create_directories(resumed);
+    std::filesystem::copy(saved, resumed / "ckpt", std::filesystem::copy_options::recursive);
+    auto args = with(layout);
+    args.insert(args.end(), {"train.checkpoint_dir=" + (resumed / "ckpt").string(),
+                             "train.metrics_file=" + (resumed / "metrics.jsonl").string()});
+    r = run_command("timeout 300 " + train_command(kMpirun + (name == "tp4-dp2" ? "8 " : "4 "), args));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+    RunResult run{first, read_global_weights(CheckpointStore((resumed / "ckpt").string()).path(6))};
+    for (double loss : read_losses(resumed / "metrics.jsonl")) run.losses.push_back(loss);
+    expect_equal_runs(*serial_fp64_, run, /*fp64=*/true);
+  }
 }

@@ -150,7 +150,7 @@ TEST(JobFailure, ABrokenShardOfOneRankIsReportedOnceBeforeTraining) {
     auto first = overrides;
     first.push_back("train.iters=2");
     ASSERT_EQ(run_command(train_command(launcher, first)).exit_code, 0);
-    const std::string shard = CheckpointStore(ckpt).path(2) + "/" + model_file(1, 0, 0);
+    const std::string shard = CheckpointStore(ckpt).path(2) + "/" + model_file(1, 0);
     {
       std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
       file.seekp(std::streamoff(fs::file_size(shard) / 2));

@@ -81,7 +81,9 @@ TEST(Tokenizers, SentencePieceTrainsOnFilesAndRoundTripsExactly) {
 TEST(Tokenizers, DatasetsRecordTheirTokenizer) {
   const auto dir = scratch_dir();
   const std::string prefix = (dir / "corpus").string();
-  EXPECT_EQ(load_dataset_tokenizer(prefix)->describe(), "byte-level (256 ids)");  // no sidecar
+  EXPECT_FALSE(read_tokenizer_record(prefix));  // no sidecar: unknown
+  EXPECT_NE(error_of([&] { load_dataset_tokenizer(prefix); }).find("records no tokenizer (" + prefix + ".tokenizer.json is missing)"),
+            std::string::npos);
   auto gpt2 = load_gpt2_bpe(kGpt2 + "vocab.json", kGpt2 + "merges.txt");
   gpt2->save(prefix);
   EXPECT_TRUE(std::filesystem::exists(prefix + ".vocab.json"));
@@ -89,7 +91,7 @@ TEST(Tokenizers, DatasetsRecordTheirTokenizer) {
   EXPECT_EQ(back->describe(), "GPT-2 byte-level BPE (268 ids)");
   EXPECT_EQ(back->encode("hello the world"), gpt2->encode("hello the world"));
 
-  const auto record = read_tokenizer_record(prefix);
+  const auto record = *read_tokenizer_record(prefix);
   EXPECT_EQ(record.describe(), "GPT-2 byte-level BPE (268 ids)");
   EXPECT_EQ(record.end_of_document, 267);
   EXPECT_EQ(record.files, (std::vector<std::string>{prefix + ".vocab.json", prefix + ".merges.txt"}));

@@ -205,6 +205,26 @@ TEST(Checkpoint, ResumeIsBitExact) {
   expect_same_parameters(straight, resumed);
 }
 
+// The layout may change between save and resume (tests/test_distributed_runs.cpp), the model
+// and its arithmetic may not: a run of another width or precision is refused before it builds.
+TEST(Checkpoint, ResumeRefusesAnotherModel) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  train_with_checkpoints(data, ckpt, 1);
+  for (const auto& [change, message] : std::vector<std::pair<std::string, std::string>>{
+           {"model.hidden_size=64", "was saved with model.hidden_size=32 but this run has model.hidden_size=64"},
+           {"precision=fp64", "was saved with precision=\"fp32\" but this run has precision=\"fp64\""},
+           {"model.make_vocab_size_divisible_by=64", "model.make_vocab_size_divisible_by=128 but this run has"}}) {
+    const std::string error = error_of([&] {
+      Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt, "train.resume=true", "train.iters=2", change}));
+    });
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
+  Trainer same(small_config(data, {"train.checkpoint_dir=" + ckpt, "train.iters=2", "parallel.zero_stage=1"}));
+  EXPECT_EQ(same.iteration(), 1);
+}
+
 TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
@@ -243,14 +263,14 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   CheckpointStore store(ckpt);
   // A save killed half-way through writing its files: no cleanup runs.
   store.begin(3);
-  std::ofstream(store.staging_path(3) + "/" + model_file(0, 0, 0)) << "half a file";
+  std::ofstream(store.staging_path(3) + "/" + model_file(0, 0)) << "half a file";
   EXPECT_EQ(store.latest(), 2);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2}));
   // A save that fails (here: its writer throws) removes what it wrote.
   EXPECT_THROW(store.save(
                    4,
                    [](const std::string& folder) -> std::vector<FileRecord> {
-                     std::ofstream(folder + "/" + model_file(0, 0, 0)) << "half a file";
+                     std::ofstream(folder + "/" + model_file(0, 0)) << "half a file";
                      throw std::runtime_error("disk on fire");
                    },
                    2, 1.0),
@@ -343,18 +363,22 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
     file.put(byte);
   }
   auto message = resume();
-  EXPECT_NE(message.find("optimizer_tp0_pp0_dp0.pt' is corrupt: it holds " + std::to_string(size) +
+  EXPECT_NE(message.find("optimizer_tp0_pp0_dp0.safetensors' is corrupt: it holds " + std::to_string(size) +
                          " bytes with XXH3 "), std::string::npos) << message;
   std::filesystem::resize_file(optimizer, size - 100);
   message = resume();
   EXPECT_NE(message.find("is corrupt: it holds " + std::to_string(size - 100) + " bytes"), std::string::npos)
       << message;
-  std::filesystem::remove(folder + "/rng.pt");
+  std::filesystem::remove(folder + "/rng.safetensors");
   message = resume();
-  EXPECT_NE(message.find("rng.pt' is missing"), std::string::npos) << message;
-  // A checkpoint from before manifests still loads unverified; LibTorch names what it cannot read.
+  EXPECT_NE(message.find("rng.safetensors' is missing"), std::string::npos) << message;
+  // Nothing loads unchecked: not without a manifest, not from another format.
+  std::ofstream(folder + "/manifest.json") << R"({"format": "trident checkpoint 1", "files": {}, "loss": 1.0})";
+  message = resume();
+  EXPECT_NE(message.find("has format \"trident checkpoint 1\"; this trident reads \"trident checkpoint 2\""),
+            std::string::npos) << message;
   std::filesystem::remove(folder + "/manifest.json");
-  std::ofstream(folder + "/rng.pt", std::ios::binary) << "garbage";
   message = resume();
-  EXPECT_NE(message.find("rng.pt' cannot be loaded"), std::string::npos) << message;
+  EXPECT_NE(message.find("checkpoint '" + folder + "' has no manifest.json; cannot check or load"), std::string::npos)
+      << message;
 }

@@ -3,8 +3,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,11 +13,11 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "model/gpt.h"
-#include "optim/loss_scaler.h"
+#include "core/layout.h"
 #include "optim/zero.h"
 #include "parallel/failure.h"
-#include "parallel/process_groups.h"
+#include "train/checkpoint_tensors.h"
+#include "train/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -57,32 +55,20 @@ FileRecord write_text(const fs::path& path, const std::string& text) {
   return {path.filename().string(), write_text_file(path.string(), text)};
 }
 
-// LibTorch's archive, streamed through a FileWriter: a full disk or an I/O error becomes one
-// Error naming the file, not a failure deep inside the zip writer.
-FileRecord save_archive(const fs::path& path,
-                        const std::function<void(torch::serialize::OutputArchive&)>& write) {
-  torch::serialize::OutputArchive archive;
-  write(archive);
-  FileWriter writer(path.string());
-  archive.save_to([&](const void* data, size_t size) {
-    writer.write(data, size);
-    return size;  // errors are kept by the writer and reported by finish()
-  });
-  return {path.filename().string(), writer.finish()};
+// Where a parameter of this rank sits in its global tensor.
+PartPlace place_of(const ParameterRole& role, int64_t tp_rank, int64_t tp_size) {
+  if (role.replicated()) return {};
+  return {role.partition_dim, tp_rank, tp_size, role.layout_padded};
 }
 
-void load_archive(const Manifest& manifest, const fs::path& path,
-                  const std::function<void(torch::serialize::InputArchive&)>& read) {
-  if (!fs::exists(path)) fail("checkpoint file '", path.string(), "' is missing");
-  manifest.verify(path.filename().string());
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path.string());
-    read(archive);
-  } catch (const c10::Error& e) {
-    fail("checkpoint file '", path.string(), "' cannot be loaded: ", e.what_without_backtrace());
-  }
+// Whether this rank stores the parameter: each element of the model once per checkpoint.
+bool stores(const ParameterRole& role, int64_t tp_rank) { return role.tied != Tied::copy && (!role.replicated() || tp_rank == 0); }
+
+TensorPiece piece_of(const RoledParameter& p, StateKind kind, const PartPlace& place, int64_t offset, int64_t numel) {
+  return {p.name, kind, place.dim, place.part, place.parts, p.tensor.sizes().vec(), offset, numel, "", ""};
 }
+
+constexpr const char* kRngFile = "rng.safetensors";
 
 }  // namespace
 
@@ -194,43 +180,49 @@ void CheckpointStore::save(int64_t iteration,
   }
 }
 
-std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk) {
-  return str("model_tp", tp_rank, "_pp", pp_rank, "_v", chunk, ".pt");
-}
+std::string model_file(int64_t tp_rank, int64_t pp_rank) { return str("model_tp", tp_rank, "_pp", pp_rank, ".safetensors"); }
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
-  return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".pt");
+  return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".safetensors");
 }
 
-std::vector<FileRecord> write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                                          const std::vector<GPT>& chunks) {
-  std::vector<FileRecord> files;
-  for (size_t c = 0; c < chunks.size(); ++c)
-    files.push_back(save_archive(fs::path(folder) / model_file(tp_rank, pp_rank, int64_t(c)),
-                                 [&](auto& archive) { chunks[c]->save(archive); }));
-  return files;
+FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index) {
+  std::vector<StoredPiece> pieces;
+  for (const auto& p : params)
+    if (stores(p.role, at.tp))
+      pieces.push_back({piece_of(p, StateKind::weight, place_of(p.role, at.tp, tp_size), 0, p.tensor.numel()), p.tensor});
+  return write_pieces(folder, model_file(at.tp, at.pp), std::move(pieces), index);
 }
 
-std::vector<FileRecord> write_optimizer_shard(const std::string& folder, int64_t tp_rank,
-                                              int64_t pp_rank, int64_t dp_rank,
-                                              const ZeroOptimizer& optimizer, const LossScaler& scaler) {
-  return {save_archive(fs::path(folder) / optimizer_file(tp_rank, pp_rank, dp_rank), [&](auto& archive) {
-    optimizer.save(archive);
-    const auto state = scaler.state();
-    archive.write("loss_scale", torch::tensor({state.scale}, torch::kDouble));
-    archive.write("loss_scale_counts", torch::tensor({state.good_steps, state.skipped}, torch::kLong));
-  })};
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
+                                 std::vector<TensorPiece>& index) {
+  std::vector<StoredPiece> pieces;
+  for (const auto& s : optimizer.state_pieces()) {
+    const RoledParameter& p = params[s.param];
+    if (!stores(p.role, at.tp)) continue;
+    const PartPlace place = place_of(p.role, at.tp, tp_size);
+    for (const auto& [kind, value] : {std::pair{StateKind::main, s.main}, std::pair{StateKind::exp_avg, s.exp_avg},
+                                      std::pair{StateKind::exp_avg_sq, s.exp_avg_sq}})
+      pieces.push_back({piece_of(p, kind, place, s.offset, s.numel), value});
+  }
+  return write_pieces(folder, optimizer_file(at.tp, at.pp, at.dp), std::move(pieces), index);
 }
 
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
                                            const Config& config) {
   const fs::path dir(folder);
   std::vector<FileRecord> files;
-  files.push_back(save_archive(dir / "rng.pt", [](auto& archive) {
-    archive.write("cpu", at::detail::getDefaultCPUGenerator().get_state());
-  }));
+  Safetensors rng;
+  rng.tensors = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  files.push_back({kRngFile, write_safetensors((dir / kRngFile).string(), rng)});
   YAML::Node progress_yaml;
   progress_yaml["iteration"] = progress.iteration;
   progress_yaml["consumed_samples"] = progress.consumed_samples;
+  progress_yaml["optimizer_steps"] = progress.optimizer_steps;
+  progress_yaml["loss_scale"]["scale"] = progress.loss_scale.scale;  // yaml-cpp writes doubles exactly
+  progress_yaml["loss_scale"]["good_steps"] = progress.loss_scale.good_steps;
+  progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   files.push_back(write_text(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n"));
   return files;
@@ -267,8 +259,8 @@ bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer
 }
 
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
-                     const std::vector<GPT>& chunks, const ZeroOptimizer& optimizer,
-                     const LossScaler& scaler, const TrainingProgress& progress, const Config& config,
+                     const Layout& layout, const std::vector<RoledParameter>& params,
+                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
                      double loss) {
   const int64_t iteration = progress.iteration;
   const int world_rank = groups.world().rank();
@@ -282,11 +274,15 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
       if (!writes_checkpoint_files(groups, optimizer.sharded())) return;
       const std::string folder = store.staging_path(iteration);
       std::vector<FileRecord> files;
-      auto add = [&](std::vector<FileRecord> more) { files.insert(files.end(), more.begin(), more.end()); };
-      if (at.dp == 0) add(write_model_shard(folder, at.tp, at.pp, chunks));
-      add(write_optimizer_shard(folder, at.tp, at.pp, at.dp, optimizer, scaler));
-      if (leader) add(write_shared_state(folder, progress, config));
-      write_manifest_part(folder, world_rank, files);
+      std::vector<TensorPiece> pieces;
+      if (at.dp == 0) files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
+      if (at.dp == 0 || optimizer.sharded())
+        files.push_back(write_optimizer_shard(folder, at, layout.tp_size, params, optimizer, pieces));
+      if (leader) {
+        auto shared = write_shared_state(folder, progress, config);
+        files.insert(files.end(), shared.begin(), shared.end());
+      }
+      write_manifest_part(folder, world_rank, files, pieces);
     });
     agree(cpu_world, [&] {
       if (leader) store.commit(iteration, config.train.keep_checkpoints, loss);
@@ -307,14 +303,16 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
     YAML::Node root = YAML::LoadFile(progress_path.string());
     progress.iteration = root["iteration"].as<int64_t>();
     progress.consumed_samples = root["consumed_samples"].as<int64_t>();
+    progress.optimizer_steps = root["optimizer_steps"].as<int64_t>();
+    progress.loss_scale = {root["loss_scale"]["scale"].as<double>(), root["loss_scale"]["good_steps"].as<int64_t>(),
+                           root["loss_scale"]["skipped"].as<int64_t>()};
     saved = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
   } catch (const YAML::Exception& e) {
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());
   }
+  // The model and its arithmetic must be the same; the layout may change.
   for (const auto& key : Config::keys()) {
-    const bool must_match =
-        key.rfind("model.", 0) == 0 || key == "precision" || key == "parallel.tensor" ||
-        key == "parallel.pipeline" || key == "parallel.virtual_stages";
+    const bool must_match = key.rfind("model.", 0) == 0 || key == "precision";
     if (must_match && saved.get(key) != config.get(key))
       fail("checkpoint '", folder, "' was saved with ", key, "=", saved.get(key),
            " but this run has ", key, "=", config.get(key));
@@ -322,41 +320,53 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
   return progress;
 }
 
-void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                      std::vector<GPT>& chunks) {
-  const fs::path dir(folder);
-  const Manifest manifest = Manifest::read(folder);
-  for (size_t c = 0; c < chunks.size(); ++c)
-    load_archive(manifest, dir / model_file(tp_rank, pp_rank, int64_t(c)),
-                 [&](auto& archive) { chunks[c]->load(archive); });
-  torch::Tensor rng;
-  load_archive(manifest, dir / "rng.pt", [&](auto& archive) { archive.read("cpu", rng); });
+void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                  const std::vector<RoledParameter>& params) {
+  torch::NoGradGuard no_grad;
+  const CheckpointTensors saved(folder);
+  for (const auto& p : params) {
+    torch::Tensor local = p.tensor;
+    saved.read_part(p.name, StateKind::weight, place_of(p.role, tp_rank, tp_size), local);
+  }
+  Manifest::read(folder).verify(kRngFile);
+  const torch::Tensor rng = read_safetensors((fs::path(folder) / kRngFile).string()).tensors.at(0).second;
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(rng);
 }
 
-void read_optimizer_shards(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                           ZeroOptimizer& optimizer, LossScaler& scaler) {
-  const fs::path dir(folder);
-  const Manifest manifest = Manifest::read(folder);
-  std::vector<torch::serialize::InputArchive> shards;
-  for (int64_t d = 0; fs::exists(dir / optimizer_file(tp_rank, pp_rank, d)); ++d) {
-    shards.emplace_back();
-    load_archive(manifest, dir / optimizer_file(tp_rank, pp_rank, d),
-                 [&](auto& archive) { shards.back() = std::move(archive); });
+void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+                          ZeroOptimizer& optimizer) {
+  torch::NoGradGuard no_grad;
+  const CheckpointTensors saved(folder);
+  // Per parameter, its state in this rank's shape; rows the saving layout did not have (a
+  // vocabulary padded further) start as a fresh run does: main = the weights, moments zero.
+  std::map<std::pair<size_t, StateKind>, torch::Tensor> local;
+  auto state = [&](size_t param, StateKind kind, const torch::Tensor& like) -> const torch::Tensor& {
+    auto& value = local[{param, kind}];
+    if (!value.defined()) {
+      const RoledParameter& p = params[param];
+      value = kind == StateKind::main ? p.tensor.detach().to(like.dtype(), /*non_blocking=*/false, /*copy=*/true)
+                                      : torch::zeros(p.tensor.sizes(), like.options());
+      saved.read_part(p.name, kind, place_of(p.role, tp_rank, tp_size), value);
+      value = value.view({-1});
+    }
+    return value;
+  };
+  for (auto& piece : optimizer.state_pieces()) {
+    for (auto [kind, target] : {std::pair{StateKind::main, piece.main}, std::pair{StateKind::exp_avg, piece.exp_avg},
+                                std::pair{StateKind::exp_avg_sq, piece.exp_avg_sq}})
+      target.copy_(state(piece.param, kind, target).narrow(0, piece.offset, piece.numel));
   }
-  if (shards.empty())
-    fail("checkpoint file '", (dir / optimizer_file(tp_rank, pp_rank, 0)).string(), "' is missing");
-  try {
-    optimizer.load(shards);
-    torch::Tensor scale, counts;
-    shards.front().read("loss_scale", scale);
-    shards.front().read("loss_scale_counts", counts);
-    scaler.restore({scale.item<double>(), counts[0].item<int64_t>(), counts[1].item<int64_t>()});
-  } catch (const c10::Error& e) {
-    fail("the optimizer state in '", folder, "' cannot be loaded: ", e.what_without_backtrace());
-  }
+  optimizer.restore_steps(progress.optimizer_steps);
+}
+
+std::map<std::string, torch::Tensor> read_global_weights(const std::string& folder) {
+  const CheckpointTensors saved(folder);
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& name : saved.names(StateKind::weight)) weights[name] = saved.global(name, StateKind::weight);
+  return weights;
 }
 
 }  // namespace trident

@@ -9,20 +9,22 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "optim/loss_scaler.h"
+#include "parallel/parameter_role.h"
+#include "parallel/process_groups.h"
 #include "train/checkpoint_manifest.h"
 
 namespace trident {
 
 class Communicator;
-class GPT;
-class LossScaler;
-class ProcessGroups;
 class ZeroOptimizer;
 struct Config;
+struct Layout;
 
 class CheckpointStore {
  public:
@@ -66,10 +68,13 @@ class CheckpointStore {
   std::string dir_;
 };
 
-// What besides weights and optimizer state a run needs to continue exactly.
+// What besides weights and optimizer state a run needs to continue exactly; the same on every
+// rank, so rank 0 saves it (progress.yaml).
 struct TrainingProgress {
   int64_t iteration = 0;         // iterations completed
   int64_t consumed_samples = 0;  // position in the shuffled sample order
+  int64_t optimizer_steps = 0;   // AdamW's bias correction (steps skipped by the loss scaler excluded)
+  LossScaler::State loss_scale;
 };
 
 // Where a run resumes: the checkpoint `latest` names.
@@ -78,7 +83,7 @@ struct ResumePoint {
   TrainingProgress progress;
 };
 // Checks that `store` can take this run (train.resume set when it holds checkpoints, none newer
-// than `latest`, saved model and layout keys equal to `config`'s) and returns where it resumes,
+// than `latest`, saved model keys equal to `config`'s) and returns where it resumes,
 // nothing for an empty directory. Reads progress.yaml only.
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config);
 
@@ -92,48 +97,54 @@ std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
 bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer);
 
 // Saves every rank's part of a run as the checkpoint of `progress.iteration`, in three steps all
-// ranks agree on (parallel/failure.h): rank 0 begins it, the writers write their shards and
-// record them in the manifest, rank 0 commits it with `loss`. A failure on any rank removes the
-// partial checkpoint and throws JobError on every rank. Collective over `cpu_world`.
+// ranks agree on (parallel/failure.h): rank 0 begins it, the writers write their files and
+// record them and their tensor pieces in the manifest, rank 0 commits it with `loss`. A failure
+// on any rank removes the partial checkpoint and throws JobError on every rank. Collective
+// over `cpu_world`.
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
-                     const std::vector<GPT>& chunks, const ZeroOptimizer& optimizer,
-                     const LossScaler& scaler, const TrainingProgress& progress, const Config& config,
+                     const Layout& layout, const std::vector<RoledParameter>& params,
+                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
                      double loss);
 
-// Files of one checkpoint: model_tp<t>_pp<p>_v<c>.pt for model chunk c of the rank at
-// tensor-parallel position t of pipeline stage p (written by the first data-parallel replica),
-// and optimizer_tp<t>_pp<p>_dp<d>.pt, data-parallel rank d's shard of main parameters and AdamW
-// moments with the loss scale (from every rank under ZeRO; without it, only rank 0's file,
-// which holds all).
-std::string model_file(int64_t tp_rank, int64_t pp_rank, int64_t chunk);
+// Files of one checkpoint, every tensor stored by its global name as pieces of the layout that
+// saved it (checkpoint_tensors.h), so that any layout can load it:
+//  - model_tp<t>_pp<p>.safetensors: the weights of the rank at tensor-parallel position t of
+//    pipeline stage p, every chunk, from the first data-parallel replica (a tensor that is whole
+//    on every TP rank from TP rank 0 only; the tied embedding from its owner);
+//  - optimizer_tp<t>_pp<p>_dp<d>.safetensors: the main parameters and AdamW moments that
+//    data-parallel rank d holds (every rank under ZeRO, else the first replica), by the same rule;
+//  - rng.safetensors and progress.yaml (TrainingProgress and the full config), from rank 0.
+std::string model_file(int64_t tp_rank, int64_t pp_rank);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 
-// The writers return the files they wrote, for the manifest; a failed write (a full disk, an
-// I/O error) throws Error naming the file and the cause.
-// Writes this rank's shard of weights (every model chunk) into `folder`.
-std::vector<FileRecord> write_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                                          const std::vector<GPT>& chunks);
-// Writes this rank's optimizer shard and the loss scale into `folder`.
-std::vector<FileRecord> write_optimizer_shard(const std::string& folder, int64_t tp_rank,
-                                              int64_t pp_rank, int64_t dp_rank,
-                                              const ZeroOptimizer& optimizer, const LossScaler& scaler);
-// Writes what all ranks share: rng.pt and progress.yaml (with the full config).
+// This rank's files; each returns the record of the file it wrote and adds its tensor pieces
+// to `index`. A failed write (a full disk, an I/O error) throws Error naming the file.
+FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index);
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
+                                 std::vector<TensorPiece>& index);
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
                                            const Config& config);
 
 // The readers check every file against the checkpoint's manifest before loading it.
-// Reads progress.yaml of a checkpoint after checking that its saved model.*, precision,
-// parallel.tensor, parallel.pipeline and parallel.virtual_stages keys equal `config`'s; throws
-// Error naming the first that differs. Cheap: call it before building.
+// Reads progress.yaml of a checkpoint after checking that its saved model.* and precision keys
+// equal `config`'s (the layout may differ); throws Error naming the first that differs. Cheap:
+// call it before building.
 TrainingProgress read_progress(const std::string& folder, const Config& config);
 
-// Loads this rank's shard of weights and the RNG state; call before the optimizer is built.
-void read_model_shard(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                      std::vector<GPT>& chunks);
-// Loads the optimizer state and loss scale from every optimizer_tp<t>_pp<p>_dp*.pt of `folder`,
-// taking the pieces this rank holds: a run may resume with another data-parallel size or ZeRO
-// stage (each rank then reads all shards of its tensor and pipeline position).
-void read_optimizer_shards(const std::string& folder, int64_t tp_rank, int64_t pp_rank,
-                           ZeroOptimizer& optimizer, LossScaler& scaler);
+// Loads this rank's part of every weight, whatever layout saved them, and the RNG state; call
+// before the optimizer is built. `tp_rank` of `tp_size` is this rank's tensor-parallel place.
+void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                  const std::vector<RoledParameter>& params);
+// Loads the main parameters and AdamW moments this rank holds, whatever layout and ZeRO stage
+// saved them, and the step count. Local: publish() the optimizer after it.
+void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+                          ZeroOptimizer& optimizer);
+
+// Every weight of a checkpoint, whole (the padded vocabulary included), by global name: for
+// export, generation and tests.
+std::map<std::string, torch::Tensor> read_global_weights(const std::string& folder);
 
 }  // namespace trident

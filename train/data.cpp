@@ -24,10 +24,10 @@ class IndexedTokenStream : public TokenStream {
   // The dataset's tokenizer must fit the model: its ids index the embedding.
   IndexedTokenStream(const std::string& prefix, int64_t vocab_size)
       : dataset_(prefix), tokenizer_(read_tokenizer_record(prefix)) {
-    if (tokenizer_.vocab_size > vocab_size)
+    if (tokenizer_ && tokenizer_->vocab_size > vocab_size)
       fail("model.vocab_size (", vocab_size, ") does not cover the tokenizer dataset '", prefix, "' was made with, ",
-           tokenizer_.describe(), tokenizer_.source.empty() ? "" : " (" + tokenizer_.source + ")",
-           ": set model.vocab_size to at least ", tokenizer_.vocab_size);
+           tokenizer_->describe(), " (", tokenizer_->source, "): set model.vocab_size to at least ",
+           tokenizer_->vocab_size);
   }
   int64_t size() const override { return dataset_.num_tokens(); }
   void read(int64_t offset, int64_t count, int64_t* out) const override {
@@ -35,12 +35,12 @@ class IndexedTokenStream : public TokenStream {
   }
   std::string describe() const override {
     return str(dataset_.bin_path(), " (", dataset_.num_documents(), " documents, ", dataset_.num_tokens(),
-               " tokens, ", tokenizer_.describe(), ")");
+               " tokens, ", tokenizer_ ? tokenizer_->describe() : "no tokenizer recorded", ")");
   }
 
  private:
   IndexedDataset dataset_;
-  TokenizerRecord tokenizer_;
+  std::optional<TokenizerRecord> tokenizer_;
 };
 
 // Uniform random tokens, a function of position: for benchmarks that must not wait on data.

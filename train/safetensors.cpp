@@ -2,7 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,7 +30,7 @@ const std::vector<std::pair<torch::Dtype, const char*>>& dtype_names() {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const Safetensors& file) {
+FileDigest write_safetensors(const std::string& path, const Safetensors& file) {
   json header = json::object();
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   std::vector<torch::Tensor> data;
@@ -48,59 +53,93 @@ void write_safetensors(const std::string& path, const Safetensors& file) {
   writer.write(&length, sizeof length);
   writer.write(text.data(), text.size());
   for (const auto& bytes : data) writer.write(bytes.data_ptr(), size_t(bytes.numel()) * bytes.element_size());
-  writer.finish();
+  return writer.finish();
 }
 
-Safetensors read_safetensors(const std::string& path) {
-  const std::string bytes = read_text_file(path, "safetensors file");
-  auto bad = [&](const auto&... why) { fail("safetensors file '", path, "' ", why...); };
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  auto bad = [&](const auto&... why) { fail("safetensors file '", path_, "' ", why...); };
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail("safetensors file '", path_, "' cannot be read: ", std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd_, &info) != 0) bad("cannot be read: ", std::strerror(errno));
+  const uint64_t file_size = uint64_t(info.st_size);
   uint64_t length = 0;
-  if (bytes.size() < sizeof length) bad("is too short to hold a header");
-  std::memcpy(&length, bytes.data(), sizeof length);
-  if (length > bytes.size() - sizeof length) bad("declares a header of ", length, " bytes in a file of ", bytes.size());
+  if (file_size < sizeof length || ::pread(fd_, &length, sizeof length, 0) != ssize_t(sizeof length))
+    bad("is too short to hold a header");
+  if (length > file_size - sizeof length) bad("declares a header of ", length, " bytes in a file of ", file_size);
+  std::string text(length, '\0');
+  if (::pread(fd_, text.data(), length, sizeof length) != ssize_t(length)) bad("cannot be read: ", std::strerror(errno));
   json header;
   try {
-    header = json::parse(bytes.substr(sizeof length, length));
+    header = json::parse(text);
   } catch (const json::exception& e) {
     bad("has a header that is not JSON: ", e.what());
   }
-  const size_t data_start = sizeof length + length, data_size = bytes.size() - data_start;
-  Safetensors file;
-  struct Entry {
-    int64_t offset;  // in the data: the file's order
-    std::string name;
-    torch::Tensor tensor;
-  };
-  std::vector<Entry> entries;
+  data_start_ = sizeof length + length;
+  const uint64_t data_size = file_size - data_start_;
   try {
     for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
-        file.metadata = entry.get<std::map<std::string, std::string>>();
+        metadata_ = entry.get<std::map<std::string, std::string>>();
         continue;
       }
       const std::string dtype = entry.at("dtype").get<std::string>();
-      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      Entry e;
+      e.shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto offsets = entry.at("data_offsets").get<std::vector<int64_t>>();
-      torch::Dtype type = torch::kFloat;
       bool known = false;
-      for (const auto& [t, spelled] : dtype_names())
-        if (dtype == spelled) type = t, known = true;
+      for (const auto& [type, spelled] : dtype_names())
+        if (dtype == spelled) e.dtype = type, known = true;
       if (!known) bad("gives tensor '", name, "' the unknown dtype '", dtype, "'");
       int64_t numel = 1;
-      for (int64_t d : shape) numel *= d;
-      const int64_t size = numel * int64_t(torch::elementSize(type));
-      if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] - offsets[0] != size || size_t(offsets[1]) > data_size)
+      for (int64_t d : e.shape) numel *= d;
+      const int64_t size = numel * int64_t(torch::elementSize(e.dtype));
+      if (offsets.size() != 2 || offsets[0] < 0 || offsets[1] - offsets[0] != size || uint64_t(offsets[1]) > data_size)
         bad("gives tensor '", name, "' offsets that do not hold its ", numel, " elements of ", dtype);
-      auto tensor = torch::empty(shape, torch::TensorOptions().dtype(type));
-      std::memcpy(tensor.data_ptr(), bytes.data() + data_start + size_t(offsets[0]), size_t(size));
-      entries.push_back({offsets[0], name, tensor});
+      e.begin = offsets[0];
+      e.end = offsets[1];
+      entries_.emplace(name, std::move(e));
     }
   } catch (const json::exception& e) {
     bad("has a malformed header: ", e.what());
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.offset < b.offset; });
-  for (auto& e : entries) file.tensors.emplace_back(std::move(e.name), std::move(e.tensor));
-  return file;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::pair<int64_t, std::string>> ordered;
+  for (const auto& [name, e] : entries_) ordered.emplace_back(e.begin, name);
+  std::sort(ordered.begin(), ordered.end());
+  std::vector<std::string> out;
+  for (auto& [begin, name] : ordered) out.push_back(std::move(name));
+  return out;
+}
+
+torch::Tensor SafetensorsFile::read(const std::string& name) const {
+  const auto found = entries_.find(name);
+  if (found == entries_.end()) fail("safetensors file '", path_, "' holds no tensor '", name, "'");
+  const Entry& e = found->second;
+  auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+  auto* out = static_cast<char*>(tensor.data_ptr());
+  for (int64_t done = 0, size = e.end - e.begin; done < size;) {
+    const ssize_t got = ::pread(fd_, out + done, size_t(size - done), off_t(data_start_ + uint64_t(e.begin + done)));
+    if (got <= 0)
+      fail("safetensors file '", path_, "': tensor '", name, "' cannot be read: ",
+           got == 0 ? "the file ends before it" : std::strerror(errno));
+    done += got;
+  }
+  return tensor;
+}
+
+Safetensors read_safetensors(const std::string& path) {
+  SafetensorsFile file(path);
+  Safetensors out;
+  out.metadata = file.metadata();
+  for (const auto& name : file.names()) out.tensors.emplace_back(name, file.read(name));
+  return out;
 }
 
 }  // namespace trident

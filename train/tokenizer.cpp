@@ -57,9 +57,9 @@ void Tokenizer::save(const std::string& prefix) const {
 
 std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
-TokenizerRecord read_tokenizer_record(const std::string& prefix) {
+std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) {
   const std::string path = sidecar_path(prefix);
-  if (!fs::exists(path)) return {"byte", 256, 0, {}, ""};
+  if (!fs::exists(path)) return std::nullopt;
   const fs::path folder = fs::path(path).parent_path();
   try {
     const json sidecar = json::parse(read_text_file(path, "tokenizer file"));
@@ -81,7 +81,11 @@ TokenizerRecord read_tokenizer_record(const std::string& prefix) {
 }
 
 std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix) {
-  const TokenizerRecord record = read_tokenizer_record(prefix);
+  const auto recorded = read_tokenizer_record(prefix);
+  if (!recorded)
+    fail("dataset '", prefix, "' records no tokenizer (", sidecar_path(prefix),
+         " is missing): make it with trident's preprocess");
+  const TokenizerRecord& record = *recorded;
   std::unique_ptr<Tokenizer> tokenizer = record.type == "sentencepiece" ? load_sentencepiece(record.files[0])
                                          : record.type == "gpt2-bpe"
                                              ? load_gpt2_bpe(record.files[0], record.files[1])

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,16 +55,16 @@ struct TokenizerRecord {
   int64_t vocab_size = 0;
   int64_t end_of_document = 0;
   std::vector<std::string> files;  // paths, beside the dataset
-  std::string source;              // the sidecar's path, or "" for a dataset without one
+  std::string source;              // the sidecar's path
   std::string describe() const { return describe_tokenizer(type, vocab_size); }
 };
 
-// Byte-level for a dataset without a sidecar (made before tokenizers, or by another program).
-// Error naming the file if it is malformed.
-TokenizerRecord read_tokenizer_record(const std::string& prefix);
+// Nothing for a dataset without a sidecar (made by another program, or by trident before it
+// recorded tokenizers): its tokenizer is unknown. Error naming the file if it is malformed.
+std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix);
 
 // The tokenizer dataset `prefix` was made with, loaded from the files beside it; error naming a
-// file that is missing or malformed.
+// file that is missing or malformed, or the sidecar a dataset lacks.
 std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix);
 
 }  // namespace trident

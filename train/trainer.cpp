@@ -58,14 +58,17 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
     const auto& at = groups_->coordinates();
     // The weights are final before the optimizer takes them over into its flat buffer.
-    if (resume) read_model_shard(resume->folder, at.tp, at.pp, model_.chunks);
+    if (resume) read_weights(resume->folder, at.tp, layout_.tp_size, model_.params);
     ZeroOptions zero;
     zero.zero_stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_group(), config_.optimizer, zero);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);
-    if (resume) read_optimizer_shards(resume->folder, at.tp, at.pp, *optimizer_, *scaler_);
+    if (resume) {
+      read_optimizer_state(resume->folder, at.tp, layout_.tp_size, model_.params, resume->progress, *optimizer_);
+      scaler_->restore(resume->progress.loss_scale);
+    }
   });
   if (resume) {
     optimizer_->publish();
@@ -218,8 +221,9 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
 
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
-  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, model_.chunks, *optimizer_, *scaler_,
-                           {iteration_, consumed_samples_}, config_, last_loss_);
+  const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state()};
+  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, layout_, model_.params, *optimizer_, progress,
+                           config_, last_loss_);
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
 }

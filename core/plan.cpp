@@ -20,8 +20,6 @@ double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
   return n <= 1 ? 0 : 2.0 * double(n - 1) / double(n) * bytes / (bandwidth * 1e9);
 }
 
-bool divides(int64_t part, int64_t whole) { return part > 0 && whole % part == 0; }
-
 std::string describe(const Layout& l) {
   return str("TP ", l.tp_size, " x PP ", l.pp_size, " x DP ", l.dp_size, ", micro-batch ", l.micro_batch,
              ", recompute ", l.recompute);

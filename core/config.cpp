@@ -175,6 +175,8 @@ const std::vector<Field>& schema() {
             any<std::string>("a directory")),
       field("train.keep_checkpoints", TRIDENT_MEMBER(train.keep_checkpoints), at_least(1)),
       field("train.resume", TRIDENT_MEMBER(train.resume), any<bool>("true or false")),
+      field("train.init_from", TRIDENT_MEMBER(train.init_from),
+            any<std::string>("a folder with a Hugging Face GPT-2 model.safetensors and config.json")),
       field("train.metrics_file", TRIDENT_MEMBER(train.metrics_file), any<std::string>("a file")),
       field("train.device", TRIDENT_MEMBER(train.device), one_of({"cpu", "cuda"})),
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),

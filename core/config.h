@@ -102,6 +102,7 @@ struct TrainConfig {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
   bool resume = true;          // continue from checkpoint_dir/latest when it exists
+  std::string init_from;       // a Hugging Face GPT-2 folder to start from (unless resuming)
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string device = "cpu";  // cpu | cuda
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU

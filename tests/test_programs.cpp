@@ -5,11 +5,16 @@
 #include <fstream>
 #include <string>
 
+#include "core/config.h"
 #include "core/files.h"
 #include "tests/helpers.h"
+#include "tests/launchers.h"
+#include "train/checkpoint.h"
+#include "train/hf_gpt2.h"
 #include "train/indexed_dataset.h"
 #include "train/tokenizer.h"
 
+using trident::Config;
 using trident::testing::scratch_dir;
 
 namespace {
@@ -60,7 +65,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 }
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
-  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench"}) {
+  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -232,4 +237,56 @@ TEST(BenchProgram, PrintsATableOfEveryBenchmark) {
                           "| GPT-2 XL layer", "| T5-large encoder layer", "| T5-large decoder layer"})
     EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
   EXPECT_NE(r.output.find("bf16 fwd+bwd |"), std::string::npos) << r.output;
+}
+
+// A checkpoint of a TP 2 run exported to Hugging Face's GPT-2 layout with its tokenizer's files;
+// importing the export gives back every weight exactly, and train.init_from starts a run from it.
+TEST(ExportProgram, ExportsACheckpointThatTrainingCanStartFrom) {
+  const auto dir = scratch_dir();
+  const std::string gpt2 = kSource + "/tests/data/gpt2-tiny/", data = (dir / "corpus").string();
+  Result r = run(kBin + "/preprocess --quiet --tokenizer gpt2 --vocab " + gpt2 + "vocab.json --merges " + gpt2 +
+                 "merges.txt --output " + data + " " + kSource + "/core");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ckpt = (dir / "ckpt").string(), out = (dir / "hf").string();
+  const std::string train = kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.path=" + data +
+                            " model.vocab_size=268 train.metrics_file= ";
+  const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
+  r = run((mpi ? trident::testing::kMpirun + "2 " : "") + train + "train.iters=3 optimizer.warmup_iters=1 train.checkpoint_dir=" + ckpt +
+          (mpi ? " parallel.tensor=2" : ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  r = run(kBin + "/export --checkpoint " + ckpt + " --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model.safetensors, config.json, vocab.json, merges.txt"), std::string::npos) << r.output;
+  EXPECT_EQ(trident::read_text_file(out + "/merges.txt", "merges"), trident::read_text_file(gpt2 + "merges.txt", "merges"));
+  const auto tiny = Config::parse(trident::read_text_file(kSource + "/configs/gpt-tiny.yaml", "config"), {"model.vocab_size=268"});
+  const auto saved = trident::read_global_weights(trident::CheckpointStore(ckpt).path(3));
+  const auto imported = trident::read_hf_gpt2(out, tiny.model);
+  ASSERT_EQ(imported.size(), saved.size());
+  for (const auto& [name, value] : imported) {
+    const auto& want = saved.at(name);
+    EXPECT_TRUE(torch::equal(value, name == "wte.weight" ? want.narrow(0, 0, 268) : want)) << name;
+  }
+
+  r = run(kBin + "/export --checkpoint " + ckpt + " --output " + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: --output '" + out + "' already holds model.safetensors"), std::string::npos) << r.output;
+
+  // From the export: a clearly better first loss than a fresh model's.
+  auto first_loss = [](const Result& run) {
+    double loss = 0;
+    const size_t at = run.output.find("| loss ");
+    EXPECT_TRUE(at != std::string::npos && std::sscanf(run.output.c_str() + at, "| loss %lf", &loss) == 1) << run.output;
+    return loss;
+  };
+  const Result fresh = run(train + "train.iters=1");
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  r = run(train + "train.iters=1 train.init_from=" + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("initialized the weights from train.init_from '" + out + "'"), std::string::npos) << r.output;
+  EXPECT_LT(first_loss(r), first_loss(fresh) - 0.3) << r.output << fresh.output;
+  r = run(train + "train.iters=1 model.hidden_size=64 train.init_from=" + out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("has n_embd=128 but model.hidden_size asks for 64"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
 }

@@ -55,12 +55,6 @@ FileRecord write_text(const fs::path& path, const std::string& text) {
   return {path.filename().string(), write_text_file(path.string(), text)};
 }
 
-// Where a parameter of this rank sits in its global tensor.
-PartPlace place_of(const ParameterRole& role, int64_t tp_rank, int64_t tp_size) {
-  if (role.replicated()) return {};
-  return {role.partition_dim, tp_rank, tp_size, role.layout_padded};
-}
-
 // Whether this rank stores the parameter: each element of the model once per checkpoint.
 bool stores(const ParameterRole& role, int64_t tp_rank) { return role.tied != Tied::copy && (!role.replicated() || tp_rank == 0); }
 
@@ -190,7 +184,7 @@ FileRecord write_model_shard(const std::string& folder, const GridCoordinates& a
   std::vector<StoredPiece> pieces;
   for (const auto& p : params)
     if (stores(p.role, at.tp))
-      pieces.push_back({piece_of(p, StateKind::weight, place_of(p.role, at.tp, tp_size), 0, p.tensor.numel()), p.tensor});
+      pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, at.tp, tp_size), 0, p.tensor.numel()), p.tensor});
   return write_pieces(folder, model_file(at.tp, at.pp), std::move(pieces), index);
 }
 
@@ -201,7 +195,7 @@ FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinate
   for (const auto& s : optimizer.state_pieces()) {
     const RoledParameter& p = params[s.param];
     if (!stores(p.role, at.tp)) continue;
-    const PartPlace place = place_of(p.role, at.tp, tp_size);
+    const PartPlace place = part_place(p.role, at.tp, tp_size);
     for (const auto& [kind, value] : {std::pair{StateKind::main, s.main}, std::pair{StateKind::exp_avg, s.exp_avg},
                                       std::pair{StateKind::exp_avg_sq, s.exp_avg_sq}})
       pieces.push_back({piece_of(p, kind, place, s.offset, s.numel), value});
@@ -293,12 +287,11 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
   }
 }
 
-TrainingProgress read_progress(const std::string& folder, const Config& config) {
-  const fs::path dir(folder);
-  const fs::path progress_path = dir / "progress.yaml";
+SavedRun read_saved_run(const std::string& folder) {
+  const fs::path progress_path = fs::path(folder) / "progress.yaml";
   Manifest::read(folder).verify("progress.yaml");
-  TrainingProgress progress;
-  Config saved;
+  SavedRun saved;
+  TrainingProgress& progress = saved.progress;
   try {
     YAML::Node root = YAML::LoadFile(progress_path.string());
     progress.iteration = root["iteration"].as<int64_t>();
@@ -306,18 +299,33 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
     progress.optimizer_steps = root["optimizer_steps"].as<int64_t>();
     progress.loss_scale = {root["loss_scale"]["scale"].as<double>(), root["loss_scale"]["good_steps"].as<int64_t>(),
                            root["loss_scale"]["skipped"].as<int64_t>()};
-    saved = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
+    saved.config = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
   } catch (const YAML::Exception& e) {
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());
   }
+  return saved;
+}
+
+TrainingProgress read_progress(const std::string& folder, const Config& config) {
+  const SavedRun saved = read_saved_run(folder);
   // The model and its arithmetic must be the same; the layout may change.
   for (const auto& key : Config::keys()) {
     const bool must_match = key.rfind("model.", 0) == 0 || key == "precision";
-    if (must_match && saved.get(key) != config.get(key))
-      fail("checkpoint '", folder, "' was saved with ", key, "=", saved.get(key),
-           " but this run has ", key, "=", config.get(key));
+    if (must_match && saved.config.get(key) != config.get(key))
+      fail("checkpoint '", folder, "' was saved with ", key, "=", saved.config.get(key), " but this run has ", key,
+           "=", config.get(key));
   }
-  return progress;
+  return saved.progress;
+}
+
+std::string checkpoint_folder(const std::string& path, const std::string& option) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  if (!fs::is_directory(path)) fail(option, " '", path, "' is not a directory");
+  const CheckpointStore store(path);
+  const int64_t latest = store.latest();
+  if (latest < 0)
+    fail(option, " '", path, "' is neither a checkpoint (no manifest.json) nor a checkpoint directory (no `latest`)");
+  return store.path(latest);
 }
 
 void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
@@ -326,7 +334,7 @@ void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
   const CheckpointTensors saved(folder);
   for (const auto& p : params) {
     torch::Tensor local = p.tensor;
-    saved.read_part(p.name, StateKind::weight, place_of(p.role, tp_rank, tp_size), local);
+    saved.read_part(p.name, StateKind::weight, part_place(p.role, tp_rank, tp_size), local);
   }
   Manifest::read(folder).verify(kRngFile);
   const torch::Tensor rng = read_safetensors((fs::path(folder) / kRngFile).string()).tensors.at(0).second;
@@ -349,7 +357,7 @@ void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp
       const RoledParameter& p = params[param];
       value = kind == StateKind::main ? p.tensor.detach().to(like.dtype(), /*non_blocking=*/false, /*copy=*/true)
                                       : torch::zeros(p.tensor.sizes(), like.options());
-      saved.read_part(p.name, kind, place_of(p.role, tp_rank, tp_size), value);
+      saved.read_part(p.name, kind, part_place(p.role, tp_rank, tp_size), value);
       value = value.view({-1});
     }
     return value;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "optim/loss_scaler.h"
 #include "parallel/parameter_role.h"
 #include "parallel/process_groups.h"
@@ -23,7 +24,6 @@ namespace trident {
 
 class Communicator;
 class ZeroOptimizer;
-struct Config;
 struct Layout;
 
 class CheckpointStore {
@@ -128,10 +128,21 @@ std::vector<FileRecord> write_shared_state(const std::string& folder, const Trai
                                            const Config& config);
 
 // The readers check every file against the checkpoint's manifest before loading it.
-// Reads progress.yaml of a checkpoint after checking that its saved model.* and precision keys
-// equal `config`'s (the layout may differ); throws Error naming the first that differs. Cheap:
-// call it before building.
+// What progress.yaml holds: how far the run got and its whole config.
+struct SavedRun {
+  TrainingProgress progress;
+  Config config;
+};
+SavedRun read_saved_run(const std::string& folder);
+// read_saved_run after checking that the saved model.* and precision keys equal `config`'s
+// (the layout may differ); throws Error naming the first that differs. Cheap: call it before
+// building.
 TrainingProgress read_progress(const std::string& folder, const Config& config);
+
+// The checkpoint folder `path` names, for the tools: `path` itself when it holds a
+// manifest.json (iter_NNNNNNN), else the folder its `latest` names (a train.checkpoint_dir).
+// `option` names the command-line option in errors.
+std::string checkpoint_folder(const std::string& path, const std::string& option);
 
 // Loads this rank's part of every weight, whatever layout saved them, and the RNG state; call
 // before the optimizer is built. `tp_rank` of `tp_size` is this rank's tensor-parallel place.

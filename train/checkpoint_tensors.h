@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/parameter_role.h"
 #include "train/checkpoint_manifest.h"
 
 namespace trident {
@@ -66,9 +67,17 @@ class CheckpointTensors {
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;  // verified, opened
 };
 
+// Where a parameter of `role` sits on TP rank `tp_rank` of `tp_size`.
+PartPlace part_place(const ParameterRole& role, int64_t tp_rank, int64_t tp_size);
+
 // Copies into `local` its part of `global`. Shapes must fit, except along a padded dim: rows
 // global lacks (padding of a layout with more TP ranks) are left as they are, rows past this
 // layout's padding are dropped. `what` names the tensor in errors.
 void place_part(const torch::Tensor& global, const PartPlace& place, torch::Tensor& local, const std::string& what);
+
+// Sets every parameter to its part of the global weight of the same name in `weights` (from
+// `source`, which errors name).
+void place_parameters(const std::map<std::string, torch::Tensor>& weights, const std::vector<RoledParameter>& params,
+                      int64_t tp_rank, int64_t tp_size, const std::string& source);
 
 }  // namespace trident

@@ -18,7 +18,9 @@
 #include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_tensors.h"
 #include "train/data.h"
+#include "train/hf_gpt2.h"
 #include "train/device.h"
 
 namespace trident {
@@ -58,7 +60,11 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
     const auto& at = groups_->coordinates();
     // The weights are final before the optimizer takes them over into its flat buffer.
-    if (resume) read_weights(resume->folder, at.tp, layout_.tp_size, model_.params);
+    if (resume)
+      read_weights(resume->folder, at.tp, layout_.tp_size, model_.params);
+    else if (!config_.train.init_from.empty())
+      place_parameters(read_hf_gpt2(config_.train.init_from, config_.model), model_.params, at.tp, layout_.tp_size,
+                       str("train.init_from '", config_.train.init_from, "'"));
     ZeroOptions zero;
     zero.zero_stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
@@ -76,6 +82,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     consumed_samples_ = resume->progress.consumed_samples;
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
+  } else if (!config_.train.init_from.empty()) {
+    log::info(str("initialized the weights from train.init_from '", config_.train.init_from, "'"));
   }
 }
 

@@ -1,0 +1,106 @@
+// export: a trident checkpoint (any layout) -> a Hugging Face GPT-2 folder.
+//
+//   export --checkpoint DIR --output OUT [--dtype fp32|bf16|fp16|fp64]
+//
+// DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
+// model.safetensors (GPT2LMHeadModel's names and layouts, train/hf_gpt2.h; the vocabulary cut
+// to model.vocab_size rows), config.json, and the dataset's tokenizer files under Hugging
+// Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model (SentencePiece); a
+// byte-level model's ids are its bytes and need none. Never overwrites an export.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/command_line.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "train/checkpoint.h"
+#include "train/hf_gpt2.h"
+#include "train/safetensors.h"
+#include "train/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace trident;
+
+namespace {
+
+struct Options {
+  std::string checkpoint, output, dtype = "fp32";
+};
+
+CLI::App& describe(CLI::App& app, Options& o) {
+  app.description("A trident checkpoint (any layout) -> a Hugging Face GPT-2 folder: model.safetensors, "
+                  "config.json and the tokenizer's files.");
+  app.add_option("--checkpoint", o.checkpoint, "a train.checkpoint_dir (its latest) or an iter_NNNNNNN folder")
+      ->required();
+  app.add_option("--output", o.output, "the folder to write")->required();
+  app.add_option("--dtype", o.dtype, "the weights' dtype")
+      ->check(checked(one_of({"fp32", "bf16", "fp16", "fp64"})))
+      ->capture_default_str();
+  return app;
+}
+
+torch::Dtype dtype_of(const std::string& name) {
+  return name == "bf16" ? torch::kBFloat16 : name == "fp16" ? torch::kHalf : name == "fp64" ? torch::kDouble : torch::kFloat;
+}
+
+// Hugging Face's names for the tokenizer's files.
+std::vector<std::string> hf_tokenizer_names(const TokenizerRecord& record) {
+  if (record.type == "gpt2-bpe") return {"vocab.json", "merges.txt"};
+  if (record.type == "sentencepiece") return {"tokenizer.model"};
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options options;
+    CLI::App app{"", "export"};
+    if (!parse_command_line(describe(app, options), argc, argv)) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    const fs::path out(options.output);
+    if (fs::exists(out / "model.safetensors"))
+      fail("--output '", options.output, "' already holds model.safetensors; choose another folder");
+    const auto start = std::chrono::steady_clock::now();
+    const std::string folder = checkpoint_folder(options.checkpoint, "--checkpoint");
+    const SavedRun saved = read_saved_run(folder);
+    const Config& config = saved.config;
+    const auto tokenizer = config.data.type == "indexed" ? read_tokenizer_record(config.data.path) : std::nullopt;
+    const torch::Dtype dtype = dtype_of(options.dtype);
+
+    Safetensors weights;
+    weights.metadata = {{"format", "pt"}};  // Hugging Face refuses safetensors without it
+    int64_t parameters = 0;
+    for (auto& [name, tensor] : to_hf_gpt2(read_global_weights(folder), config.model, dtype)) {
+      parameters += tensor.numel();
+      weights.tensors.emplace_back(name, tensor);
+    }
+    fs::create_directories(out);
+    const FileDigest written = write_safetensors((out / "model.safetensors").string(), weights);
+    write_text_file((out / "config.json").string(),
+                    hf_gpt2_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype).dump(2) + "\n");
+    std::vector<std::string> files = {"model.safetensors", "config.json"};
+    if (tokenizer) {
+      const auto names = hf_tokenizer_names(*tokenizer);
+      for (size_t i = 0; i < names.size(); ++i) {
+        write_text_file((out / names[i]).string(), read_text_file(tokenizer->files[i], "tokenizer file"));
+        files.push_back(names[i]);
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("exported %s (iteration %lld) to %s in %.2f s: %s (%s parameters, %sB, %s), tokenizer: %s\n",
+                folder.c_str(), static_cast<long long>(saved.progress.iteration), options.output.c_str(), seconds,
+                join(files, ", ").c_str(), si_units(double(parameters)).c_str(),
+                si_units(double(written.bytes)).c_str(), options.dtype.c_str(),
+                tokenizer ? tokenizer->describe().c_str()
+                          : str("unknown (data.path '", config.data.path, "' records none)").c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -2,6 +2,7 @@
 // here independently of trident's model, the logits trident computes; reading them back gives
 // the same weights at any tensor-parallel layout; a config.json that does not fit is named.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -70,7 +71,7 @@ std::string export_folder(const std::map<std::string, torch::Tensor>& hf, const 
   Safetensors file;
   for (const auto& [name, t] : hf) file.tensors.emplace_back(bare ? name.substr(12) : name, t);
   write_safetensors((dir / "model.safetensors").string(), file);
-  write_text_file((dir / "config.json").string(), hf_gpt2_config(m, 0, torch::kDouble).dump());
+  write_text_file((dir / "config.json").string(), hf_gpt2_config(m, 0, torch::kDouble));
   return dir.string();
 }
 

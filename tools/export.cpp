@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     fs::create_directories(out);
     const FileDigest written = write_safetensors((out / "model.safetensors").string(), weights);
     write_text_file((out / "config.json").string(),
-                    hf_gpt2_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype).dump(2) + "\n");
+                    hf_gpt2_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype));
     std::vector<std::string> files = {"model.safetensors", "config.json"};
     if (tokenizer) {
       const auto names = hf_tokenizer_names(*tokenizer);

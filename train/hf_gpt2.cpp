@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "train/safetensors.h"
@@ -85,8 +87,8 @@ std::map<std::string, torch::Tensor> to_hf_gpt2(const std::map<std::string, torc
   return out;
 }
 
-json hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, torch::Dtype dtype) {
-  return {{"architectures", {"GPT2LMHeadModel"}},
+std::string hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, torch::Dtype dtype) {
+  const json config = {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"vocab_size", model.vocab_size},
           {"n_positions", model.seq_length},
@@ -106,6 +108,7 @@ json hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, torch::Dt
           {"bos_token_id", end_of_document},
           {"eos_token_id", end_of_document},
           {"torch_dtype", dtype_name(dtype)}};
+  return config.dump(2) + "\n";
 }
 
 std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const ModelConfig& model) {

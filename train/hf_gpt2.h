@@ -19,7 +19,6 @@
 // same logits.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <torch/types.h>
 
 #include <map>
@@ -33,8 +32,8 @@ namespace trident {
 // to model.vocab_size rows, in `dtype`.
 std::map<std::string, torch::Tensor> to_hf_gpt2(const std::map<std::string, torch::Tensor>& weights,
                                                 const ModelConfig& model, torch::Dtype dtype);
-// HF's config.json for such a model; `end_of_document` is the tokenizer's (bos and eos).
-nlohmann::json hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, torch::Dtype dtype);
+// HF's config.json (its text) for such a model; `end_of_document` is the tokenizer's (bos and eos).
+std::string hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, torch::Dtype dtype);
 
 // Reads <dir>/model.safetensors (with or without the "transformer." prefix of the names) and
 // <dir>/config.json, checks that they describe a model `model` can take (the error names the

@@ -65,7 +65,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 }
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
-  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export"}) {
+  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export", "generate"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -289,4 +289,44 @@ TEST(ExportProgram, ExportsACheckpointThatTrainingCanStartFrom) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("has n_embd=128 but model.hidden_size asks for 64"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+}
+
+// A model trained at TP 2 x PP 2 on the alphabet continues it: generate assembles the whole
+// model in one process from the pieces, from the checkpoint directory or one of its folders.
+TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
+  const auto dir = scratch_dir();
+  std::string alphabet;
+  for (int i = 0; i < 8; ++i) alphabet += "abcdefghijklmnopqrstuvwxyz";
+  std::vector<std::string> documents(40, alphabet + "\n");
+  const std::string data = (dir / "abc").string(), ckpt = (dir / "ckpt").string();
+  trident::testing::write_documents(data, documents);
+  trident::byte_tokenizer()->save(data);
+  const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
+  Result r = run((mpi ? trident::testing::kMpirun + "4 " : "") + kBin + "/train --config " + kSource +
+                 "/configs/gpt-tiny.yaml data.path=" + data +
+                 " model.num_layers=2 model.hidden_size=64 model.seq_length=32 train.iters=30 optimizer.warmup_iters=5"
+                 " batch.micro_batch_size=4 data.valid_fraction=0 train.eval_interval=0 train.metrics_file= "
+                 "train.checkpoint_dir=" + ckpt + (mpi ? " parallel.tensor=2 parallel.pipeline=2" : ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string generate = kBin + "/generate --prompt abcdefgh --max-tokens 10 ";
+  auto text_of = [](const std::string& command) { return run("{ " + command + " 2>/dev/null; }").output; };
+  EXPECT_EQ(text_of(generate + "--temperature 0 --checkpoint " + ckpt), "abcdefghijklmnopqr\n");
+  r = run(generate + "--temperature 0 --checkpoint " + trident::CheckpointStore(ckpt).path(30));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("generated 10 tokens in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(iteration 30), byte-level (256 ids)"), std::string::npos) << r.output;
+  const std::string sampled = generate + "--seed 9 --checkpoint " + ckpt;
+  EXPECT_EQ(text_of(sampled), text_of(sampled));
+
+  r = run(generate + "--temperature -1 --checkpoint " + ckpt);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: --temperature: expected a number >= 0, got '-1'"), std::string::npos) << r.output;
+  r = run(generate + "--checkpoint " + ckpt + " --dataset " + (dir / "nothing").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("nothing' records no tokenizer"), std::string::npos) << r.output;
+  r = run(generate + "--checkpoint " + dir.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("is neither a checkpoint (no manifest.json) nor a checkpoint directory"), std::string::npos)
+      << r.output;
 }

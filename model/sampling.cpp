@@ -1,0 +1,47 @@
+#include "model/sampling.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/error.h"
+
+namespace trident {
+
+int64_t choose_token(const torch::Tensor& logits, double temperature, int64_t top_k, at::Generator& generator) {
+  TRIDENT_CHECK(logits.dim() == 1 && logits.numel() > 0, "logits of shape ", logits.sizes());
+  const auto scores = logits.to(torch::kDouble);
+  if (temperature == 0 || top_k == 1) return scores.argmax().item<int64_t>();
+  auto probabilities = (scores / temperature).softmax(0);
+  if (top_k > 0 && top_k < scores.numel()) {
+    const auto kept = std::get<1>(scores.topk(top_k));
+    auto mask = torch::zeros_like(probabilities);
+    mask.index_fill_(0, kept, 1.0);
+    probabilities = probabilities * mask;
+  }
+  return at::multinomial(probabilities, 1, /*replacement=*/false, generator).item<int64_t>();
+}
+
+std::vector<int64_t> generate_tokens(GPT& model, int64_t vocab_size, const std::vector<int64_t>& prompt,
+                                     const SamplingOptions& options, const std::function<void(int64_t)>& on_token) {
+  if (prompt.empty()) fail("generation needs a prompt of at least one token");
+  torch::NoGradGuard no_grad;
+  model->eval();
+  at::Generator generator = at::detail::createCPUGenerator(options.seed);
+  const auto device = model->parameters().front().device();
+  const int64_t context = model->wpe->weight.size(0);  // model.seq_length positions
+  std::vector<int64_t> tokens = prompt, added;
+  while (int64_t(added.size()) < options.max_tokens) {
+    const int64_t start = std::max<int64_t>(0, int64_t(tokens.size()) - context);
+    const auto ids = torch::tensor(std::vector<int64_t>(tokens.begin() + start, tokens.end()), torch::kLong)
+                         .view({1, -1})
+                         .to(device);
+    const auto logits = model->forward(ids)[0][-1].narrow(0, 0, vocab_size).cpu();
+    const int64_t next = choose_token(logits, options.temperature, options.top_k, generator);
+    if (next == options.stop_token) break;
+    tokens.push_back(next);
+    added.push_back(next);
+    if (on_token) on_token(next);
+  }
+  return added;
+}
+
+}  // namespace trident

@@ -65,7 +65,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 }
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
-  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export", "generate"}) {
+  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export", "generate", "plot"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -329,4 +329,34 @@ TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("is neither a checkpoint (no manifest.json) nor a checkpoint directory"), std::string::npos)
       << r.output;
+}
+
+// A picture of a run from its metrics: a resumed run's repeated iteration counts once (the later
+// line), validation losses and MFU get their curves, an incomplete last line is skipped.
+TEST(PlotProgram, DrawsTheMetricsOfARun) {
+  if (run("command -v gnuplot").exit_code != 0) GTEST_SKIP() << "gnuplot is not installed";
+  const auto dir = scratch_dir();
+  const std::string metrics = (dir / "metrics.jsonl").string(), script = (dir / "plot.gp").string();
+  std::ofstream(metrics) << R"({"iteration": 1, "loss": 5.5, "tokens_per_s": 900, "tflops_6pd": 0.1, "tflops_model": 0.12, "mfu": 0.25}
+{"iteration": 2, "loss": 4.0, "tokens_per_s": 1000, "tflops_6pd": 0.1, "tflops_model": 0.12, "mfu": 0.25}
+{"iteration": 2, "loss": 4.5, "tokens_per_s": 1000, "tflops_6pd": 0.1, "tflops_model": 0.12, "mfu": 0.25, "valid_loss": 4.75}
+{"iteration": 3, "loss": 4.)";
+  Result r = run(kBin + "/plot --metrics " + metrics + " --script " + script);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: line 4 of '" + metrics + "' is incomplete"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + (dir / "metrics.png").string() + ": 2 iterations (1 to 2)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(trident::read_text_file((dir / "metrics.png").string(), "png").substr(1, 3), "PNG");
+  const std::string gp = trident::read_text_file(script, "script");
+  EXPECT_NE(gp.find("$loss << EOD\n1 5.5\n2 4.5\nEOD\n$valid << EOD\n2 4.75\nEOD\n"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("$mfu << EOD\n1 25\n2 25\nEOD"), std::string::npos) << gp;
+
+  std::ofstream(metrics) << "{\"iteration\": 1, \"loss\": 5}\nnot json\n{\"iteration\": 3, \"loss\": 4}\n";
+  r = run(kBin + "/plot --metrics " + metrics);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: metrics file '" + metrics + "' line 2 is not a JSON object with an iteration"),
+            std::string::npos) << r.output;
+  std::ofstream(metrics, std::ios::trunc).flush();
+  r = run(kBin + "/plot --metrics " + metrics);
+  EXPECT_NE(r.output.find("error: metrics file '" + metrics + "' holds no iterations"), std::string::npos) << r.output;
 }

@@ -54,6 +54,13 @@ FileDigest write_text_file(const std::string& path, const std::string& text) {
   return writer.finish();
 }
 
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string partial = path + ".partial";
+  write_text_file(partial, text);
+  if (std::rename(partial.c_str(), path.c_str()) != 0)
+    fail("cannot replace '", path, "': ", std::strerror(errno));
+}
+
 FileDigest digest_file(const std::string& path, const std::string& what) {
   Checksum checksum;
   FileDigest digest;

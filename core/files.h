@@ -23,6 +23,9 @@ void read_file(const std::string& path, const std::string& what,
 std::string read_text_file(const std::string& path, const std::string& what);
 // Writes `text` as a new file (FileWriter's errors); returns its size and checksum.
 FileDigest write_text_file(const std::string& path, const std::string& text);
+// The same, replacing `path` atomically: written beside it as <path>.partial, flushed, renamed
+// over it. A failure leaves whatever `path` held.
+void replace_file(const std::string& path, const std::string& text);
 // A file's size and checksum (read_file's errors).
 FileDigest digest_file(const std::string& path, const std::string& what);
 

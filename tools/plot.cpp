@@ -97,7 +97,7 @@ std::string gnuplot_script(const std::map<int64_t, Row>& rows, const std::string
                   data_block("tokens", rows, &Row::tokens_per_s) + data_block("tflops6pd", rows, &Row::tflops_6pd) +
                   data_block("tflopsmodel", rows, &Row::tflops_model) + data_block("mfu", rows, &Row::mfu, 100);
   s += "set terminal pngcairo size 900,1000 noenhanced\nset output " + quoted(png) + "\n";
-  s += "set multiplot layout 3,1 title " + quoted(title) + "\nset grid\nset key top right\nset xlabel \"iteration\"\n";
+  s += "set multiplot layout 3,1 title " + quoted(title) + "\nset grid\nset key top right opaque\nset xlabel \"iteration\"\n";
   s += "set ylabel \"loss\"\nplot $loss with lines lw 2 title \"training\"";
   s += valid ? ", $valid with linespoints pt 7 lw 2 title \"validation\"\n" : "\n";
   s += "set ylabel \"tokens/s\"\nplot $tokens with lines lw 2 title \"tokens/s\"\n";

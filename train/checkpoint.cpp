@@ -44,13 +44,6 @@ int64_t parse_folder_name(const std::string& name) {
   return value;
 }
 
-// `text` as <path>, replacing it atomically: written beside it, flushed, renamed over it.
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path partial = path.string() + ".partial";
-  write_text_file(partial.string(), text);
-  fs::rename(partial, path);
-}
-
 FileRecord write_text(const fs::path& path, const std::string& text) {
   return {path.filename().string(), write_text_file(path.string(), text)};
 }
@@ -135,7 +128,7 @@ void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss) const
   sync_path(staging);
   fs::rename(staging, path(iteration));
   sync_path(dir_);
-  write_text_atomically(fs::path(dir_) / "latest", folder_name(iteration) + "\n");
+  replace_file((fs::path(dir_) / "latest").string(), folder_name(iteration) + "\n");
   sync_path(dir_);
 
   const auto saved = iterations();

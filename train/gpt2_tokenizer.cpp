@@ -148,8 +148,8 @@ class Gpt2BpeTokenizer : public Tokenizer {
  protected:
   std::vector<std::string> write_files(const std::string& prefix) const override {
     const std::vector<std::string> files = {prefix + ".vocab.json", prefix + ".merges.txt"};
-    write_text_file(files[0], vocab_text_);
-    write_text_file(files[1], merges_text_);
+    replace_file(files[0], vocab_text_);  // they may be the files they were loaded from
+    replace_file(files[1], merges_text_);
     return files;
   }
 

@@ -174,7 +174,7 @@ class SentencePieceTokenizer : public Tokenizer {
  protected:
   std::vector<std::string> write_files(const std::string& prefix) const override {
     const std::string file = prefix + ".model";
-    write_text_file(file, engine_->model());
+    replace_file(file, engine_->model());  // it may be the file it was loaded from
     return {file};
   }
 

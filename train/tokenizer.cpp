@@ -52,7 +52,7 @@ void Tokenizer::save(const std::string& prefix) const {
                   {"end_of_document", end_of_document()},
                   {"files", json::array()}};
   for (const auto& file : write_files(prefix)) sidecar["files"].push_back(fs::path(file).filename().string());
-  write_text_file(sidecar_path(prefix), sidecar.dump(2) + "\n");
+  replace_file(sidecar_path(prefix), sidecar.dump(2) + "\n");
 }
 
 std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }

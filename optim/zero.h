@@ -63,6 +63,9 @@ class ZeroOptimizer {
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
   bool sharded() const { return flat_.shards > 1; }
+  // Whether main parameters are a copy of their own (bf16/fp16 models); otherwise they are the
+  // weights themselves (fp32/fp64).
+  bool separate_main() const { return main_.defined(); }
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 

@@ -177,11 +177,15 @@ TEST(MixedPrecision, Fp16OverflowSkipsExactlyThatStepAndHalvesTheScale) {
   }
 }
 
-TEST(Checkpoint, ResumeIsBitExact) {
+// fp32 (main weights are the weights) and bf16 (main weights are fp32 copies, saved apart).
+class CheckpointResume : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CheckpointResume, IsBitExact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   // Dropout on, so the restored RNG state matters too.
-  const std::vector<std::string> common = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1"};
+  const std::vector<std::string> common = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1",
+                                           "precision=" + GetParam()};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return small_config(data, extra);
@@ -204,6 +208,8 @@ TEST(Checkpoint, ResumeIsBitExact) {
   for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], all[5 + i]) << i;
   expect_same_parameters(straight, resumed);
 }
+
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResume, ::testing::Values("fp32", "bf16"));
 
 // The layout may change between save and resume (tests/test_distributed_runs.cpp), the model
 // and its arithmetic may not: a run of another width or precision is refused before it builds.

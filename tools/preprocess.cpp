@@ -129,7 +129,12 @@ std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::
   if (documents.empty()) fail("no documents to train a tokenizer on: all input files are empty or binary");
   if (!o.quiet) std::fprintf(stderr, "training a SentencePiece BPE tokenizer of %lld ids on %zu files...\n",
                              static_cast<long long>(o.vocab_size), documents.size());
-  return trident::train_sentencepiece(documents, o.vocab_size);
+  const auto start = std::chrono::steady_clock::now();
+  auto tokenizer = trident::train_sentencepiece(documents, o.vocab_size);
+  std::printf("trained a SentencePiece BPE tokenizer of %lld ids on %zu files in %.2f s\n",
+              static_cast<long long>(o.vocab_size), documents.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return tokenizer;
 }
 
 // A one-line progress bar with throughput, redrawn in place on a terminal, every 10% otherwise.

@@ -189,9 +189,10 @@ FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinate
     const RoledParameter& p = params[s.param];
     if (!stores(p.role, at.tp)) continue;
     const PartPlace place = part_place(p.role, at.tp, tp_size);
-    for (const auto& [kind, value] : {std::pair{StateKind::main, s.main}, std::pair{StateKind::exp_avg, s.exp_avg},
-                                      std::pair{StateKind::exp_avg_sq, s.exp_avg_sq}})
-      pieces.push_back({piece_of(p, kind, place, s.offset, s.numel), value});
+    // Main parameters that are the weights themselves are stored once, as weights.
+    if (optimizer.separate_main()) pieces.push_back({piece_of(p, StateKind::main, place, s.offset, s.numel), s.main});
+    pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
+    pieces.push_back({piece_of(p, StateKind::exp_avg_sq, place, s.offset, s.numel), s.exp_avg_sq});
   }
   return write_pieces(folder, optimizer_file(at.tp, at.pp, at.dp), std::move(pieces), index);
 }
@@ -356,8 +357,8 @@ void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp
     return value;
   };
   for (auto& piece : optimizer.state_pieces()) {
-    for (auto [kind, target] : {std::pair{StateKind::main, piece.main}, std::pair{StateKind::exp_avg, piece.exp_avg},
-                                std::pair{StateKind::exp_avg_sq, piece.exp_avg_sq}})
+    if (optimizer.separate_main()) piece.main.copy_(state(piece.param, StateKind::main, piece.main).narrow(0, piece.offset, piece.numel));
+    for (auto [kind, target] : {std::pair{StateKind::exp_avg, piece.exp_avg}, std::pair{StateKind::exp_avg_sq, piece.exp_avg_sq}})
       target.copy_(state(piece.param, kind, target).narrow(0, piece.offset, piece.numel));
   }
   optimizer.restore_steps(progress.optimizer_steps);

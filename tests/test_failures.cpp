@@ -110,6 +110,11 @@ CommandResult with_tmpfs(const fs::path& dir, const std::string& options, const 
                      "/latest 2>/dev/null); exit $code'");
 }
 
+// A single-process run of `iters` (e.g. "train.iters=4") that saves every 2 iterations into `ckpt`.
+std::string saving_command(const fs::path& ckpt, const std::string& iters) {
+  return train_command("", {"data.type=synthetic", "train.save_interval=2", "train.checkpoint_dir=" + ckpt.string(), iters});
+}
+
 }  // namespace
 
 // Under mpirun the failing rank prints its cause and aborts the job (nobody waits in a
@@ -287,10 +292,15 @@ TEST(JobFailure, AnUnwritableCheckpointDirectoryIsReportedBeforeTraining) {
 TEST(JobFailure, ADiskFullDuringASaveKeepsTheLatestCheckpoint) {
   const fs::path ckpt = scratch_dir() / "ckpt";
   if (!can_mount_tmpfs(ckpt)) GTEST_SKIP() << "this machine does not allow mounting a tmpfs";
-  // One checkpoint of this model (about 0.6 MB) fits in 1 MiB, two do not.
-  const auto r = with_tmpfs(ckpt, "size=1m",
-                            train_command("", {"data.type=synthetic", "train.iters=4", "train.save_interval=2",
-                                               "train.checkpoint_dir=" + ckpt.string()}));
+  auto with = [&](const std::string& iters) { return saving_command(ckpt, iters); };
+  // A disk that holds one checkpoint and a half: the second save runs out of space.
+  ASSERT_EQ(run_command(with("train.iters=2")).exit_code, 0);
+  uintmax_t one_checkpoint = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(ckpt))
+    if (entry.is_regular_file()) one_checkpoint += entry.file_size();
+  fs::remove_all(ckpt);
+  fs::create_directories(ckpt);
+  const auto r = with_tmpfs(ckpt, "size=" + std::to_string(one_checkpoint * 3 / 2 / 1024) + "k", with("train.iters=4"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   const auto errors = error_lines(r.output);
   ASSERT_EQ(errors.size(), 1u) << r.output;
@@ -304,13 +314,7 @@ TEST(JobFailure, ADiskFullDuringASaveKeepsTheLatestCheckpoint) {
 // resumes from the checkpoint that was kept and reaches the end.
 TEST(JobFailure, AFailedWriteKeepsTheLatestCheckpointAndTheRunResumes) {
   const auto dir = scratch_dir();
-  const std::vector<std::string> saving = {"data.type=synthetic", "train.save_interval=2",
-                                           "train.checkpoint_dir=" + (dir / "ckpt").string()};
-  auto with = [&](const std::string& iters) {
-    auto overrides = saving;
-    overrides.push_back(iters);
-    return train_command("", overrides);
-  };
+  auto with = [&](const std::string& iters) { return saving_command(dir / "ckpt", iters); };
   ASSERT_EQ(run_command(with("train.iters=2")).exit_code, 0);
   // Files up to 200 KiB: the model's shard fits, the optimizer's does not.
   const auto r = run_command("bash -c 'trap \"\" XFSZ; ulimit -f 200; exec " + with("train.iters=4") + "'");

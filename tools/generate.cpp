@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
     if (prompt.empty()) prompt = {tokenizer->end_of_document()};
     options.sampling.stop_token = tokenizer->end_of_document();
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<int64_t> added = generate_tokens(model, m.vocab_size, prompt, options.sampling);
+    // Only ids the tokenizer can decode are drawn (model.vocab_size may be larger than its vocabulary).
+    const std::vector<int64_t> added = generate_tokens(model, tokenizer->vocab_size(), prompt, options.sampling);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string text = options.prompt + tokenizer->decode(added);
     std::fwrite(text.data(), 1, text.size(), stdout);

@@ -5,9 +5,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <string>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/values.h"
 
 namespace trident {
@@ -23,13 +25,15 @@ CLI::Validator checked(const Rule<T>& rule) {
       "");
 }
 
-// Parses argv into `app`. Returns false when --help was asked for (print app.help() then);
-// throws Error with CLI11's message and a pointer to --help when the arguments are wrong.
+// Parses argv into `app`. Returns false when --help was asked for, after the primary rank
+// printed app.help() (the program then exits 0); throws Error with CLI11's message and a
+// pointer to --help when the arguments are wrong.
 inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
     return true;
   } catch (const CLI::CallForHelp&) {
+    if (log::primary()) std::fputs(app.help().c_str(), stdout);
     return false;
   } catch (const CLI::ParseError& e) {
     fail(e.what(), " (see ", app.get_name(), " --help)");

@@ -126,10 +126,7 @@ int main(int argc, char** argv) {
   std::exception_ptr input_error;
   try {
     CLI::App app{"", "allreduce_bench"};
-    if (!parse_command_line(describe(app, o), argc, argv)) {
-      if (log::primary()) std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     if (o.device == "cuda") o.comm.device = torch::kCUDA;
     check_backend(launch, o.comm);
   } catch (const std::exception&) {

@@ -256,10 +256,7 @@ int main(int argc, char** argv) {
     Options o;
     std::string device;
     CLI::App app{"", "bench"};
-    if (!parse_command_line(describe(app, o, device), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, o, device), argc, argv)) return 0;
     if (!device.empty()) o.device = torch::Device(device);
     if (o.device.is_cuda() && !torch::cuda::is_available()) fail("--device cuda: no GPU visible");
     Table table;

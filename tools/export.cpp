@@ -58,10 +58,7 @@ int main(int argc, char** argv) {
   try {
     Options options;
     CLI::App app{"", "export"};
-    if (!parse_command_line(describe(app, options), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     const fs::path out(options.output);
     if (fs::exists(out / "model.safetensors"))
       fail("--output '", options.output, "' already holds model.safetensors; choose another folder");

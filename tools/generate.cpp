@@ -55,10 +55,7 @@ int main(int argc, char** argv) {
   try {
     Options options;
     CLI::App app{"", "generate"};
-    if (!parse_command_line(describe(app, options), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     const std::string folder = checkpoint_folder(options.checkpoint, "--checkpoint");
     const SavedRun saved = read_saved_run(folder);
     const ModelConfig& m = saved.config.model;

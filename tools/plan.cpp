@@ -68,10 +68,7 @@ int main(int argc, char** argv) {
   try {
     Options o;
     CLI::App app{"", "plan"};
-    if (!parse_command_line(describe(app, o), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     Hardware& hardware = o.hardware;
     Config config;
     const ScalingRow* row = nullptr;

@@ -114,10 +114,7 @@ int main(int argc, char** argv) {
   try {
     Options options;
     CLI::App app{"", "plot"};
-    if (!parse_command_line(describe(app, options), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     const std::string png =
         options.output.empty() ? fs::path(options.metrics).replace_extension(".png").string() : options.output;
     const auto rows = read_metrics(options.metrics);

@@ -171,10 +171,7 @@ int main(int argc, char** argv) {
   try {
     Options options;
     CLI::App app{"", "preprocess"};
-    if (!parse_command_line(describe(app, options), argc, argv)) {
-      std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     check_tokenizer_options(options);
     const std::vector<fs::path> files = collect_files(options);
     if (files.empty()) fail("no input files found in ", trident::join(options.inputs, " "));

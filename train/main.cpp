@@ -80,10 +80,7 @@ int main(int argc, char** argv) {
   std::exception_ptr input_error;
   CLI::App app{"", "train"};
   try {
-    if (!parse_command_line(describe(app, args), argc, argv)) {
-      if (log::primary()) std::fputs(app.help().c_str(), stdout);
-      return 0;
-    }
+    if (!parse_command_line(describe(app, args), argc, argv)) return 0;
     config = Config::load(args.config, args.overrides);
     resolve_layout(config, launch.world_size);
     check_backend(launch, comm_options(config));

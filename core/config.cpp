@@ -124,6 +124,7 @@ const std::vector<Field>& schema() {
 
       field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), between(1, kMaxWidth)),
       field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
+      field("parallel.context", TRIDENT_MEMBER(parallel.context), between(1, kMaxSequence)),
       field("parallel.data", TRIDENT_MEMBER(parallel.data),
             Rule<int64_t>{"a positive integer or 0 (auto)",
                           [](const int64_t& v) { return v >= 0; }}),

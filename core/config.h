@@ -49,7 +49,8 @@ struct ModelConfig {
 struct ParallelConfig {
   int64_t tensor = 1;
   int64_t pipeline = 1;
-  int64_t data = 0;  // 0 means "auto": world_size / (tensor * pipeline)
+  int64_t context = 1;  // ranks that split each sequence (ring attention)
+  int64_t data = 0;     // 0 means "auto": world_size / (tensor * context * pipeline)
   int64_t virtual_stages = 1;
   bool sequence_parallel = false;
   int64_t zero_stage = 0;

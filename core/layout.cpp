@@ -22,21 +22,32 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
                              std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})
     if (value % p.tensor != 0)
       return str(name, " (", value, ") must be divisible by parallel.tensor (", p.tensor, ")");
-  if (p.sequence_parallel && m.seq_length % p.tensor != 0)
-    return str("model.seq_length (", m.seq_length, ") must be divisible by parallel.tensor (", p.tensor,
-               ") with parallel.sequence_parallel");
+  // Context parallelism cuts each sequence into 2 x context chunks (parallel/context_parallel.h),
+  // sequence parallelism each rank's tokens into tensor parts.
+  const bool split = p.context > 1;
+  const int64_t sequence_parts = (split ? 2 * p.context : 1) * (p.sequence_parallel ? p.tensor : 1);
+  if (m.seq_length % sequence_parts != 0) {
+    const std::string divisor = split && p.sequence_parallel ? "2 * parallel.context * parallel.tensor"
+                                : split                      ? "2 * parallel.context"
+                                                             : "parallel.tensor";
+    return str("model.seq_length (", m.seq_length, ") must be divisible by ", divisor, " (", sequence_parts, ")",
+               p.sequence_parallel ? " with parallel.sequence_parallel" : "");
+  }
+  if (p.context > 1 && m.attention_dropout > 0)
+    return str("model.attention_dropout (", m.attention_dropout, ") must be 0 with parallel.context > 1: ",
+               "ring attention has no dropout on the attention probabilities");
   if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
     return str("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
                "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");
 
-  const int64_t model_parallel = p.tensor * p.pipeline;
+  const int64_t model_parallel = p.tensor * p.context * p.pipeline;
   if (world_size % model_parallel != 0)
-    return str("world size ", world_size, " is not divisible by parallel.tensor * parallel.pipeline = ",
-               p.tensor, " * ", p.pipeline, " = ", model_parallel);
+    return str("world size ", world_size, " is not divisible by parallel.tensor * parallel.context * ",
+               "parallel.pipeline = ", p.tensor, " * ", p.context, " * ", p.pipeline, " = ", model_parallel);
   const int64_t dp_size = world_size / model_parallel;
   if (p.data != 0 && p.data != dp_size)
     return str("parallel.data=", p.data, " but world size ", world_size, " / (parallel.tensor * ",
-               "parallel.pipeline) gives ", dp_size, "; set parallel.data=0 (auto) or launch ",
+               "parallel.context * parallel.pipeline) gives ", dp_size, "; set parallel.data=0 (auto) or launch ",
                p.data * model_parallel, " processes");
   const int64_t per_step = b.micro_batch_size * dp_size;
   if (b.global_batch_size % per_step != 0)
@@ -49,6 +60,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
                ") micro-batches, but global_batch / (micro_batch * DP) = ", micro_batches);
 
   out.tp_size = p.tensor;
+  out.cp_size = p.context;
   out.pp_size = p.pipeline;
   out.dp_size = dp_size;
   out.virtual_stages = p.virtual_stages;
@@ -62,6 +74,10 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
 }
 
 }  // namespace
+
+std::string describe_axes(const Layout& l) {
+  return str("TP ", l.tp_size, l.cp_size > 1 ? str(" x CP ", l.cp_size) : "", " x PP ", l.pp_size, " x DP ", l.dp_size);
+}
 
 Layout resolve_layout(const Config& config, int64_t world_size) {
   Layout layout;

@@ -21,7 +21,7 @@ double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
 }
 
 std::string describe(const Layout& l) {
-  return str("TP ", l.tp_size, " x PP ", l.pp_size, " x DP ", l.dp_size, ", micro-batch ", l.micro_batch,
+  return str(describe_axes(l), ", micro-batch ", l.micro_batch,
              ", recompute ", l.recompute);
 }
 

@@ -34,12 +34,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 }  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
-                                     Recompute recompute)
+                                     Recompute recompute, ContextParallel cp)
     : local_heads_(config.num_attention_heads / tp.group->size()),
       head_dim_(config.head_dim()),
       dropout_(config.attention_dropout),
-      recompute_core_(recompute == Recompute::selective) {
+      recompute_core_(recompute == Recompute::selective),
+      cp_(std::move(cp)) {
   core_ = [this](const std::vector<torch::Tensor>& qkv) {
+    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_);  // no dropout (resolve_layout)
     return causal_attention(qkv[0], qkv[1], qkv[2], is_training() ? dropout_ : 0.0);
   };
   const int64_t h = config.hidden_size;
@@ -65,11 +67,12 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
-BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute)
+BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute,
+                     const ContextParallel& cp)
     : recompute_(recompute == Recompute::full) {
   compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
   ln_1 = register_module("ln_1", layer_norm(config, tp));
-  attn = register_module("attn", SelfAttention(config, tp, recompute));
+  attn = register_module("attn", SelfAttention(config, tp, recompute, cp));
   ln_2 = register_module("ln_2", layer_norm(config, tp));
   mlp = register_module("mlp", MLP(config, tp));
   dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
@@ -85,8 +88,8 @@ torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
 }
 
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
-                 Recompute recompute)
-    : config_(config), tp_(std::move(tp)), stage_(stage) {
+                 Recompute recompute, ContextParallel cp)
+    : config_(config), tp_(std::move(tp)), stage_(stage), cp_(std::move(cp)) {
   if (config.num_attention_heads % tp_.group->size() != 0)
     fail("model.num_attention_heads (", config.num_attention_heads,
          ") must be divisible by the tensor-parallel size ", tp_.group->size());
@@ -98,7 +101,7 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
     dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
   }
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute)));
+    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute, cp_)));
   if (stage_.head) ln_f = register_module("ln_f", layer_norm(config, tp_));
 }
 
@@ -106,7 +109,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   Communicator& tp = *tp_.group;
   torch::Tensor x = input;
   if (stage_.embedding) {
-    auto positions = torch::arange(input.size(1), input.options());
+    auto positions = context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options());
     x = wte(input) + wpe(positions);
     if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
     x = dropout(x);

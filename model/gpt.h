@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "model/layers.h"
 #include "model/recompute.h"
+#include "parallel/context_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
@@ -19,11 +20,11 @@ namespace trident {
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
-                    Recompute recompute = Recompute::none);
+                    Recompute recompute = Recompute::none, ContextParallel cp = {});
   // core_ holds `this` (for recomputation in backward).
   SelfAttentionImpl(const SelfAttentionImpl&) = delete;
   SelfAttentionImpl& operator=(const SelfAttentionImpl&) = delete;
-  torch::Tensor forward(const torch::Tensor& x);  // [b, s(/t with SP), h] -> same
+  torch::Tensor forward(const torch::Tensor& x);  // [b, s/c(/t with SP), h] -> same
 
   // QKV output rows are laid out [head][q|k|v][head_dim], so a contiguous slice of rows is a
   // contiguous group of whole heads: column-parallel gives each rank heads / t heads.
@@ -34,6 +35,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   int64_t local_heads_, head_dim_;
   double dropout_;
   bool recompute_core_;
+  ContextParallel cp_;
   RecomputedFunction core_;  // the attention core, kept for recomputation in backward
 };
 TORCH_MODULE(SelfAttention);
@@ -50,7 +52,7 @@ TORCH_MODULE(MLP);
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& config, const TensorParallel& tp,
-            Recompute recompute = Recompute::none);
+            Recompute recompute = Recompute::none, const ContextParallel& cp = {});
   // compute_ holds `this` (for recomputation in backward).
   BlockImpl(const BlockImpl&) = delete;
   BlockImpl& operator=(const BlockImpl&) = delete;
@@ -89,12 +91,14 @@ struct Stage {
 class GPTImpl : public torch::nn::Module {
  public:
   // `vocab` is the padded vocabulary (rows of the embedding and the head, over all TP ranks).
+  // With context parallelism every sequence arrives as this rank's chunks of it
+  // (parallel/context_parallel.h), the positions are theirs.
   GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {}, Stage stage = {},
-          Recompute recompute = Recompute::none);
+          Recompute recompute = Recompute::none, ContextParallel cp = {});
 
-  // Tokens [b, s] int64 on the first stage, else the previous stage's activations
-  // [b, s(/t with SP), h] -> logits [b, s, vocab / t] on the last stage (this rank's vocabulary
-  // slice), else activations for the next stage.
+  // Tokens [b, s/c] int64 on the first stage, else the previous stage's activations
+  // [b, s/c(/t with SP), h] -> logits [b, s/c, vocab / t] on the last stage (this rank's
+  // vocabulary slice), else activations for the next stage.
   torch::Tensor forward(const torch::Tensor& input);
   // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
   torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets);
@@ -117,6 +121,7 @@ class GPTImpl : public torch::nn::Module {
   ModelConfig config_;
   TensorParallel tp_;
   Stage stage_;
+  ContextParallel cp_;
 };
 TORCH_MODULE(GPT);
 

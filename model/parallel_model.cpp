@@ -18,7 +18,8 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
   ParallelModel model;
   for (int64_t c = 0; c < v; ++c) {
     GPT chunk(config.model, vocab, TensorParallel{groups.shared_tp_group(), layout.sequence_parallel},
-              Stage::of(c * p + groups.coordinates().pp, p * v, layers), layout.recompute);
+              Stage::of(c * p + groups.coordinates().pp, p * v, layers), layout.recompute,
+              ContextParallel{groups.shared_cp_group()});
     chunk->to(dtype);
     chunk->initialize(config.train.seed);
     chunk->to(device);

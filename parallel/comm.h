@@ -58,6 +58,9 @@ class Communicator {
     bool send;
   };
   virtual void exchange(std::vector<Transfer>& transfers) = 0;
+  // Starts such transfers so that they may overlap with computation (ring attention); the
+  // tensors stay untouched until wait(). The default completes them at once.
+  virtual std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers);
   virtual void barrier() = 0;
   // Members with the same color form a new group, ranked by (key, rank). Collective.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -58,6 +58,18 @@ class GlooPendingAllReduce : public WidenedReduction {
   std::chrono::seconds timeout_;
 };
 
+// Sends and receives in flight (c10d keeps their tensors alive).
+template <typename Work>
+struct GlooPendingExchange : PendingCollective {
+  GlooPendingExchange(std::string call, std::chrono::seconds timeout) : call(std::move(call)), timeout(timeout) {}
+  void wait() override {
+    for (auto& work : works) trident::wait(work, call, timeout);
+  }
+  std::vector<Work> works;
+  std::string call;
+  std::chrono::seconds timeout;
+};
+
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
@@ -131,14 +143,17 @@ class GlooCommunicator : public Communicator {
     wait(group_->recv(tensors, peer, 0), describe_call("recv"), timeout_);
   }
 
-  void exchange(std::vector<Transfer>& transfers) override {
-    std::vector<decltype(group_->barrier())> works;
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    using Work = decltype(group_->barrier());
+    auto pending = std::make_unique<GlooPendingExchange<Work>>(describe_call("exchange"), timeout_);
     for (auto& t : transfers) {
       require_contiguous(t.tensor, "exchange");
       std::vector<torch::Tensor> tensors = {movable(t.tensor)};
-      works.push_back(t.send ? group_->send(tensors, t.peer, 0) : group_->recv(tensors, t.peer, 0));
+      pending->works.push_back(t.send ? group_->send(tensors, t.peer, 0) : group_->recv(tensors, t.peer, 0));
     }
-    for (auto& work : works) wait(work, describe_call("exchange"), timeout_);
+    return pending;
   }
 
   void barrier() override { wait(group_->barrier(), describe_call("barrier"), timeout_); }

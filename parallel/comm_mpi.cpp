@@ -94,6 +94,21 @@ class MpiPendingReduceScatter : public MpiPendingReduction {
   torch::Tensor input_;
 };
 
+// Point-to-point transfers in flight; their tensors live here until they complete.
+struct MpiPendingExchange : PendingCollective {
+  MpiPendingExchange(std::vector<Communicator::Transfer> transfers, std::string call, std::chrono::seconds timeout)
+      : transfers(std::move(transfers)), requests(this->transfers.size(), MPI_REQUEST_NULL),
+        call(std::move(call)), timeout(timeout) {}
+  void wait() override {
+    CallWatch watch(call, timeout);
+    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "exchange");
+  }
+  std::vector<Communicator::Transfer> transfers;
+  std::vector<MPI_Request> requests;
+  std::string call;
+  std::chrono::seconds timeout;
+};
+
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::chrono::seconds timeout) : comm_(comm), timeout_(timeout) {
@@ -167,18 +182,19 @@ class MpiCommunicator : public Communicator {
           "recv");
   }
 
-  void exchange(std::vector<Transfer>& transfers) override {
-    std::vector<MPI_Request> requests(transfers.size(), MPI_REQUEST_NULL);
-    for (size_t i = 0; i < transfers.size(); ++i) {
-      auto& t = transfers[i];
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    auto pending = std::make_unique<MpiPendingExchange>(std::move(transfers), describe_call("exchange"), timeout_);
+    for (size_t i = 0; i < pending->transfers.size(); ++i) {
+      auto& t = pending->transfers[i];
       const int count = count_of(t.tensor, "exchange");
       const MPI_Datatype type = mpi_type(t.tensor, "exchange");
-      check(t.send ? MPI_Isend(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &requests[i])
-                   : MPI_Irecv(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &requests[i]),
+      check(t.send ? MPI_Isend(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &pending->requests[i])
+                   : MPI_Irecv(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &pending->requests[i]),
             "exchange");
     }
-    CallWatch watch(describe_call("exchange"), timeout_);
-    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "exchange");
+    return pending;
   }
 
   void barrier() override {

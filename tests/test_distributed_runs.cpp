@@ -195,7 +195,24 @@ INSTANTIATE_TEST_SUITE_P(
         // groups from sharded gradients.
         ParallelRun{"ThreeDimensionalWithZeroTwoFp32", kMpirun + "8 ", 2, "fp32",
                     {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
-                     "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}}),
+                     "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
+        // Context parallelism: each sequence of 64 split over 2 or 4 ranks (chunks of 16 or 8),
+        // attention as a ring; alone, with TP and SP, with PP and recomputation, with ZeRO-2 over
+        // the combined data x context group, and all four dimensions at once.
+        ParallelRun{"ContextParallelTwoFp64", kMpirun + "2 ", 8, "fp64", {"parallel.context=2"}},
+        ParallelRun{"ContextParallelFourFp32", kEnvLaunch + "4 -- ", 8, "fp32", {"parallel.context=4"}},
+        ParallelRun{"ContextTwoTensorTwoSequenceParallelFp64", kMpirun + "4 ", 8, "fp64",
+                    {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"}},
+        ParallelRun{"ContextTwoPipelineTwoSelectiveRecomputeFp64", kEnvLaunch + "4 -- ", 2, "fp64",
+                    {"parallel.context=2", "parallel.pipeline=2", "recompute=selective"}},
+        ParallelRun{"ContextTwoDataTwoZeroTwoFp32", kMpirun + "4 ", 4, "fp32",
+                    {"parallel.context=2", "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
+        ParallelRun{"FourDimensionalWithRecomputeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.context=2", "parallel.pipeline=2",
+                     "parallel.sequence_parallel=true", "recompute=full"}},
+        ParallelRun{"FourDimensionalInterleavedFp32", kEnvLaunch + "8 -- ", 2, "fp32",
+                    {"parallel.tensor=2", "parallel.context=2", "parallel.pipeline=2",
+                     "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"}}),
     [](const ::testing::TestParamInfo<ParallelRun>& info) { return info.param.name; });
 
 // A pipelined, tensor-parallel run stopped after 3 steps and resumed to 6 equals the straight

@@ -181,7 +181,8 @@ FileRecord write_model_shard(const std::string& folder, const GridCoordinates& a
   return write_pieces(folder, model_file(at.tp, at.pp), std::move(pieces), index);
 }
 
-FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+// `shard`: this rank's place in the group the optimizer shards over (data x context parallel).
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
                                  const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
                                  std::vector<TensorPiece>& index) {
   std::vector<StoredPiece> pieces;
@@ -194,7 +195,7 @@ FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinate
     pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
     pieces.push_back({piece_of(p, StateKind::exp_avg_sq, place, s.offset, s.numel), s.exp_avg_sq});
   }
-  return write_pieces(folder, optimizer_file(at.tp, at.pp, at.dp), std::move(pieces), index);
+  return write_pieces(folder, optimizer_file(at.tp, at.pp, shard), std::move(pieces), index);
 }
 
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
@@ -243,7 +244,7 @@ std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
 }
 
 bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer) {
-  return groups.world().rank() == 0 || groups.coordinates().dp == 0 || sharded_optimizer;
+  return groups.world().rank() == 0 || groups.dp_cp_group().rank() == 0 || sharded_optimizer;
 }
 
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
@@ -263,9 +264,10 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
       const std::string folder = store.staging_path(iteration);
       std::vector<FileRecord> files;
       std::vector<TensorPiece> pieces;
-      if (at.dp == 0) files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
-      if (at.dp == 0 || optimizer.sharded())
-        files.push_back(write_optimizer_shard(folder, at, layout.tp_size, params, optimizer, pieces));
+      const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
+      if (shard == 0) files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
+      if (shard == 0 || optimizer.sharded())
+        files.push_back(write_optimizer_shard(folder, at, shard, layout.tp_size, params, optimizer, pieces));
       if (leader) {
         auto shared = write_shared_state(folder, progress, config);
         files.insert(files.end(), shared.begin(), shared.end());

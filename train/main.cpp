@@ -47,11 +47,10 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
   Hardware hardware;  // an A100 80 GB cluster, 8 per node, unless train.peak_tflops says otherwise
   hardware.gpus = launch.world_size;
   if (config.train.peak_tflops > 0) hardware.peak_tflops = config.train.peak_tflops;
-  std::printf("layout: world %lld = TP %lld x PP %lld x DP %lld, %lld micro-batches\n"
+  std::printf("layout: world %lld = %s, %lld micro-batches\n"
               "parameters: %s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
-              (long long)layout.world_size(), (long long)layout.tp_size, (long long)layout.pp_size,
-              (long long)layout.dp_size, (long long)layout.micro_batches,
+              (long long)layout.world_size(), describe_axes(layout).c_str(), (long long)layout.micro_batches,
               si_units(double(gpt_parameter_count(config.model, vocab))).c_str(), (long long)vocab,
               si_units(flops.model).c_str(), si_units(flops.hardware).c_str(),
               si_units(flops.six_pd).c_str());

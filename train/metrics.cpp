@@ -35,8 +35,8 @@ void RunLog::add_rates(IterationMetrics& m) const {
 
 void RunLog::start(const std::string& backend, const torch::Device& device, const std::string& data) const {
   const auto& m = config_.model;
-  log::info(str("trident: ", layout_.world_size(), " process(es) (", backend, "), TP ", layout_.tp_size,
-                " x PP ", layout_.pp_size, " x DP ", layout_.dp_size, ", ", layout_.micro_batches,
+  log::info(str("trident: ", layout_.world_size(), " process(es) (", backend, "), ", describe_axes(layout_),
+                ", ", layout_.micro_batches,
                 " micro-batch(es) of ", layout_.micro_batch, " per iteration, ", config_.precision,
                 " on ", device.str()));
   log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,

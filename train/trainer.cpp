@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
 #include "parallel/comm.h"
+#include "parallel/context_parallel.h"
 #include "parallel/failure.h"
 #include "parallel/pipeline.h"
 #include "parallel/process_groups.h"
@@ -69,7 +70,9 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.zero_stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
-    optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_group(), config_.optimizer, zero);
+    // Replicated weights have copies on every data- and context-parallel rank: their gradients
+    // are averaged over both, and ZeRO shards over both.
+    optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_cp_group(), config_.optimizer, zero);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);
     if (resume) {
       read_optimizer_state(resume->folder, at.tp, layout_.tp_size, model_.params, resume->progress, *optimizer_);
@@ -116,8 +119,9 @@ Trainer::PendingStep Trainer::run_step() {
   grads.zero();
 
   // What each micro-batch back-propagates, in this one place: its mean loss / M, so that the M
-  // micro-batches add up to this rank's mean (the data-parallel average then makes it the
-  // global batch's), times fp16's loss scale.
+  // micro-batches add up to this rank's mean (the average over the data- and context-parallel
+  // ranks, each holding as many tokens, then makes it the global batch's), times fp16's loss
+  // scale.
   const double loss_scale = scaler_->scale();
   const double micro_batches = double(layout_.micro_batches);
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
@@ -133,7 +137,7 @@ Trainer::PendingStep Trainer::run_step() {
   const torch::Tensor grad_norm = finalize_grads(*optimizer_, *groups_, model_.roles()) / loss_scale;
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
   groups_->pp_group().all_reduce(loss_sum, ReduceOp::sum);
-  groups_->dp_group().all_reduce(loss_sum, ReduceOp::avg);
+  groups_->dp_cp_group().all_reduce(loss_sum, ReduceOp::avg);
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
   if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
@@ -196,7 +200,7 @@ double Trainer::evaluate() {
                            return out;
                          });
   groups_->pp_group().all_reduce(total, ReduceOp::sum);
-  groups_->dp_group().all_reduce(total, ReduceOp::avg);
+  groups_->dp_cp_group().all_reduce(total, ReduceOp::avg);
   return total.item<double>() / double(config_.train.eval_iters);
 }
 
@@ -205,8 +209,8 @@ PipelineOptions Trainer::pipeline_options() const {
   options.schedule = layout_.schedule;
   options.micro_batches = layout_.micro_batches;
   options.virtual_stages = layout_.virtual_stages;
-  const int64_t seq = config_.model.seq_length / (layout_.sequence_parallel ? layout_.tp_size : 1);
-  options.activation_shape = {layout_.micro_batch, seq, config_.model.hidden_size};
+  options.activation_shape = {layout_.micro_batch, layout_.local_sequence(config_.model.seq_length),
+                              config_.model.hidden_size};
   options.activation_options = torch::TensorOptions().dtype(dtype_).device(device_);
   return options;
 }
@@ -219,8 +223,11 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
   Batch batch;
   if (first || last)
     batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.dp_size), size);
-  // From pinned memory, copies to the GPU do not make the host wait for them.
-  auto to_device = [&](const torch::Tensor& t) {
+  // This rank's chunks of each sequence; from pinned memory, copies to the GPU do not make the
+  // host wait for them.
+  const auto& at = groups_->coordinates();
+  auto to_device = [&](const torch::Tensor& whole) {
+    const auto t = context_parallel_slice(whole, 1, at.cp, int(layout_.cp_size)).contiguous();
     return device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t;
   };
   const torch::Tensor x = first ? to_device(batch.tokens) : input;

@@ -1,0 +1,153 @@
+#include "parallel/context_parallel.h"
+
+#include <torch/autograd.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+
+// The global chunk index of local chunk `local` (0: the early one, 1: the late one) of `rank`.
+int64_t global_chunk(int rank, int size, int local) { return local == 0 ? rank : 2 * size - 1 - rank; }
+
+enum class Visibility { all, causal, none };
+
+Visibility visibility(int64_t query_chunk, int64_t key_chunk) {
+  return key_chunk < query_chunk ? Visibility::all : key_chunk == query_chunk ? Visibility::causal : Visibility::none;
+}
+
+// Scaled scores of a query block over a key block, future positions at -inf.
+torch::Tensor block_scores(const torch::Tensor& q, const torch::Tensor& k, double scale, Visibility seen) {
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (seen == Visibility::causal) {
+    auto future = torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  }
+  return scores;
+}
+
+torch::Dtype compute_dtype(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+// Sends `tensor` to the next rank of the ring and receives the previous rank's into a new one.
+struct RingShift {
+  torch::Tensor received;
+  std::unique_ptr<PendingCollective> pending;
+  RingShift(Communicator& group, const torch::Tensor& tensor) : received(torch::empty_like(tensor)) {
+    const int rank = group.rank(), size = group.size();
+    pending = group.exchange_async({{tensor, (rank + 1) % size, /*send=*/true},
+                                    {received, (rank + size - 1) % size, /*send=*/false}});
+  }
+  torch::Tensor wait() {
+    pending->wait();
+    return received;
+  }
+};
+
+// One chunk of a local tensor [b, heads, 2n, d] along the sequence.
+torch::Tensor chunk(const torch::Tensor& t, int local) {
+  const int64_t n = t.size(2) / 2;
+  return t.narrow(2, local * n, n);
+}
+
+struct RingAttention : public torch::autograd::Function<RingAttention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, Communicator* group) {
+    const auto dtype = compute_dtype(q_in);
+    const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
+    const int rank = group->rank(), size = group->size();
+    const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+    std::array<torch::Tensor, 2> out, lse;  // per local query chunk
+    for (int a : {0, 1}) {
+      out[a] = torch::zeros_like(chunk(q, a));
+      lse[a] = torch::full(out[a].sizes().slice(0, 3), -std::numeric_limits<double>::infinity(), q.options());
+    }
+    torch::Tensor kv = torch::stack({k, v});  // one buffer travels: [2, b, heads, 2n, d]
+    for (int step = 0; step < size; ++step) {
+      const int source = (rank + size - step) % size;  // whose keys and values are in hand
+      std::optional<RingShift> next;
+      if (step + 1 < size) next.emplace(*group, kv);
+      for (int a : {0, 1})
+        for (int b : {0, 1}) {
+          const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
+          if (seen == Visibility::none) continue;
+          const auto scores = block_scores(chunk(q, a), chunk(kv[0], b), scale, seen);
+          const auto block_lse = scores.logsumexp(-1);
+          const auto block_out = at::matmul((scores - block_lse.unsqueeze(-1)).exp(), chunk(kv[1], b));
+          const auto merged = torch::logaddexp(lse[a], block_lse);
+          out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
+          lse[a] = merged;
+        }
+      if (next) kv = next->wait();
+    }
+    const torch::Tensor output = torch::cat({out[0], out[1]}, 2);
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->save_for_backward({q, k, v, output, torch::cat({lse[0], lse[1]}, 2)});
+    return output.to(q_in.scalar_type());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* group = reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &output = saved[3], &lse = saved[4];
+    const torch::Tensor grad_out = grads[0].to(q.scalar_type());
+    const int rank = group->rank(), size = group->size();
+    const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+    // The softmax gradient's row term: sum_j P_ij dP_ij = rowsum(dO * O).
+    const torch::Tensor delta = (grad_out * output).sum(-1);
+    torch::Tensor grad_q = torch::zeros_like(q);
+    torch::Tensor kv = torch::stack({saved[1], saved[2]});
+    torch::Tensor grad_kv = torch::zeros_like(kv);  // travels with kv: the gradient of `source`'s
+    for (int step = 0; step < size; ++step) {
+      const int source = (rank + size - step) % size;
+      std::optional<RingShift> next;
+      if (step + 1 < size) next.emplace(*group, kv);
+      for (int a : {0, 1})
+        for (int b : {0, 1}) {
+          const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
+          if (seen == Visibility::none) continue;
+          const auto qa = chunk(q, a), ka = chunk(kv[0], b), va = chunk(kv[1], b), dout = chunk(grad_out, a);
+          const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
+          chunk(grad_kv[1], b).add_(at::matmul(probs.transpose(-2, -1), dout));
+          const auto grad_scores = probs * (at::matmul(dout, va.transpose(-2, -1)) - chunk(delta.unsqueeze(-1), a));
+          chunk(grad_q, a).add_(at::matmul(grad_scores, ka) * scale);
+          chunk(grad_kv[0], b).add_(at::matmul(grad_scores.transpose(-2, -1), qa) * scale);
+        }
+      if (next) kv = next->wait();
+      // After the last step the gradients in hand are the next rank's own: one more shift.
+      grad_kv = RingShift(*group, grad_kv).wait();
+    }
+    const auto type = grads[0].scalar_type();
+    return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor context_parallel_slice(const torch::Tensor& x, int64_t dim, int rank, int size) {
+  if (size == 1) return x;
+  const int64_t length = x.size(dim);
+  TRIDENT_CHECK(length % (2 * size) == 0, "a sequence of ", length, " cannot be cut into ", 2 * size, " chunks");
+  const int64_t n = length / (2 * size);
+  return torch::cat({x.narrow(dim, global_chunk(rank, size, 0) * n, n), x.narrow(dim, global_chunk(rank, size, 1) * n, n)},
+                    dim);
+}
+
+torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size, torch::TensorOptions options) {
+  return context_parallel_slice(torch::arange(seq_length, options), 0, rank, size);
+}
+
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const ContextParallel& cp) {
+  TRIDENT_CHECK(q.dim() == 4 && q.size(2) % 2 == 0, "ring attention takes [b, heads, 2n, d] queries, got ", q.sizes());
+  return RingAttention::apply(q, k, v, cp.group.get());
+}
+
+}  // namespace trident

@@ -1,0 +1,48 @@
+// Context parallelism: each sequence is split over the ranks of a context-parallel group, and
+// attention, the only operation that mixes tokens, becomes ring attention. Everything else in
+// the model acts per token.
+//
+// Load balance for the causal mask: the sequence is cut into 2c chunks and rank i holds chunks
+// i and 2c-1-i (as Megatron and torchtitan do), one early and one late, so that every rank
+// has the same attention work:
+//
+//   s tokens, c = 2:   | chunk 0 | chunk 1 | chunk 2 | chunk 3 |
+//                        rank 0    rank 1    rank 1    rank 0      rank 0: [0, s/4) + [3s/4, s)
+//
+// Ring attention (ring_attention): the key/value blocks of the c ranks travel around the
+// group, c - 1 exchanges, each started before the block in hand is computed (it overlaps on
+// backends with asynchronous point-to-point: MPI, Gloo). A query chunk q and a key chunk k
+// (global chunk indices) give a block that is
+//   k < q: fully visible      k == q: causal (the diagonal)      k > q: fully masked, skipped
+// and the blocks' partial outputs merge by the log-sum-exp rule (online softmax):
+//   lse = log(exp(lse_1) + exp(lse_2)),  out = out_1 exp(lse_1 - lse) + out_2 exp(lse_2 - lse).
+// Backward is a ring too: keys and values travel again with their gradients (dK, dV), which
+// reach their owner after c exchanges.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+
+#include "parallel/comm.h"
+
+namespace trident {
+
+struct ContextParallel {
+  std::shared_ptr<Communicator> group = make_self_communicator();
+  int rank() const { return group->rank(); }
+  int size() const { return group->size(); }
+};
+
+// This rank's two chunks of `x` along `dim` (length divisible by 2 * size), concatenated.
+torch::Tensor context_parallel_slice(const torch::Tensor& x, int64_t dim, int rank, int size);
+// The global positions of those tokens: [rank's chunk, chunk 2 * size - 1 - rank].
+torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size, torch::TensorOptions options);
+
+// Causal attention of this rank's queries [b, heads, s/c, d] over the whole sequence's keys and
+// values, each rank holding its two chunks of q, k and v. Differentiable; collective over
+// `cp.group` (which must outlive the backward pass). 16-bit inputs are computed in fp32.
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const ContextParallel& cp);
+
+}  // namespace trident

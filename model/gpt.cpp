@@ -34,15 +34,19 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 }  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
-                                     Recompute recompute, ContextParallel cp)
+                                     Recompute recompute, ContextParallel cp, std::shared_ptr<DropoutStreams> streams)
     : local_heads_(config.num_attention_heads / tp.group->size()),
       head_dim_(config.head_dim()),
       dropout_(config.attention_dropout),
       recompute_core_(recompute == Recompute::selective),
-      cp_(std::move(cp)) {
+      cp_(std::move(cp)),
+      streams_(std::move(streams)) {
   core_ = [this](const std::vector<torch::Tensor>& qkv) {
     if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_);  // no dropout (resolve_layout)
-    return causal_attention(qkv[0], qkv[1], qkv[2], is_training() ? dropout_ : 0.0);
+    if (!is_training() || dropout_ == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0);
+    // This rank's heads: masks of their own on every TP rank.
+    return streams_->model_parallel.fork(qkv[0].device(),
+                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], dropout_); });
   };
   const int64_t h = config.hidden_size;
   qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, tp));
@@ -54,7 +58,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t b = qkv_local.size(0), s = qkv_local.size(1);
   auto heads = qkv_local.view({b, s, local_heads_, 3, head_dim_}).permute({3, 0, 2, 1, 4});
   const std::vector<torch::Tensor> qkv_heads = {heads[0], heads[1], heads[2]};
-  auto context = recompute_core_ && is_training() ? recompute(core_, qkv_heads) : core_(qkv_heads);
+  auto context = recompute_core_ && is_training() ? recompute(core_, qkv_heads, *streams_) : core_(qkv_heads);
   return out(context.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
 }
 
@@ -67,24 +71,32 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
+// The stream for activations between the layers: split along the sequence over TP ranks with
+// sequence parallelism (masks of their own), else whole on each (the same masks).
+RandomStream& hidden_stream(DropoutStreams& streams, const TensorParallel& tp) {
+  return tp.sequence_parallel ? streams.model_parallel : streams.replicated;
+}
+
 BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute,
-                     const ContextParallel& cp)
-    : recompute_(recompute == Recompute::full) {
+                     const ContextParallel& cp, std::shared_ptr<DropoutStreams> streams)
+    : hidden_dropout_(config.hidden_dropout),
+      hidden_stream_(&hidden_stream(*streams, tp)),
+      recompute_(recompute == Recompute::full),
+      streams_(std::move(streams)) {
   compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
   ln_1 = register_module("ln_1", layer_norm(config, tp));
-  attn = register_module("attn", SelfAttention(config, tp, recompute, cp));
+  attn = register_module("attn", SelfAttention(config, tp, recompute, cp, streams_));
   ln_2 = register_module("ln_2", layer_norm(config, tp));
   mlp = register_module("mlp", MLP(config, tp));
-  dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
-  return recompute_ && is_training() ? trident::recompute(compute_, {x}) : compute(x);
+  return recompute_ && is_training() ? trident::recompute(compute_, {x}, *streams_) : compute(x);
 }
 
 torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
-  auto x = input + dropout(attn(ln_1(input)));
-  return x + dropout(mlp(ln_2(x)));
+  auto x = input + dropout(attn(ln_1(input)), hidden_dropout_, is_training(), *hidden_stream_);
+  return x + dropout(mlp(ln_2(x)), hidden_dropout_, is_training(), *hidden_stream_);
 }
 
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
@@ -96,12 +108,9 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
   if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
   if (stage_.embedding || stage_.head)
     wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, tp_, stage_.tied_embedding()));
-  if (stage_.embedding) {
-    wpe = register_module("wpe", PositionEmbedding(config.seq_length, config.hidden_size));
-    dropout = register_module("dropout", torch::nn::Dropout(config.hidden_dropout));
-  }
+  if (stage_.embedding) wpe = register_module("wpe", PositionEmbedding(config.seq_length, config.hidden_size));
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute, cp_)));
+    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute, cp_, streams_)));
   if (stage_.head) ln_f = register_module("ln_f", layer_norm(config, tp_));
 }
 
@@ -112,7 +121,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
     auto positions = context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options());
     x = wte(input) + wpe(positions);
     if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
-    x = dropout(x);
+    x = dropout(x, config_.hidden_dropout, is_training(), hidden_stream(*streams_, tp_));
   }
   for (auto& block : blocks) x = block(x);
   if (!stage_.head) return x;
@@ -133,6 +142,7 @@ void GPTImpl::initialize(uint64_t seed) {
   const double std = config_.init_method_std;
   initialize_parameters(*this, seed, std, std / std::sqrt(2.0 * double(config_.num_layers)),
                         tp_.group->rank(), tp_.group->size());
+  streams_->reseed(seed, stage_.first_layer, tp_.group->rank(), cp_.rank());
 }
 
 }  // namespace trident

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/dropout.h>
 
 #include <memory>
 #include <vector>
 
 #include "core/config.h"
+#include "model/dropout.h"
 #include "model/layers.h"
 #include "model/recompute.h"
 #include "parallel/context_parallel.h"
@@ -19,8 +19,8 @@ namespace trident {
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
-                    Recompute recompute = Recompute::none, ContextParallel cp = {});
+  SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute,
+                    ContextParallel cp, std::shared_ptr<DropoutStreams> streams);
   // core_ holds `this` (for recomputation in backward).
   SelfAttentionImpl(const SelfAttentionImpl&) = delete;
   SelfAttentionImpl& operator=(const SelfAttentionImpl&) = delete;
@@ -36,6 +36,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   double dropout_;
   bool recompute_core_;
   ContextParallel cp_;
+  std::shared_ptr<DropoutStreams> streams_;
   RecomputedFunction core_;  // the attention core, kept for recomputation in backward
 };
 TORCH_MODULE(SelfAttention);
@@ -51,8 +52,8 @@ TORCH_MODULE(MLP);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const ModelConfig& config, const TensorParallel& tp,
-            Recompute recompute = Recompute::none, const ContextParallel& cp = {});
+  BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute, const ContextParallel& cp,
+            std::shared_ptr<DropoutStreams> streams);
   // compute_ holds `this` (for recomputation in backward).
   BlockImpl(const BlockImpl&) = delete;
   BlockImpl& operator=(const BlockImpl&) = delete;
@@ -60,11 +61,13 @@ class BlockImpl : public torch::nn::Module {
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};
-  torch::nn::Dropout dropout{nullptr};
 
  private:
   torch::Tensor compute(const torch::Tensor& x);
+  double hidden_dropout_;
+  RandomStream* hidden_stream_;  // model-parallel with sequence parallelism, else replicated
   bool recompute_;
+  std::shared_ptr<DropoutStreams> streams_;
   RecomputedFunction compute_;  // the whole block, kept for recomputation in backward
 };
 TORCH_MODULE(Block);
@@ -106,6 +109,7 @@ class GPTImpl : public torch::nn::Module {
   // Draws every parameter as its role says (model/init.h): normal(0, std) for matrices and
   // embeddings, std / sqrt(2 * layers) for the projections that add into the residual stream
   // (GPT-2, Megatron), ones and zeros for LayerNorms and biases; whole, then this rank's slice.
+  // Seeds the dropout streams from `seed` too (model/dropout.h).
   void initialize(uint64_t seed);
 
   const TensorParallel& tensor_parallel() const { return tp_; }
@@ -115,13 +119,13 @@ class GPTImpl : public torch::nn::Module {
   PositionEmbedding wpe{nullptr};
   std::vector<Block> blocks;  // registered as "h<global layer index>"
   LayerNorm ln_f{nullptr};
-  torch::nn::Dropout dropout{nullptr};
 
  private:
   ModelConfig config_;
   TensorParallel tp_;
   Stage stage_;
   ContextParallel cp_;
+  std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
 };
 TORCH_MODULE(GPT);
 

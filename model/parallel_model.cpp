@@ -12,7 +12,6 @@ std::vector<ParameterRole> ParallelModel::roles() const {
 
 ParallelModel build_parallel_model(const Config& config, const Layout& layout, const ProcessGroups& groups,
                                    int64_t vocab, torch::Dtype dtype, const torch::Device& device) {
-  torch::manual_seed(config.train.seed);  // dropout's stream; the weights draw from their own
   const int64_t p = layout.pp_size, v = layout.virtual_stages;
   const int64_t layers = config.model.num_layers / (p * v);
   ParallelModel model;

@@ -1,31 +1,35 @@
 #include "model/recompute.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
-#include <mutex>
+#include <string>
 
 namespace trident {
 namespace {
 
-at::Tensor cpu_rng_state() {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
+// The streams' states as saved data: None for a stream that has not drawn yet.
+void save_states(torch::autograd::AutogradContext* ctx, const DropoutStreams& streams) {
+  const auto states = streams.states();
+  for (size_t i = 0; i < states.size(); ++i)
+    ctx->saved_data["rng" + std::to_string(i)] = states[i].defined() ? c10::IValue(states[i]) : c10::IValue();
 }
 
-void set_cpu_rng_state(const at::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
+std::vector<torch::Tensor> saved_states(torch::autograd::AutogradContext* ctx, size_t count) {
+  std::vector<torch::Tensor> states;
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& state = ctx->saved_data["rng" + std::to_string(i)];
+    states.push_back(state.isNone() ? torch::Tensor() : state.toTensor());
+  }
+  return states;
 }
 
 struct Recompute : public torch::autograd::Function<Recompute> {
   // Tensors travel as a TensorList so that autograd connects each of them to the graph.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx,
-                               const RecomputedFunction* function, at::TensorList inputs) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const RecomputedFunction* function,
+                               DropoutStreams* streams, at::TensorList inputs) {
     ctx->saved_data["function"] = reinterpret_cast<int64_t>(function);
-    ctx->saved_data["rng"] = cpu_rng_state();
+    ctx->saved_data["streams"] = reinterpret_cast<int64_t>(streams);
+    save_states(ctx, *streams);
     ctx->save_for_backward(inputs.vec());
     return (*function)(inputs.vec());  // autograd records nothing inside a Function's forward
   }
@@ -36,17 +40,18 @@ struct Recompute : public torch::autograd::Function<Recompute> {
     std::vector<torch::Tensor> inputs;
     for (const auto& saved : ctx->get_saved_variables())
       inputs.push_back(saved.detach().requires_grad_(saved.requires_grad()));
-    // Replay the forward with the RNG as it was, then put the RNG back where backward left it.
-    const at::Tensor now = cpu_rng_state();
-    set_cpu_rng_state(ctx->saved_data["rng"].toTensor());
+    // Replay the forward with the streams as they were, then put them back where backward left them.
+    auto* streams = reinterpret_cast<DropoutStreams*>(ctx->saved_data["streams"].toInt());
+    const std::vector<torch::Tensor> now = streams->states();
+    streams->set_states(saved_states(ctx, now.size()));
     torch::Tensor output;
     {
       torch::AutoGradMode enable(true);
       output = (*function)(inputs);
     }
-    set_cpu_rng_state(now);
+    streams->set_states(now);
     torch::autograd::backward({output}, {grads[0]});
-    torch::autograd::variable_list result = {torch::Tensor()};  // for `function`
+    torch::autograd::variable_list result = {torch::Tensor(), torch::Tensor()};  // for `function`, `streams`
     for (const auto& input : inputs) result.push_back(input.requires_grad() ? input.grad() : torch::Tensor());
     return result;
   }
@@ -54,8 +59,9 @@ struct Recompute : public torch::autograd::Function<Recompute> {
 
 }  // namespace
 
-torch::Tensor recompute(const RecomputedFunction& function, const std::vector<torch::Tensor>& inputs) {
-  return Recompute::apply(&function, at::TensorList(inputs));
+torch::Tensor recompute(const RecomputedFunction& function, const std::vector<torch::Tensor>& inputs,
+                        DropoutStreams& streams) {
+  return Recompute::apply(&function, &streams, at::TensorList(inputs));
 }
 
 }  // namespace trident

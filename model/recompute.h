@@ -1,6 +1,7 @@
 // Activation checkpointing: LibTorch's C++ API has no torch.utils.checkpoint. A recomputed
-// function runs without building a graph in forward and keeps only its inputs (and the CPU RNG
-// state, so dropout draws the same masks); backward re-runs it with gradients on, then
+// function runs without building a graph in forward and keeps only its inputs (and the states
+// of the model's dropout streams, so dropout draws the same masks); backward re-runs it with
+// gradients on, then
 // back-propagates through the fresh graph. Collectives inside (tensor parallelism) run again in
 // the same order on every rank.
 #pragma once
@@ -10,11 +11,15 @@
 #include <functional>
 #include <vector>
 
+#include "model/dropout.h"
+
 namespace trident {
 
 using RecomputedFunction = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
 
-// `function` must outlive the backward pass (a module's own member function bound to it is).
-torch::Tensor recompute(const RecomputedFunction& function, const std::vector<torch::Tensor>& inputs);
+// `function` and `streams` (the dropout streams it draws from) must outlive the backward pass
+// (a module's own members are).
+torch::Tensor recompute(const RecomputedFunction& function, const std::vector<torch::Tensor>& inputs,
+                        DropoutStreams& streams);
 
 }  // namespace trident

@@ -186,7 +186,8 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
   config.seq_length = kSeq;
   for (bool sequence_parallel : {false, true}) {
     auto counting = std::make_shared<CountingGroup>(*group());
-    Block block(config, TensorParallel{counting, sequence_parallel});
+    Block block(config, TensorParallel{counting, sequence_parallel}, Recompute::none, ContextParallel{},
+                std::make_shared<DropoutStreams>());
     block->to(torch::kDouble);
     for (auto& p : block->parameters()) {
       torch::NoGradGuard no_grad;
@@ -212,4 +213,61 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
       EXPECT_EQ(counting->reduce_scatters, 2);
     }
   }
+}
+
+namespace {
+
+// Dropout masks (kept elements) that `stream` draws on this rank, gathered from every rank.
+torch::Tensor gathered_masks(RandomStream& stream) {
+  const auto kept = dropout(torch::ones({256}, torch::kDouble), 0.5, /*training=*/true, stream).ne(0).to(torch::kDouble);
+  auto all = torch::empty({n(), 256}, torch::kDouble);
+  auto flat = all.view(-1);
+  group()->all_gather(flat, kept);
+  return all;
+}
+
+}  // namespace
+
+// Megatron's two dropout streams: the replicated one agrees across TP ranks (whole
+// activations stay equal copies), the model-parallel one differs (other heads, other tokens);
+// both differ across CP ranks, which hold other tokens.
+TEST(DropoutStreams, AgreeWhereActivationsAreCopiesAndDifferWhereTheyAreSplit) {
+  DropoutStreams as_tp_rank, as_cp_rank;
+  as_tp_rank.reseed(7, /*first_layer=*/0, /*tp_rank=*/me(), /*cp_rank=*/0);
+  as_cp_rank.reseed(7, /*first_layer=*/0, /*tp_rank=*/0, /*cp_rank=*/me());
+  const auto replicated = gathered_masks(as_tp_rank.replicated), split = gathered_masks(as_tp_rank.model_parallel);
+  const auto across_cp = gathered_masks(as_cp_rank.replicated);
+  for (int r = 1; r < n(); ++r) {
+    EXPECT_TRUE(torch::equal(replicated[r], replicated[0])) << "rank " << r;
+    EXPECT_FALSE(torch::equal(split[r], split[0])) << "rank " << r;
+    EXPECT_FALSE(torch::equal(across_cp[r], across_cp[0])) << "rank " << r;
+  }
+}
+
+// The model's own use of them: without sequence parallelism the activations leaving a stage
+// are whole on every TP rank and must stay equal copies with hidden and attention dropout on.
+TEST(DropoutStreams, TensorParallelCopiesStayEqualWithDropoutOn) {
+  ModelConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 24;
+  config.num_attention_heads = 12;  // divisible by 2, 3 and 4
+  config.seq_length = kSeq;
+  config.vocab_size = 64;
+  config.hidden_dropout = 0.3;
+  config.attention_dropout = 0.3;
+  GPT model(config, config.padded_vocab(n()), TensorParallel{group(), false}, Stage{0, 2, true, false});
+  model->to(torch::kDouble);
+  model->initialize(5);
+  model->train();
+  const auto tokens = shared_random({kBatch, kSeq}, 6).abs().mul(10).to(torch::kLong);
+  const auto x = model->forward(tokens).contiguous();
+  auto all = torch::empty({n(), x.numel()}, x.options());
+  auto flat = all.view(-1);
+  group()->all_gather(flat, x.view(-1));
+  for (int r = 1; r < n(); ++r) EXPECT_TRUE(torch::equal(all[r], all[0])) << "rank " << r;
+  EXPECT_FALSE(torch::equal(x, [&] {
+    torch::NoGradGuard no_grad;
+    model->eval();
+    return model->forward(tokens);
+  }())) << "dropout did not act";
 }

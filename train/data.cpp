@@ -4,20 +4,12 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "train/indexed_dataset.h"
 #include "train/tokenizer.h"
 
 namespace trident {
 namespace {
-
-// SplitMix64 (Steele et al. 2014): a stateless, portable mix so shuffles and synthetic tokens
-// are identical on every platform and standard library.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 class IndexedTokenStream : public TokenStream {
  public:
@@ -47,10 +39,10 @@ class IndexedTokenStream : public TokenStream {
 // 2^26 tokens keep the shuffled order small; the tokens are random, so epochs do not matter.
 class SyntheticTokenStream : public TokenStream {
  public:
-  SyntheticTokenStream(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(mix(seed)) {}
+  SyntheticTokenStream(int64_t vocab, uint64_t seed) : vocab_(vocab), seed_(splitmix64(seed)) {}
   int64_t size() const override { return int64_t(1) << 26; }
   void read(int64_t offset, int64_t count, int64_t* out) const override {
-    for (int64_t i = 0; i < count; ++i) out[i] = int64_t(mix(seed_ ^ uint64_t(offset + i)) % uint64_t(vocab_));
+    for (int64_t i = 0; i < count; ++i) out[i] = int64_t(splitmix64(seed_ ^ uint64_t(offset + i)) % uint64_t(vocab_));
   }
   std::string describe() const override { return str("synthetic uniform tokens over ", vocab_, " ids"); }
 
@@ -82,7 +74,7 @@ const std::vector<int64_t>& GPTSamples::order_for_epoch(int64_t epoch) const {
     std::iota(cached_order_.begin(), cached_order_.end(), 0);
     // Fisher-Yates with a counter-based generator keyed by (seed, epoch).
     for (int64_t i = num_samples_ - 1; i > 0; --i) {
-      uint64_t r = mix(seed_ ^ mix(uint64_t(epoch) * 0x100000001B3ull + uint64_t(i)));
+      uint64_t r = splitmix64(seed_ ^ splitmix64(uint64_t(epoch) * 0x100000001B3ull + uint64_t(i)));
       std::swap(cached_order_[size_t(i)], cached_order_[size_t(r % uint64_t(i + 1))]);
     }
     cached_epoch_ = epoch;

@@ -1,0 +1,47 @@
+// Dropout that draws from the right random stream, as Megatron's model-parallel RNG tracker
+// does. Two streams per model chunk:
+//   replicated      the same on every TP rank: for activations that are whole on each of them
+//                   (the embeddings' and blocks' outputs without sequence parallelism), so the
+//                   copies stay equal;
+//   model_parallel  different on every TP rank: for what TP splits (attention probabilities of
+//                   this rank's heads; activations split along the sequence with SP).
+// Both differ per context-parallel rank (other tokens) and per chunk (other layers). A stream
+// borrows the device's default generator while it draws (set to the stream's state, put back
+// after), so any kernel's dropout, fused attention's too, draws from it; recomputation saves
+// and restores the streams' states (model/recompute.h). Not for several threads at once.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <vector>
+
+namespace trident {
+
+class RandomStream {
+ public:
+  explicit RandomStream(uint64_t seed = 0) : seed_(seed) {}
+  void reseed(uint64_t seed);
+  // Runs `draw` with the default generator of `device` in this stream's state.
+  torch::Tensor fork(const torch::Device& device, const std::function<torch::Tensor()>& draw);
+  // Undefined before the first draw (the next draw then starts from the seed).
+  const torch::Tensor& state() const { return state_; }
+  void set_state(torch::Tensor state) { state_ = std::move(state); }
+
+ private:
+  uint64_t seed_;
+  torch::Tensor state_;
+};
+
+struct DropoutStreams {
+  RandomStream replicated, model_parallel;
+  // Seeds both from (seed, the chunk's first layer, cp rank), model_parallel also from the tp rank.
+  void reseed(uint64_t seed, int64_t first_layer, int tp_rank, int cp_rank);
+  std::vector<torch::Tensor> states() const { return {replicated.state(), model_parallel.state()}; }
+  void set_states(const std::vector<torch::Tensor>& states);
+};
+
+// Dropout of `x` with probability p (identity when p is 0 or not training), drawn from `stream`.
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training, RandomStream& stream);
+
+}  // namespace trident

@@ -33,9 +33,6 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
     return str("model.seq_length (", m.seq_length, ") must be divisible by ", divisor, " (", sequence_parts, ")",
                p.sequence_parallel ? " with parallel.sequence_parallel" : "");
   }
-  if (p.context > 1 && m.attention_dropout > 0)
-    return str("model.attention_dropout (", m.attention_dropout, ") must be 0 with parallel.context > 1: ",
-               "ring attention has no dropout on the attention probabilities");
   if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
     return str("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
                "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");

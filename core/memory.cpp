@@ -20,19 +20,21 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
 }
 
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
-  const double s = double(model.seq_length), b = double(layout.micro_batch),
+  const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
                t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
-  const double attention_scores = layout.recompute == Recompute::selective ? 0 : 5 * a * s / h;
+  const bool no_scores = layout.recompute == Recompute::selective || layout.cp_size > 1;
+  const double attention_scores = no_scores ? 0 : 5 * a * s / h;
   if (layout.sequence_parallel) return sbh * (34 + attention_scores) / t;
   return sbh * (10 + 24 / t + attention_scores / t);
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const std::string& optimizer) {
-  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(layout.dp_size);
+  // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
+  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(layout.dp_size * layout.cp_size);
   MemoryEstimate out;
 
   // Parameters of the first stage: its layers and the embeddings, split over TP.
@@ -55,7 +57,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
-  const double logits = 2 * 4.0 * double(model.seq_length) * double(layout.micro_batch) * double(vocab) / t;
+  const double logits = 2 * 4.0 * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
+                        double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;
 
   const double rest = out.weights + out.grads + out.optimizer + out.activations;

@@ -33,14 +33,18 @@ struct MemoryEstimate {
 // (Korthikanti et al. 2022, eqs. 1-5, 16-bit activations): s b h (34 + 5 a s / h) without
 // parallelism; with TP t, s b h (10 + 24/t + 5 a s / (h t)); with TP and sequence parallelism
 // s b h (34 + 5 a s / h) / t. Selective recompute drops the 5 a s / h term; full recompute
-// keeps only the layer input, 2 s b h (divided by t with sequence parallelism).
+// keeps only the layer input, 2 s b h (divided by t with sequence parallelism). Context
+// parallelism c holds s / c tokens, and its ring attention keeps no s x s scores (it keeps
+// q, k, v, the output and one log-sum-exp per row, and recomputes the scores in backward):
+// s b h (34 / c) with the per-token terms as above and no 5 a s / h term.
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
 
 // The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p
 // micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
-// measured). `optimizer` is adamw | adam8bit | sgd.
+// measured). ZeRO shards over the data- and context-parallel ranks (d c). `optimizer` is
+// adamw | adam8bit | sgd.
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const std::string& optimizer = "adamw");
 

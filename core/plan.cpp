@@ -28,10 +28,11 @@ std::string describe(const Layout& l) {
 // `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
 // ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
 // when that layout does not fit the model or the batch.
-std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t pp_size,
-                                int64_t micro_batch, Recompute recompute) {
+std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute) {
   Config c = config;
   c.parallel.tensor = tp_size;
+  c.parallel.context = cp_size;
   c.parallel.pipeline = pp_size;
   c.parallel.data = 0;
   c.batch.micro_batch_size = micro_batch;
@@ -57,17 +58,35 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   row.bubble_s = row.compute_s * double(layout.pp_size - 1) /
                  double(layout.virtual_stages * layout.micro_batches);
 
-  // Per micro-batch and layer: 2 all-reduces forward and 2 backward of s b h 16-bit values
+  // Per micro-batch and layer: 2 all-reduces forward and 2 backward of s/c b h 16-bit values
   // (all-gather + reduce-scatter with sequence parallelism: the same volume), 2 more with full
   // recompute. TP stays inside a node.
-  const double activation_bytes = 2.0 * double(m.seq_length * layout.micro_batch * m.hidden_size);
+  const double local_tokens = double(m.seq_length / layout.cp_size * layout.micro_batch);
+  const double activation_bytes = 2.0 * local_tokens * double(m.hidden_size);
+  const double layer_passes = double(m.num_layers / layout.pp_size * layout.micro_batches);
   const double per_layer = layout.recompute == Recompute::full ? 6 : 4;
-  row.tensor_comm_s = per_layer * double(m.num_layers / layout.pp_size * layout.micro_batches) *
-                      all_reduce_seconds(activation_bytes, layout.tp_size, hw.intra_node_gbs);
+  row.tensor_comm_s = per_layer * layer_passes * all_reduce_seconds(activation_bytes, layout.tp_size, hw.intra_node_gbs);
 
-  // Gradients (fp32) all-reduced once per iteration; DP crosses nodes once TP x DP does.
-  const bool dp_inside_node = layout.tp_size * layout.dp_size <= hw.gpus_per_node;
-  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, layout.dp_size,
+  // Ring attention, per micro-batch and layer: forward passes this rank's K and V blocks
+  // (2 s/c b h/t 16-bit values) c - 1 times, backward c - 1 times again and their gradients c
+  // times: 3c - 2 block transfers. Each transfer hides behind one step's block attention
+  // (4 (s/c)^2 b h/t FLOPs forward, twice that backward, over 3 passes: 4 (s/c)^2 b h/t each),
+  // so only what exceeds it is counted.
+  if (layout.cp_size > 1) {
+    const double c = double(layout.cp_size), t = double(layout.tp_size);
+    const bool inside_node = layout.tp_size * layout.cp_size <= hw.gpus_per_node;
+    const double block_bytes = 2.0 * 2.0 * local_tokens * double(m.hidden_size) / t;
+    const double transfer_s = block_bytes / ((inside_node ? hw.intra_node_gbs : hw.inter_node_gbs) * 1e9);
+    const double block_flops = 4.0 * local_tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) / t;
+    const double block_s = block_flops / (hw.peak_tflops * 1e12 * hw.efficiency);
+    row.context_comm_s = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layer_passes;
+  }
+
+  // Gradients (fp32) all-reduced once per iteration over the data- and context-parallel ranks;
+  // they cross nodes once TP x CP x DP does.
+  const int64_t replicas = layout.dp_size * layout.cp_size;
+  const bool dp_inside_node = layout.tp_size * replicas <= hw.gpus_per_node;
+  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, replicas,
                                        dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs);
   // Activations and their gradients cross each stage boundary once per micro-batch.
   if (layout.pp_size > 1) {
@@ -87,18 +106,19 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   plan.hardware = hw;
   plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
 
-  auto shape = [&](int64_t tp, int64_t pp, int64_t micro, Recompute recompute) {
-    return candidate(config, hw.gpus, tp, pp, micro, recompute);
+  auto shape = [&](int64_t tp, int64_t cp, int64_t pp, int64_t micro, Recompute recompute) {
+    return candidate(config, hw.gpus, tp, cp, pp, micro, recompute);
   };
 
   for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
-    for (int64_t pp = 1; pp <= m.num_layers; ++pp)
-      for (int64_t micro = 1; micro <= global; micro *= 2)
-        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-          if (auto l = shape(tp, pp, micro, recompute)) {
-            PlanRow row = evaluate_layout(config, *l, hw);
-            if (row.fits) plan.ranked.push_back(row);
-          }
+    for (int64_t cp = 1; cp <= hw.gpus / tp; cp *= 2)
+      for (int64_t pp = 1; pp <= m.num_layers; ++pp)
+        for (int64_t micro = 1; micro <= global; micro *= 2)
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+            if (auto l = shape(tp, cp, pp, micro, recompute)) {
+              PlanRow row = evaluate_layout(config, *l, hw);
+              if (row.fits) plan.ranked.push_back(row);
+            }
   std::sort(plan.ranked.begin(), plan.ranked.end(),
             [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
 
@@ -107,8 +127,8 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   const double states = plan.parameters * 18;
   const int64_t micro = config.batch.micro_batch_size;
   auto& why = plan.reasoning;
-  auto take = [&](int64_t tp, int64_t pp) {
-    auto l = shape(tp, pp, micro, config.recompute);
+  auto take = [&](int64_t tp, int64_t cp, int64_t pp) {
+    auto l = shape(tp, cp, pp, micro, config.recompute);
     if (!l) return false;
     PlanRow row = evaluate_layout(config, *l, hw);
     if (!row.fits) return false;
@@ -118,7 +138,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   if (states < 0.75 * memory) {
     why.push_back(str("parameters x 18 B = ", si_units(states), "B < 75% of ", hw.memory_gib,
                       " GiB: no model parallelism, data parallelism over all ", hw.gpus, " GPUs"));
-    if (!take(1, 1)) why.push_back("but TP 1 x PP 1 does not divide the batch or fit; searching");
+    if (!take(1, 1, 1)) why.push_back("but TP 1 x PP 1 does not divide the batch or fit; searching");
   } else {
     why.push_back(str("parameters x 18 B = ", si_units(states), "B >= 75% of ", hw.memory_gib,
                       " GiB: model parallelism needed"));
@@ -126,11 +146,16 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   if (!plan.recommended) {
     int64_t widest = 1;
     for (int64_t tp = 1; tp <= hw.gpus_per_node && !plan.recommended; tp *= 2) {
-      if (shape(tp, 1, micro, config.recompute)) widest = tp;
-      if (take(tp, 1)) why.push_back(str("TP ", tp, " is the smallest tensor parallelism that fits"));
+      if (shape(tp, 1, 1, micro, config.recompute)) widest = tp;
+      if (take(tp, 1, 1)) why.push_back(str("TP ", tp, " is the smallest tensor parallelism that fits"));
     }
+    if (m.seq_length >= kLongSequence)
+      for (int64_t cp = 2; cp <= hw.gpus / widest && !plan.recommended; cp *= 2)
+        if (take(widest, cp, 1))
+          why.push_back(str("sequence ", m.seq_length, " >= ", kLongSequence, ": TP ", widest, " and CP ", cp,
+                            ", the smallest context parallelism that fits"));
     for (int64_t pp = 2; pp <= m.num_layers && !plan.recommended; ++pp)
-      if (take(widest, pp))
+      if (take(widest, 1, pp))
         why.push_back(str("no TP within a node (<= ", hw.gpus_per_node, ") fits: TP ", widest,
                           " and PP ", pp, ", the smallest pipeline depth that fits"));
   }
@@ -175,7 +200,7 @@ Config scaling_row_config(const ScalingRow& row) {
 }
 
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
-  const auto published = candidate(config, row.gpus, row.tensor, row.pipeline, row.micro_batch, config.recompute);
+  const auto published = candidate(config, row.gpus, row.tensor, 1, row.pipeline, row.micro_batch, config.recompute);
   if (!published) return str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " does not fit this config");
   const PlanRow theirs = evaluate_layout(config, *published, plan.hardware);
   const std::string table = str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " needs ",
@@ -196,17 +221,18 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
                         si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %9s\n", "TP",
-                "PP", "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble",
-                "tp-comm", "dp-comm", "pp-comm", "TFLOPS/GPU");
+  std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s %9s\n", "TP",
+                "CP", "PP", "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble",
+                "tp-comm", "cp-comm", "dp-comm", "pp-comm", "TFLOPS/GPU");
   out += line;
   auto row_line = [&](const PlanRow& r, const char* mark) {
     const auto& l = r.layout;
-    std::snprintf(line, sizeof line, "%4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
-                  (long long)l.tp_size, (long long)l.pp_size, (long long)l.dp_size,
+    std::snprintf(line, sizeof line,
+                  "%4lld %4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
+                  (long long)l.tp_size, (long long)l.cp_size, (long long)l.pp_size, (long long)l.dp_size,
                   (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
                   r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.bubble_s,
-                  r.tensor_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
+                  r.tensor_comm_s, r.context_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
     out += line;
   };
   if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
@@ -218,9 +244,9 @@ std::string describe_row(const PlanRow& r) {
   const auto& m = r.memory;
   char time[256];
   std::snprintf(time, sizeof time,
-                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + DP %.3g + "
+                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + CP %.3g + DP %.3g + "
                 "PP %.3g; %.3g TFLOPS per GPU",
-                r.seconds(), r.compute_s, r.bubble_s, r.tensor_comm_s, r.data_comm_s,
+                r.seconds(), r.compute_s, r.bubble_s, r.tensor_comm_s, r.context_comm_s, r.data_comm_s,
                 r.pipeline_comm_s, r.tflops_per_gpu);
   return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), ", grads ",
              binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), ", activations ",
@@ -233,14 +259,14 @@ std::string plan_json(const Plan& plan) {
   auto row_json = [](const PlanRow& r) {
     const auto& l = r.layout;
     JsonLine j;
-    j.add("tensor", l.tp_size).add("pipeline", l.pp_size).add("data", l.dp_size)
+    j.add("tensor", l.tp_size).add("context", l.cp_size).add("pipeline", l.pp_size).add("data", l.dp_size)
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
         .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
         .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
         .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
         .add("iteration_s", r.seconds()).add("compute_s", r.compute_s).add("bubble_s", r.bubble_s)
-        .add("tensor_comm_s", r.tensor_comm_s).add("data_comm_s", r.data_comm_s)
+        .add("tensor_comm_s", r.tensor_comm_s).add("context_comm_s", r.context_comm_s).add("data_comm_s", r.data_comm_s)
         .add("pipeline_comm_s", r.pipeline_comm_s).add("tflops_per_gpu", r.tflops_per_gpu);
     return j.str();
   };

@@ -1,4 +1,4 @@
-// Layout planning: every valid (TP, PP, DP, micro-batch, recompute) for a model on a cluster,
+// Layout planning: every valid (TP, CP, PP, DP, micro-batch, recompute) for a model on a cluster,
 // its memory per GPU and an explained time estimate, plus the rule-of-thumb choice.
 #pragma once
 
@@ -26,8 +26,11 @@ struct PlanRow {
   Layout layout;
   MemoryEstimate memory;
   // Iteration time = compute + bubble + communication (not overlapped: an upper bound).
-  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0;
-  double seconds() const { return compute_s + bubble_s + tensor_comm_s + data_comm_s + pipeline_comm_s; }
+  // context_comm_s is the ring attention traffic its block computations do not hide.
+  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0;
+  double seconds() const {
+    return compute_s + bubble_s + tensor_comm_s + context_comm_s + data_comm_s + pipeline_comm_s;
+  }
   double tflops_per_gpu = 0;  // model FLOPs (no recompute) / time / GPUs
   bool fits = false;
 };
@@ -45,10 +48,14 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
 
 // The rule of thumb (Narayanan et al. 2021, section 3): data parallelism as far as
 // possible; no model parallelism when parameters x 18 bytes < 75% of GPU memory; else the
-// smallest TP (within a node) and then the smallest PP whose estimate fits; warn when
+// smallest TP (within a node), then for long sequences (>= kLongSequence tokens) the smallest
+// context parallelism beside it, then the smallest PP whose estimate fits; warn when
 // global / micro batch is close to DP (few micro-batches: a large pipeline bubble).
 // Uses the config's micro-batch size and recompute; ranks every layout besides.
 Plan make_plan(const Config& config, const Hardware& hardware);
+// Where the rule of thumb turns to context parallelism before pipelining: activations grow
+// with s (and the attention scores with s^2), which only CP divides.
+constexpr int64_t kLongSequence = 8192;
 
 // Rows of the scaling table of Narayanan et al. 2021 (A100 80 GB, seq 2048, vocabulary 51200).
 struct ScalingRow {

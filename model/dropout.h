@@ -5,33 +5,18 @@
 //                   copies stay equal;
 //   model_parallel  different on every TP rank: for what TP splits (attention probabilities of
 //                   this rank's heads; activations split along the sequence with SP).
-// Both differ per context-parallel rank (other tokens) and per chunk (other layers). A stream
-// borrows the device's default generator while it draws (set to the stream's state, put back
-// after), so any kernel's dropout, fused attention's too, draws from it; recomputation saves
-// and restores the streams' states (model/recompute.h). Not for several threads at once.
+// Both differ per context-parallel rank (other tokens) and per chunk (other layers); each is a
+// RandomStream (parallel/random_stream.h). Recomputation saves and restores their states
+// (model/recompute.h).
 #pragma once
 
 #include <torch/types.h>
 
-#include <functional>
 #include <vector>
 
+#include "parallel/random_stream.h"
+
 namespace trident {
-
-class RandomStream {
- public:
-  explicit RandomStream(uint64_t seed = 0) : seed_(seed) {}
-  void reseed(uint64_t seed);
-  // Runs `draw` with the default generator of `device` in this stream's state.
-  torch::Tensor fork(const torch::Device& device, const std::function<torch::Tensor()>& draw);
-  // Undefined before the first draw (the next draw then starts from the seed).
-  const torch::Tensor& state() const { return state_; }
-  void set_state(torch::Tensor state) { state_ = std::move(state); }
-
- private:
-  uint64_t seed_;
-  torch::Tensor state_;
-};
 
 struct DropoutStreams {
   RandomStream replicated, model_parallel;

@@ -42,11 +42,12 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
       cp_(std::move(cp)),
       streams_(std::move(streams)) {
   core_ = [this](const std::vector<torch::Tensor>& qkv) {
-    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_);  // no dropout (resolve_layout)
-    if (!is_training() || dropout_ == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0);
-    // This rank's heads: masks of their own on every TP rank.
+    // This rank's heads (and tokens): masks of their own on every TP (and CP) rank.
+    const double p = is_training() ? dropout_ : 0.0;
+    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel);
+    if (p == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0);
     return streams_->model_parallel.fork(qkv[0].device(),
-                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], dropout_); });
+                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], p); });
   };
   const int64_t h = config.hidden_size;
   qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, tp));

@@ -50,6 +50,27 @@ struct RingShift {
   }
 };
 
+// Dropout of attention probabilities, block by block: scaled masks (0 or 1 / (1 - p)) drawn
+// from a stream that starts at `state`; the same state gives the same masks in the same order.
+class BlockDropout {
+ public:
+  BlockDropout(double p, torch::Tensor state) : p_(p), stream_() { stream_.set_state(std::move(state)); }
+  // The next block's scaled mask, undefined without dropout.
+  torch::Tensor draw(const torch::Tensor& probs) {
+    if (p_ == 0) return torch::Tensor();
+    return stream_.fork(probs.device(), [&] { return torch::empty_like(probs).bernoulli_(1 - p_) / (1 - p_); });
+  }
+  torch::Tensor apply(const torch::Tensor& probs) {
+    const auto mask = draw(probs);
+    return mask.defined() ? probs * mask : probs;
+  }
+  const torch::Tensor& state() const { return stream_.state(); }
+
+ private:
+  double p_;
+  RandomStream stream_;
+};
+
 // One chunk of a local tensor [b, heads, 2n, d] along the sequence.
 torch::Tensor chunk(const torch::Tensor& t, int local) {
   const int64_t n = t.size(2) / 2;
@@ -58,7 +79,12 @@ torch::Tensor chunk(const torch::Tensor& t, int local) {
 
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
-                               const torch::Tensor& k_in, const torch::Tensor& v_in, Communicator* group) {
+                               const torch::Tensor& k_in, const torch::Tensor& v_in, Communicator* group,
+                               double dropout, RandomStream* stream) {
+    // Backward draws the same masks again, in the same order, from the stream as it is now.
+    ctx->saved_data["dropout"] = dropout;
+    if (dropout > 0) ctx->saved_data["rng"] = stream->started_state(q_in.device());
+    BlockDropout masks(dropout, dropout > 0 ? stream->state() : torch::Tensor());
     const auto dtype = compute_dtype(q_in);
     const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
     const int rank = group->rank(), size = group->size();
@@ -79,13 +105,15 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
           if (seen == Visibility::none) continue;
           const auto scores = block_scores(chunk(q, a), chunk(kv[0], b), scale, seen);
           const auto block_lse = scores.logsumexp(-1);
-          const auto block_out = at::matmul((scores - block_lse.unsqueeze(-1)).exp(), chunk(kv[1], b));
+          const auto probs = masks.apply((scores - block_lse.unsqueeze(-1)).exp());
+          const auto block_out = at::matmul(probs, chunk(kv[1], b));
           const auto merged = torch::logaddexp(lse[a], block_lse);
           out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
           lse[a] = merged;
         }
       if (next) kv = next->wait();
     }
+    if (dropout > 0) stream->set_state(masks.state());
     const torch::Tensor output = torch::cat({out[0], out[1]}, 2);
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
     ctx->save_for_backward({q, k, v, output, torch::cat({lse[0], lse[1]}, 2)});
@@ -98,6 +126,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &output = saved[3], &lse = saved[4];
     const torch::Tensor grad_out = grads[0].to(q.scalar_type());
+    const double dropout = ctx->saved_data["dropout"].toDouble();
+    BlockDropout masks(dropout, dropout > 0 ? ctx->saved_data["rng"].toTensor() : torch::Tensor());
     const int rank = group->rank(), size = group->size();
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     // The softmax gradient's row term: sum_j P_ij dP_ij = rowsum(dO * O).
@@ -115,8 +145,14 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
           if (seen == Visibility::none) continue;
           const auto qa = chunk(q, a), ka = chunk(kv[0], b), va = chunk(kv[1], b), dout = chunk(grad_out, a);
           const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
-          chunk(grad_kv[1], b).add_(at::matmul(probs.transpose(-2, -1), dout));
-          const auto grad_scores = probs * (at::matmul(dout, va.transpose(-2, -1)) - chunk(delta.unsqueeze(-1), a));
+          // With dropout: O = (P * Z) V for the scaled mask Z, so dV = (P * Z)^T dO and
+          // dP = (dO V^T) * Z; delta = rowsum(dO * O) = sum_j P_ij dP_ij still holds.
+          const auto mask = masks.draw(probs);
+          const auto kept = mask.defined() ? probs * mask : probs;
+          chunk(grad_kv[1], b).add_(at::matmul(kept.transpose(-2, -1), dout));
+          auto grad_probs = at::matmul(dout, va.transpose(-2, -1));
+          if (mask.defined()) grad_probs = grad_probs * mask;
+          const auto grad_scores = probs * (grad_probs - chunk(delta.unsqueeze(-1), a));
           chunk(grad_q, a).add_(at::matmul(grad_scores, ka) * scale);
           chunk(grad_kv[0], b).add_(at::matmul(grad_scores.transpose(-2, -1), qa) * scale);
         }
@@ -125,7 +161,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       grad_kv = RingShift(*group, grad_kv).wait();
     }
     const auto type = grads[0].scalar_type();
-    return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor()};
+    return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -145,9 +181,10 @@ torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size,
 }
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const ContextParallel& cp) {
+                             const ContextParallel& cp, double dropout, RandomStream* stream) {
   TRIDENT_CHECK(q.dim() == 4 && q.size(2) % 2 == 0, "ring attention takes [b, heads, 2n, d] queries, got ", q.sizes());
-  return RingAttention::apply(q, k, v, cp.group.get());
+  TRIDENT_CHECK(dropout == 0 || stream, "ring attention with dropout needs a random stream");
+  return RingAttention::apply(q, k, v, cp.group.get(), dropout, stream);
 }
 
 }  // namespace trident

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "parallel/comm.h"
+#include "parallel/random_stream.h"
 
 namespace trident {
 
@@ -42,7 +43,9 @@ torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size,
 // Causal attention of this rank's queries [b, heads, s/c, d] over the whole sequence's keys and
 // values, each rank holding its two chunks of q, k and v. Differentiable; collective over
 // `cp.group` (which must outlive the backward pass). 16-bit inputs are computed in fp32.
+// `dropout` > 0 drops attention probabilities with masks drawn block by block from `stream`;
+// backward draws them again from the stream's state at the start of forward.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const ContextParallel& cp);
+                             const ContextParallel& cp, double dropout = 0, RandomStream* stream = nullptr);
 
 }  // namespace trident

@@ -69,3 +69,49 @@ TEST(ContextParallel, RingAttentionEqualsCausalAttention) {
   expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
   expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
 }
+
+// With dropout on the attention probabilities the masks are drawn block by block in forward
+// and again in backward: the gradients must be those of the function forward computes, checked
+// against central differences (every rank moves its inputs along a random direction, the masks
+// drawn from the same stream state each time).
+TEST(ContextParallel, RingAttentionDropoutGradientsMatchFiniteDifferences) {
+  const ContextParallel cp{trident::testing::world_shared()};
+  const int c = cp.size(), me = cp.rank();
+  const int64_t s = 4 * c;
+  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, me, c); };
+  const std::vector<torch::Tensor> inputs = {mine(shared_random({1, 2, s, 3}, 1)), mine(shared_random({1, 2, s, 3}, 2)),
+                                             mine(shared_random({1, 2, s, 3}, 3))};
+  const auto g = mine(shared_random({1, 2, s, 3}, 4));
+  RandomStream stream(100 + uint64_t(me));
+  const torch::Tensor start = stream.started_state(torch::kCPU).clone();
+  // sum over the whole job of <ring attention, g>, with the masks `start` gives
+  auto objective = [&](const std::vector<torch::Tensor>& x, double dropout) {
+    stream.set_state(start);
+    auto value = (ring_attention(x[0], x[1], x[2], cp, dropout, &stream) * g).sum().reshape({1});
+    auto total = value.detach().clone();
+    cp.group->all_reduce(total);
+    return std::pair{value, total.item<double>()};
+  };
+  std::vector<torch::Tensor> leaves;
+  for (const auto& x : inputs) leaves.push_back(x.clone().requires_grad_());
+  objective(leaves, 0.3).first.sum().backward();
+  EXPECT_NE(objective(inputs, 0.3).second, objective(inputs, 0.0).second) << "dropout did not act";
+
+  for (uint64_t direction = 0; direction < 3; ++direction) {
+    std::vector<torch::Tensor> along, plus, minus;
+    double predicted = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      along.push_back(mine(shared_random(std::vector<int64_t>{1, 2, s, 3}, 10 + direction * 3 + i)));
+      predicted += (leaves[i].grad() * along[i]).sum().item<double>();
+    }
+    auto summed = torch::tensor({predicted}, torch::kDouble);
+    cp.group->all_reduce(summed);
+    const double eps = 1e-6;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      plus.push_back(inputs[i] + eps * along[i]);
+      minus.push_back(inputs[i] - eps * along[i]);
+    }
+    const double measured = (objective(plus, 0.3).second - objective(minus, 0.3).second) / (2 * eps);
+    EXPECT_NEAR(measured, summed.item<double>(), 1e-7 * std::max(1.0, std::abs(measured))) << "direction " << direction;
+  }
+}

@@ -318,32 +318,39 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
   }
 }
 
-// Dropout on, under TP 2 with sequence parallelism (both streams at work): the same run twice
-// gives the same losses, full recomputation replays the same masks, and the masks act (the
-// losses differ from a dropout-free run).
+// Dropout on, under TP 2 with sequence parallelism and under TP 2 x CP 2 (every stream at
+// work, and ring attention's block masks): the same run twice gives the same losses, full
+// recomputation replays the same masks, and the masks act (the losses differ from a
+// dropout-free run).
 TEST(Dropout, RunsAreReproducibleAndRecomputeReplaysTheMasks) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
-  auto losses = [&](const std::string& name, const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {"data.type=synthetic", "model.seq_length=32", "precision=fp64",
-                                          "train.iters=3", "train.eval_interval=0", "parallel.tensor=2",
-                                          "parallel.sequence_parallel=true",
-                                          "train.metrics_file=" + (dir / (name + ".jsonl")).string()};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    const auto r = run_command("timeout 300 " + train_command(kMpirun + "2 ", overrides));
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return read_losses(dir / (name + ".jsonl"));
-  };
-  const std::vector<std::string> dropout = {"model.hidden_dropout=0.2", "model.attention_dropout=0.2"};
-  const auto first = losses("first", dropout);
-  ASSERT_EQ(first.size(), 3u);
-  EXPECT_EQ(losses("again", dropout), first);
-  auto recomputed = dropout;
-  recomputed.push_back("recompute=full");
-  const auto replayed = losses("recomputed", recomputed);
-  ASSERT_EQ(replayed.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(replayed[i], first[i], 1e-12 * first[i]) << "step " << i;
-  const auto without = losses("without", {});
-  ASSERT_EQ(without.size(), 3u);
-  EXPECT_GT(std::abs(without[2] - first[2]), 1e-6);
+  for (const auto& [processes, layout] : {std::pair{"2 ", std::vector<std::string>{}},
+                                          std::pair{"4 ", std::vector<std::string>{"parallel.context=2"}}}) {
+    SCOPED_TRACE(processes);
+    auto losses = [&](const std::string& name, const std::vector<std::string>& extra) {
+      std::vector<std::string> overrides = {"data.type=synthetic", "model.seq_length=32", "precision=fp64",
+                                            "train.iters=3", "train.eval_interval=0", "parallel.tensor=2",
+                                            "parallel.sequence_parallel=true",
+                                            "train.metrics_file=" + (dir / (name + ".jsonl")).string()};
+      overrides.insert(overrides.end(), layout.begin(), layout.end());
+      overrides.insert(overrides.end(), extra.begin(), extra.end());
+      std::filesystem::remove(dir / (name + ".jsonl"));
+      const auto r = run_command("timeout 300 " + train_command(kMpirun + processes, overrides));
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      return read_losses(dir / (name + ".jsonl"));
+    };
+    const std::vector<std::string> dropout = {"model.hidden_dropout=0.2", "model.attention_dropout=0.2"};
+    const auto first = losses("first", dropout);
+    ASSERT_EQ(first.size(), 3u);
+    EXPECT_EQ(losses("again", dropout), first);
+    auto recomputed = dropout;
+    recomputed.push_back("recompute=full");
+    const auto replayed = losses("recomputed", recomputed);
+    ASSERT_EQ(replayed.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(replayed[i], first[i], 1e-12 * first[i]) << "step " << i;
+    const auto without = losses("without", {});
+    ASSERT_EQ(without.size(), 3u);
+    EXPECT_GT(std::abs(without[2] - first[2]), 1e-6);
+  }
 }

@@ -36,7 +36,7 @@ std::vector<std::string> row_names() {
 }
 
 CLI::App& describe(CLI::App& app, Options& o) {
-  app.description("Memory and iteration time of every TP x PP x DP layout of a model on a cluster, "
+  app.description("Memory and iteration time of every TP x CP x PP x DP layout of a model on a cluster, "
                   "ranked, with the rule of thumb's choice.");
   auto* config = app.add_option("--config", o.config_path, "YAML config of the model (needs --gpus)");
   auto* size = app.add_option("--size", o.size, "a row of Megatron's scaling table (" +

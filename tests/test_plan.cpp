@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/flops.h"
@@ -42,6 +43,31 @@ TEST(Memory, KorthikantiActivationsByHand) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * 34 / 8);
   l.recompute = Recompute::full;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), 2 * sbh / 8);
+}
+
+// Context parallelism: s/c tokens per rank, and ring attention keeps no s x s scores.
+TEST(Memory, ContextParallelDividesTheTokensAndDropsTheScores) {
+  ModelConfig m;
+  m.seq_length = 2048;
+  m.hidden_size = 4096;
+  m.num_attention_heads = 32;
+  Layout l;
+  l.micro_batch = 1;
+  l.cp_size = 4;
+  const double sbh = 2048.0 / 4 * 4096;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * 34);
+  l.tp_size = 8;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 24.0 / 8));
+  l.sequence_parallel = true;
+  l.recompute = Recompute::full;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), 2 * sbh / 8);
+  // ZeRO shards over data x context parallel ranks.
+  Layout zero;
+  zero.dp_size = 2;
+  zero.zero_stage = 1;
+  const double by_dp = estimate_memory(m, 256, zero, Precision::bf16).optimizer;
+  zero.cp_size = 2;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, zero, Precision::bf16).optimizer, by_dp / 2);
 }
 
 TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
@@ -119,8 +145,8 @@ TEST(Plan, RowsKeepTheConfigsZeroStageAndSchedule) {
     EXPECT_EQ(l.zero_stage, 1);
     EXPECT_EQ(l.schedule, Schedule::interleaved_1f1b);
     EXPECT_EQ(l.virtual_stages, 2);
-    if (l.tp_size == own.tp_size && l.pp_size == own.pp_size && l.micro_batch == own.micro_batch &&
-        l.recompute == own.recompute) {
+    if (l.tp_size == own.tp_size && l.cp_size == own.cp_size && l.pp_size == own.pp_size &&
+        l.micro_batch == own.micro_batch && l.recompute == own.recompute) {
       ++matches;
       EXPECT_EQ(row.memory.total(), dry_run.memory.total());
       EXPECT_EQ(row.seconds(), dry_run.seconds());
@@ -143,4 +169,32 @@ TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {
   const std::string json = plan_json(plan);
   EXPECT_EQ(json.rfind("{\"parameters\": ", 0), 0u);
   EXPECT_NE(json.find("\"tflops_per_gpu\""), std::string::npos);
+}
+
+// Long sequences: the rule of thumb turns to context parallelism before pipelining, the ranked
+// layouts include CP, and ring traffic is hidden by block attention at long local sequences but
+// not at short ones between nodes.
+TEST(Plan, LongSequencesUseContextParallelism) {
+  Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
+                               {"model.seq_length=131072", "batch.global_batch_size=64",
+                                "batch.micro_batch_size=1", "recompute=selective"});
+  Hardware a100;
+  a100.gpus = 64;
+  const Plan plan = make_plan(config, a100);
+  ASSERT_TRUE(plan.recommended);
+  EXPECT_GT(plan.recommended->layout.cp_size, 1);
+  EXPECT_EQ(plan.recommended->layout.pp_size, 1);
+  bool said = false;
+  for (const auto& line : plan.reasoning) said |= line.find("the smallest context parallelism that fits") != std::string::npos;
+  EXPECT_TRUE(said);
+  EXPECT_TRUE(std::any_of(plan.ranked.begin(), plan.ranked.end(), [](const PlanRow& r) { return r.layout.cp_size > 1; }));
+  EXPECT_NE(plan_table(plan, 3).find("cp-comm"), std::string::npos);
+
+  Layout l = resolve_layout(config, 64);
+  l.cp_size = 16;
+  l.dp_size = 4;
+  EXPECT_EQ(evaluate_layout(config, l, a100).context_comm_s, 0);  // 8192 tokens a rank: hidden
+  config.model.seq_length = 4096;
+  l.cp_size = 16;  // 256 tokens a rank, across nodes: exposed
+  EXPECT_GT(evaluate_layout(config, l, a100).context_comm_s, 0);
 }

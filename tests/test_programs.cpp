@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "core/config.h"
@@ -65,7 +66,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 }
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
-  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "export", "generate", "plot"}) {
+  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "activation_memory", "export", "generate", "plot"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -179,6 +180,36 @@ TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
   EXPECT_NE(r.output.find("parameters: 1.65 G"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("memory per GPU (estimate): weights 3.08 GiB, grads 6.16 GiB"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("recommended: TP 1 x PP 1 x DP 32"), std::string::npos) << r.output;
+  r = run("OMPI_COMM_WORLD_SIZE=32 OMPI_COMM_WORLD_RANK=0 " + kBin + "/train --config " + kSource +
+          "/configs/gpt1.7b.yaml --dry-run parallel.tensor=2 parallel.context=2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("world 32 = TP 2 x CP 2 x PP 1 x DP 8, 4 micro-batches"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("+ CP "), std::string::npos) << r.output;
+}
+
+// Context parallelism divides the activations: measured on this CPU (bytes in use after one
+// forward pass, tools/activation_memory) at c = 1 and 2 with selective recompute, half the
+// tokens hold half the memory, and the estimate of core/memory.h is within 15% of each.
+TEST(ActivationMemoryProgram, ContextParallelHalvesTheMeasuredActivations) {
+  const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
+  if (!mpi) GTEST_SKIP() << "needs mpirun";
+  auto measure = [&](int c) {
+    const Result r = run(trident::testing::kMpirun + std::to_string(c) + " " + kBin + "/activation_memory --config " +
+                         kSource + "/configs/gpt-tiny.yaml model.seq_length=512 batch.micro_batch_size=1 " +
+                         "recompute=selective parallel.context=" + std::to_string(c));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // "| layout | sequence | tokens per rank | measured (MiB) | estimate (MiB) |\n": 7 cells
+    std::vector<std::string> cells;
+    std::stringstream row(r.output);
+    for (std::string cell; std::getline(row, cell, '|');) cells.push_back(cell);
+    EXPECT_EQ(cells.size(), 7u) << r.output;
+    return cells.size() == 7u ? std::pair{std::stod(cells[4]), std::stod(cells[5])} : std::pair{0.0, 1.0};
+  };
+  const auto [whole, whole_estimate] = measure(1);
+  const auto [half, half_estimate] = measure(2);
+  EXPECT_NEAR(half / whole, 0.5, 0.05);
+  EXPECT_NEAR(whole / whole_estimate, 1.0, 0.15);
+  EXPECT_NEAR(half / half_estimate, 1.0, 0.15);
 }
 
 TEST(PlanProgram, PrintsTheRuleOfThumbAndWritesJson) {

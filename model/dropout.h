@@ -5,9 +5,11 @@
 //                   copies stay equal;
 //   model_parallel  different on every TP rank: for what TP splits (attention probabilities of
 //                   this rank's heads; activations split along the sequence with SP).
-// Both differ per context-parallel rank (other tokens) and per chunk (other layers); each is a
-// RandomStream (parallel/random_stream.h). Recomputation saves and restores their states
-// (model/recompute.h).
+// Both differ per context-parallel rank (other tokens) and per chunk (other layers), and start
+// afresh every iteration: a mask is a function of (seed, iteration, chunk, tp, cp rank), so a
+// resumed run draws the masks the straight run drew without saving any random state. Each is
+// a RandomStream (parallel/random_stream.h); recomputation saves and restores their states
+// within an iteration (model/recompute.h).
 #pragma once
 
 #include <torch/types.h>
@@ -20,8 +22,9 @@ namespace trident {
 
 struct DropoutStreams {
   RandomStream replicated, model_parallel;
-  // Seeds both from (seed, the chunk's first layer, cp rank), model_parallel also from the tp rank.
-  void reseed(uint64_t seed, int64_t first_layer, int tp_rank, int cp_rank);
+  // Seeds both from (seed, iteration, the chunk's first layer, cp rank), model_parallel also from
+  // the tp rank.
+  void reseed(uint64_t seed, int64_t iteration, int64_t first_layer, int tp_rank, int cp_rank);
   std::vector<torch::Tensor> states() const { return {replicated.state(), model_parallel.state()}; }
   void set_states(const std::vector<torch::Tensor>& states);
 };

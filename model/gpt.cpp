@@ -143,7 +143,12 @@ void GPTImpl::initialize(uint64_t seed) {
   const double std = config_.init_method_std;
   initialize_parameters(*this, seed, std, std / std::sqrt(2.0 * double(config_.num_layers)),
                         tp_.group->rank(), tp_.group->size());
-  streams_->reseed(seed, stage_.first_layer, tp_.group->rank(), cp_.rank());
+  seed_ = seed;
+  begin_iteration(0);
+}
+
+void GPTImpl::begin_iteration(int64_t iteration) {
+  streams_->reseed(seed_, iteration, stage_.first_layer, tp_.group->rank(), cp_.rank());
 }
 
 }  // namespace trident

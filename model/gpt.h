@@ -109,8 +109,10 @@ class GPTImpl : public torch::nn::Module {
   // Draws every parameter as its role says (model/init.h): normal(0, std) for matrices and
   // embeddings, std / sqrt(2 * layers) for the projections that add into the residual stream
   // (GPT-2, Megatron), ones and zeros for LayerNorms and biases; whole, then this rank's slice.
-  // Seeds the dropout streams from `seed` too (model/dropout.h).
+  // Seeds the dropout streams from `seed` too, as for iteration 0 (model/dropout.h).
   void initialize(uint64_t seed);
+  // Starts the dropout streams of training iteration `iteration` (1, 2, ...).
+  void begin_iteration(int64_t iteration);
 
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
@@ -125,6 +127,7 @@ class GPTImpl : public torch::nn::Module {
   TensorParallel tp_;
   Stage stage_;
   ContextParallel cp_;
+  uint64_t seed_ = 0;
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
 };
 TORCH_MODULE(GPT);

@@ -101,7 +101,8 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   tp_ = split(groups.tp, "tensor-parallel");
   cp_ = split(groups.cp, "context-parallel");
   dp_ = split(groups.dp, "data-parallel");
-  dp_cp_ = split(groups.dp_cp, "data-and-context-parallel");
+  // Without context parallelism it is the data-parallel group, and errors say so.
+  dp_cp_ = split(groups.dp_cp, layout.cp_size > 1 ? "data-and-context-parallel" : "data-parallel");
   pp_ = split(groups.pp, "pipeline");
   embedding_ = split(groups.embedding, "embedding");
   mp_ = split(groups.mp, "model-parallel");

@@ -113,7 +113,10 @@ Trainer::PendingStep Trainer::run_step() {
   PendingStep pending;
   pending.timer = std::make_unique<IntervalTimer>(device_);
   pending.timer->start();
-  for (auto& chunk : model_.chunks) chunk->train();
+  for (auto& chunk : model_.chunks) {
+    chunk->train();
+    chunk->begin_iteration(iteration_ + 1);
+  }
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
   DataParallelGrads& grads = optimizer_->grads();
   grads.zero();

@@ -77,6 +77,27 @@ torch::Tensor chunk(const torch::Tensor& t, int local) {
   return t.narrow(2, local * n, n);
 }
 
+// The ring: at step j the keys and values in hand (`kv`, [2, b, heads, 2n, d]) are rank
+// (rank - j)'s, and the next step's are already on their way. `block(a, b, seen, kv)` runs for
+// every pair of local query chunk a and key chunk b that is not fully masked; `step_done()`
+// after each step, once the next keys and values have arrived.
+template <typename Block, typename StepDone>
+void walk_ring(Communicator& group, torch::Tensor kv, const Block& block, const StepDone& step_done) {
+  const int rank = group.rank(), size = group.size();
+  for (int step = 0; step < size; ++step) {
+    const int source = (rank + size - step) % size;
+    std::optional<RingShift> next;
+    if (step + 1 < size) next.emplace(group, kv);
+    for (int a : {0, 1})
+      for (int b : {0, 1}) {
+        const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
+        if (seen != Visibility::none) block(a, b, seen, kv);
+      }
+    if (next) kv = next->wait();
+    step_done();
+  }
+}
+
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& k_in, const torch::Tensor& v_in, Communicator* group,
@@ -87,22 +108,15 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     BlockDropout masks(dropout, dropout > 0 ? stream->state() : torch::Tensor());
     const auto dtype = compute_dtype(q_in);
     const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
-    const int rank = group->rank(), size = group->size();
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     std::array<torch::Tensor, 2> out, lse;  // per local query chunk
     for (int a : {0, 1}) {
       out[a] = torch::zeros_like(chunk(q, a));
       lse[a] = torch::full(out[a].sizes().slice(0, 3), -std::numeric_limits<double>::infinity(), q.options());
     }
-    torch::Tensor kv = torch::stack({k, v});  // one buffer travels: [2, b, heads, 2n, d]
-    for (int step = 0; step < size; ++step) {
-      const int source = (rank + size - step) % size;  // whose keys and values are in hand
-      std::optional<RingShift> next;
-      if (step + 1 < size) next.emplace(*group, kv);
-      for (int a : {0, 1})
-        for (int b : {0, 1}) {
-          const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
-          if (seen == Visibility::none) continue;
+    walk_ring(
+        *group, torch::stack({k, v}),
+        [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
           const auto scores = block_scores(chunk(q, a), chunk(kv[0], b), scale, seen);
           const auto block_lse = scores.logsumexp(-1);
           const auto probs = masks.apply((scores - block_lse.unsqueeze(-1)).exp());
@@ -110,9 +124,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
           const auto merged = torch::logaddexp(lse[a], block_lse);
           out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
           lse[a] = merged;
-        }
-      if (next) kv = next->wait();
-    }
+        },
+        [] {});
     if (dropout > 0) stream->set_state(masks.state());
     const torch::Tensor output = torch::cat({out[0], out[1]}, 2);
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
@@ -128,21 +141,15 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const torch::Tensor grad_out = grads[0].to(q.scalar_type());
     const double dropout = ctx->saved_data["dropout"].toDouble();
     BlockDropout masks(dropout, dropout > 0 ? ctx->saved_data["rng"].toTensor() : torch::Tensor());
-    const int rank = group->rank(), size = group->size();
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     // The softmax gradient's row term: sum_j P_ij dP_ij = rowsum(dO * O).
     const torch::Tensor delta = (grad_out * output).sum(-1);
     torch::Tensor grad_q = torch::zeros_like(q);
-    torch::Tensor kv = torch::stack({saved[1], saved[2]});
-    torch::Tensor grad_kv = torch::zeros_like(kv);  // travels with kv: the gradient of `source`'s
-    for (int step = 0; step < size; ++step) {
-      const int source = (rank + size - step) % size;
-      std::optional<RingShift> next;
-      if (step + 1 < size) next.emplace(*group, kv);
-      for (int a : {0, 1})
-        for (int b : {0, 1}) {
-          const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
-          if (seen == Visibility::none) continue;
+    const torch::Tensor kv = torch::stack({saved[1], saved[2]});
+    torch::Tensor grad_kv = torch::zeros_like(kv);  // travels with the keys and values it belongs to
+    walk_ring(
+        *group, kv,
+        [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
           const auto qa = chunk(q, a), ka = chunk(kv[0], b), va = chunk(kv[1], b), dout = chunk(grad_out, a);
           const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
           // With dropout: O = (P * Z) V for the scaled mask Z, so dV = (P * Z)^T dO and
@@ -155,11 +162,9 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
           const auto grad_scores = probs * (grad_probs - chunk(delta.unsqueeze(-1), a));
           chunk(grad_q, a).add_(at::matmul(grad_scores, ka) * scale);
           chunk(grad_kv[0], b).add_(at::matmul(grad_scores.transpose(-2, -1), qa) * scale);
-        }
-      if (next) kv = next->wait();
-      // After the last step the gradients in hand are the next rank's own: one more shift.
-      grad_kv = RingShift(*group, grad_kv).wait();
-    }
+        },
+        // After the last step the gradients in hand are the next rank's own: one more shift.
+        [&] { grad_kv = RingShift(*group, grad_kv).wait(); });
     const auto type = grads[0].scalar_type();
     return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/text.h"
 
 namespace trident {
@@ -102,6 +103,17 @@ LaunchInfo detect_launch(const EnvLookup& env) {
          " is not set (start the job with srun, or unset ", set(kSlurm.rank) ? kSlurm.rank : kSlurm.size,
          " to run a single process)");
   return LaunchInfo{};
+}
+
+std::optional<LaunchInfo> detect_launch_or_report() {
+  try {
+    const LaunchInfo launch = detect_launch();
+    log::set_process(int(launch.rank), int(launch.world_size));
+    return launch;
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace trident

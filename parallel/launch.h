@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace trident {
@@ -27,5 +28,10 @@ using EnvLookup = std::function<const char*(const char*)>;
 // (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); none of them means a single process.
 // Partial or inconsistent variables throw Error naming them.
 LaunchInfo detect_launch(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
+
+// For a program's start: this process's launch, with the log told its rank; or, when the
+// variables are wrong, nothing after printing why (every process that cannot tell its rank
+// says so: there is no rank 0 to speak for them).
+std::optional<LaunchInfo> detect_launch_or_report();
 
 }  // namespace trident

@@ -14,6 +14,15 @@ namespace {
 const std::string kSource = TRIDENT_SOURCE_DIR;
 constexpr double kGiB = double(1 << 30);
 
+// The shape of Korthikanti et al.'s worked example: s 2048, h 4096, a 32.
+ModelConfig korthikanti_model() {
+  ModelConfig m;
+  m.seq_length = 2048;
+  m.hidden_size = 4096;
+  m.num_attention_heads = 32;
+  return m;
+}
+
 }  // namespace
 
 TEST(Memory, StateBytesPerParameter) {
@@ -26,10 +35,7 @@ TEST(Memory, StateBytesPerParameter) {
 }
 
 TEST(Memory, KorthikantiActivationsByHand) {
-  ModelConfig m;
-  m.seq_length = 2048;
-  m.hidden_size = 4096;
-  m.num_attention_heads = 32;
+  const ModelConfig m = korthikanti_model();
   Layout l;
   l.micro_batch = 1;
   const double sbh = 2048.0 * 4096;
@@ -47,10 +53,7 @@ TEST(Memory, KorthikantiActivationsByHand) {
 
 // Context parallelism: s/c tokens per rank, and ring attention keeps no s x s scores.
 TEST(Memory, ContextParallelDividesTheTokensAndDropsTheScores) {
-  ModelConfig m;
-  m.seq_length = 2048;
-  m.hidden_size = 4096;
-  m.num_attention_heads = 32;
+  const ModelConfig m = korthikanti_model();
   Layout l;
   l.micro_batch = 1;
   l.cp_size = 4;

@@ -55,14 +55,9 @@ double bytes_in_use() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  LaunchInfo launch;
-  try {
-    launch = detect_launch();
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    return 2;
-  }
-  log::set_process(int(launch.rank), int(launch.world_size));
+  const std::optional<LaunchInfo> detected = detect_launch_or_report();
+  if (!detected) return 2;
+  const LaunchInfo& launch = *detected;
   Options o;
   Config config;
   Layout layout;

@@ -113,14 +113,9 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
 }  // namespace
 
 int main(int argc, char** argv) {
-  LaunchInfo launch;
-  try {
-    launch = detect_launch();
-  } catch (const std::exception& e) {
-    log::error(e.what());
-    return 2;
-  }
-  log::set_process(int(launch.rank), int(launch.world_size));
+  const std::optional<LaunchInfo> detected = detect_launch_or_report();
+  if (!detected) return 2;
+  const LaunchInfo& launch = *detected;
   // The arguments are checked on every rank and a mistake reported once (parallel/failure.h).
   Options o;
   std::exception_ptr input_error;

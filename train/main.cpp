@@ -63,14 +63,9 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
 
 int main(int argc, char** argv) {
   using namespace trident;
-  LaunchInfo launch;
-  try {
-    launch = detect_launch();
-  } catch (const std::exception& e) {
-    log::error(e.what());  // no rank to speak for: every process that cannot tell says so
-    return 2;
-  }
-  log::set_process(int(launch.rank), int(launch.world_size));
+  const std::optional<LaunchInfo> detected = detect_launch_or_report();
+  if (!detected) return 2;
+  const LaunchInfo& launch = *detected;
 
   // Arguments, config and layout are checked on every rank, and a mistake is reported after the
   // ranks have connected and agreed on it: once, by rank 0, whichever ranks found it.

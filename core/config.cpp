@@ -156,6 +156,7 @@ const std::vector<Field>& schema() {
       field("optimizer.beta2", TRIDENT_MEMBER(optimizer.beta2), fraction_below_one()),
       field("optimizer.eps", TRIDENT_MEMBER(optimizer.eps), positive_number()),
       field("optimizer.clip_grad", TRIDENT_MEMBER(optimizer.clip_grad), non_negative_number()),
+      field("optimizer.offload", TRIDENT_MEMBER(optimizer.offload), one_of({"none", "cpu"})),
       field("loss_scale.initial", TRIDENT_MEMBER(loss_scale.initial), positive_number()),
       field("loss_scale.min", TRIDENT_MEMBER(loss_scale.min), positive_number()),
       field("loss_scale.window", TRIDENT_MEMBER(loss_scale.window), at_least(1)),

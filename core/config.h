@@ -76,6 +76,7 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad = 1.0;  // 0 disables clipping
+  std::string offload = "none";  // none | cpu: main weights and moments in host memory, AdamW on the CPU
 };
 
 // fp16 only: the dynamic loss scale's start, floor, how many good steps in a row double it,

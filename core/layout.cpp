@@ -63,6 +63,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   out.virtual_stages = p.virtual_stages;
   out.sequence_parallel = p.sequence_parallel && p.tensor > 1;
   out.zero_stage = p.zero_stage;
+  out.offload = config.optimizer.offload == "cpu";
   out.schedule = p.schedule;
   out.micro_batch = b.micro_batch_size;
   out.micro_batches = micro_batches;

@@ -19,6 +19,7 @@ struct Layout {
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
   bool sequence_parallel = false;  // asked for and tp_size > 1
   int64_t zero_stage = 0;
+  bool offload = false;            // optimizer states in host memory (optimizer.offload=cpu)
   Schedule schedule = Schedule::one_f_one_b;
   int64_t micro_batch = 1;
   // M = global_batch / (micro_batch x dp_size): the pipeline's micro-batches and the

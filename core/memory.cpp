@@ -49,6 +49,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
   out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
   out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
+  if (layout.offload) {
+    // Main weights exist on the host even when the model trains in their precision.
+    const double main_copy = mixed(precision) ? 0 : bytes.weights;
+    const double host_grads = (mixed(precision) ? 4 : bytes.weights) / (zero >= 1 ? d : 1);
+    out.host = out.optimizer + out.parameters * (main_copy / (zero >= 1 ? d : 1) + host_grads);
+    out.optimizer = 0;
+  }
 
   double in_flight = double(std::min(layout.pp_size, layout.micro_batches));
   if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);

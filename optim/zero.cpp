@@ -1,5 +1,7 @@
 #include "optim/zero.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -54,13 +56,17 @@ ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communic
       weights_(params_, flat_),
       grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, options.zero_stage}),
       rank_(sharded() ? group_.rank() : 0) {
-  // Step 4 of the header's order: main weights and moments for this rank's shard.
+  // Step 4 of the header's order: main weights and moments for this rank's shard, in host
+  // memory with offload.
   torch::NoGradGuard no_grad;
   const torch::Tensor& buffer = weights_.buffer();
-  const auto main_options = buffer.options().dtype(options.main_dtype);
-  if (options.main_dtype != buffer.scalar_type()) main_ = torch::empty({flat_.shard_numel()}, main_options);
+  auto main_options = buffer.options().dtype(options.main_dtype);
+  if (options.offload) main_options = main_options.device(torch::kCPU).pinned_memory(buffer.is_cuda());
+  if (options.offload || options.main_dtype != buffer.scalar_type())
+    main_ = torch::empty({flat_.shard_numel()}, main_options);
   exp_avg_ = torch::zeros({flat_.shard_numel()}, main_options);
   exp_avg_sq_ = torch::zeros({flat_.shard_numel()}, main_options);
+  if (options.offload) host_grads_ = torch::empty({flat_.shard_numel()}, main_options);
   for (size_t b = 0; b < flat_.buckets.size(); ++b) {
     const int64_t start = flat_.buckets[b].shard_start, length = flat_.slice_numel(b);
     auto own = buffer.narrow(0, flat_.slice_start(b, rank_), length);
@@ -70,7 +76,7 @@ ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communic
       slice.param = main_.narrow(0, start, length);
       slice.param.copy_(own);
     }
-    slice.grad = grads_.reduced(b);
+    slice.grad = options.offload ? host_grads_.narrow(0, start, length) : grads_.reduced(b);
     slice.exp_avg = exp_avg_.narrow(0, start, length);
     slice.exp_avg_sq = exp_avg_sq_.narrow(0, start, length);
     slices_.push_back(std::move(slice));
@@ -106,11 +112,16 @@ torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) c
 
 void ZeroOptimizer::scale_grads(const torch::Tensor& factor) {
   torch::NoGradGuard no_grad;
-  for (auto& slice : slices_) slice.grad.mul_(factor);
+  for (size_t b = 0; b < flat_.buckets.size(); ++b) grads_.reduced(b).mul_(factor);
 }
 
 void ZeroOptimizer::step(double lr) {
   ++step_;
+  if (host_grads_.defined()) {  // offload: the reduced gradients go to the host, bucket by bucket
+    torch::NoGradGuard no_grad;
+    for (size_t b = 0; b < flat_.buckets.size(); ++b) slices_[b].grad.copy_(grads_.reduced(b), /*non_blocking=*/true);
+    if (weights_.buffer().is_cuda()) torch::cuda::synchronize();
+  }
   adamw_update(slices_, config_, lr, step_);
   publish();
 }
@@ -128,8 +139,9 @@ void ZeroOptimizer::publish() {
 }
 
 StateMemory ZeroOptimizer::memory() const {
-  return {bytes_of(weights_.buffer()), grads_.bytes(),
-          bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_)};
+  const int64_t optimizer = bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_);
+  if (host_grads_.defined()) return {bytes_of(weights_.buffer()), grads_.bytes(), 0, optimizer + bytes_of(host_grads_)};
+  return {bytes_of(weights_.buffer()), grads_.bytes(), optimizer, 0};
 }
 
 std::vector<ZeroOptimizer::StatePiece> ZeroOptimizer::state_pieces() const {

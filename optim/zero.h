@@ -5,7 +5,8 @@
 //  - main parameters in `main_dtype` (fp32 for bf16/fp16 models; the parameters themselves
 //    for fp32/fp64 models) and AdamW's moments are kept for this rank's shard only: 1/d of them
 //    from stage 1 on, all of them at stage 0;
-//  - step() updates the shard and writes it back into the model's parameters on every rank.
+//  - step() updates the shard and writes it back into the model's parameters on every rank;
+//  - with offload, the shard's main parameters and moments live in host memory.
 #pragma once
 
 #include <torch/types.h>
@@ -27,10 +28,15 @@ struct ZeroOptions {
   int64_t zero_stage = 0;
   int64_t bucket_bytes = 25 << 20;
   torch::Dtype main_dtype = torch::kFloat;
+  // ZeRO-Offload (Ren et al. 2021): main weights and moments in host memory (pinned when the
+  // model is on a GPU), this rank's reduced gradients copied there for AdamW on the CPU, the
+  // updated weights copied back. On a CPU model the same path runs, host and device being one.
+  bool offload = false;
 };
 
 struct StateMemory {
-  int64_t weights = 0, grads = 0, optimizer = 0;  // bytes this rank holds
+  int64_t weights = 0, grads = 0, optimizer = 0;  // bytes this rank holds on its device
+  int64_t host = 0;                               // and in host memory (offload)
 };
 
 class ZeroOptimizer {
@@ -63,9 +69,9 @@ class ZeroOptimizer {
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
   bool sharded() const { return flat_.shards > 1; }
-  // Whether main parameters are a copy of their own (bf16/fp16 models); otherwise they are the
-  // weights themselves (fp32/fp64).
-  bool separate_main() const { return main_.defined(); }
+  // Whether main parameters differ from the weights (bf16/fp16 models); otherwise they are the
+  // weights themselves (fp32/fp64), or with offload an exact host copy of them.
+  bool separate_main() const { return main_.defined() && main_.scalar_type() != weights_.buffer().scalar_type(); }
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 
@@ -96,6 +102,7 @@ class ZeroOptimizer {
   int64_t rank_;              // whose slices this rank holds (0 when unsharded)
   torch::Tensor main_;        // this rank's main parameters, unless the weights' buffer holds them
   torch::Tensor exp_avg_, exp_avg_sq_;
+  torch::Tensor host_grads_;  // offload: this rank's reduced gradients, copied to the host for AdamW
   std::vector<FlatBuckets::Segment> segments_;  // this rank's pieces of parameters
   std::vector<AdamWSlice> slices_;              // one per bucket
   int64_t step_ = 0;

@@ -196,6 +196,11 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"ThreeDimensionalWithZeroTwoFp32", kMpirun + "8 ", 2, "fp32",
                     {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
+        // ZeRO-Offload: main weights and moments in host memory, AdamW on the CPU, at DP 2 with and
+        // without sharding.
+        ParallelRun{"OffloadDataTwoFp32", kEnvLaunch + "2 -- ", 4, "fp32", {"optimizer.offload=cpu"}},
+        ParallelRun{"OffloadZeroTwoDataTwoFp64", kMpirun + "2 ", 4, "fp64",
+                    {"optimizer.offload=cpu", "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
         // Context parallelism: each sequence of 64 split over 2 or 4 ranks (chunks of 16 or 8),
         // attention as a ring; alone (and with ZeRO-1 over the CP group), with TP and SP, with
         // GPipe and recomputation, with ZeRO-2 over the combined data x context group, and all

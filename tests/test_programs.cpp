@@ -59,6 +59,11 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("parallel.zero_stage"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("iter "), std::string::npos) << "trained despite a bad ZeRO stage";
+  r = run(synthetic + "optimizer.offload=nvme");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count(r.output, "error"), 1) << r.output;
+  EXPECT_NE(r.output.find("optimizer.offload"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("none, cpu"), std::string::npos) << r.output;
 
   r = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml --bogus");
   EXPECT_EQ(r.exit_code, 2);

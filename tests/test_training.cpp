@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 
+#include "core/memory.h"
+#include "optim/zero.h"
 #include "tests/helpers.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -177,15 +179,18 @@ TEST(MixedPrecision, Fp16OverflowSkipsExactlyThatStepAndHalvesTheScale) {
   }
 }
 
-// fp32 (main weights are the weights) and bf16 (main weights are fp32 copies, saved apart).
+// fp32 (main weights are the weights) and bf16 (main weights are fp32 copies, saved apart), and
+// bf16 with the optimizer offloaded to host memory.
 class CheckpointResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckpointResume, IsBitExact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   // Dropout on, so the restored RNG state matters too.
+  const std::string precision = GetParam().substr(0, 4);
   const std::vector<std::string> common = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1",
-                                           "precision=" + GetParam()};
+                                           "precision=" + precision,
+                                           GetParam().size() > 4 ? "optimizer.offload=cpu" : "optimizer.offload=none"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return small_config(data, extra);
@@ -209,7 +214,34 @@ TEST_P(CheckpointResume, IsBitExact) {
   expect_same_parameters(straight, resumed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResume, ::testing::Values("fp32", "bf16"));
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResume, ::testing::Values("fp32", "bf16", "bf16_offload"));
+
+// ZeRO-Offload on a CPU model runs the same arithmetic through host buffers: every loss and
+// every weight is bit-identical to the plain run, in fp32 (main weights copied to the host) and
+// bf16; the optimizer's states leave the device, and the count matches the estimate.
+TEST(Offload, TrainsBitForBitLikeTheDeviceOptimizer) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const std::vector<std::string> common = {"train.iters=4", "precision=" + precision, "parallel.zero_stage=1"};
+    Trainer plain(small_config(data, common));
+    auto with_offload = common;
+    with_offload.push_back("optimizer.offload=cpu");
+    Trainer offloaded(small_config(data, with_offload));
+    EXPECT_EQ(run(offloaded), run(plain));
+    expect_same_parameters(plain, offloaded);
+    const StateMemory device = plain.optimizer().memory(), host = offloaded.optimizer().memory();
+    EXPECT_EQ(host.optimizer, 0);
+    EXPECT_EQ(host.weights, device.weights);
+    const Config config = small_config(data, with_offload);
+    const Layout layout = resolve_layout(config, 1);
+    const MemoryEstimate estimate =
+        estimate_memory(config.model, config.model.padded_vocab(), layout, config.precision);
+    EXPECT_EQ(double(host.host), estimate.host);
+    EXPECT_EQ(estimate.optimizer, 0);
+  }
+}
 
 // The layout may change between save and resume (tests/test_distributed_runs.cpp), the model
 // and its arithmetic may not: a run of another width or precision is refused before it builds.

@@ -60,10 +60,12 @@ void RunLog::memory(const StateMemory& held, const torch::Device& device) const 
                       mib(double(stats->peak_allocated)), " allocated, ", mib(double(stats->reserved)),
                       " reserved");
   }
+  const std::string host =
+      layout_.offload ? str(", offloaded to host memory ", mib(double(held.host)), " (", mib(estimate.host), ")") : "";
   log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",
                 mib(estimate.weights), "), grads ", mib(double(held.grads)), " (", mib(estimate.grads),
-                "), optimizer ", mib(double(held.optimizer)), " (", mib(estimate.optimizer),
-                "), activations ", activations, " (", mib(estimate.activations), ")"));
+                "), optimizer ", mib(double(held.optimizer)), " (", mib(estimate.optimizer), ")", host,
+                ", activations ", activations, " (", mib(estimate.activations), ")"));
 }
 
 void RunLog::iteration(const IterationMetrics& m) const {

@@ -70,6 +70,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.zero_stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
+    zero.offload = layout_.offload;
     // Replicated weights have copies on every data- and context-parallel rank: their gradients
     // are averaged over both, and ZeRO shards over both.
     optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_cp_group(), config_.optimizer, zero);

@@ -56,6 +56,7 @@ class Trainer {
   GPT& model() { return model_.chunks.front(); }
   std::vector<GPT>& model_chunks() { return model_.chunks; }
   int64_t padded_vocab() const { return vocab_; }
+  const ZeroOptimizer& optimizer() const { return *optimizer_; }
 
  private:
   PipelineOptions pipeline_options() const;

@@ -88,6 +88,12 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   const bool dp_inside_node = layout.tp_size * replicas <= hw.gpus_per_node;
   row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, replicas,
                                        dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs);
+  // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
+  // back once per iteration, and the CPU runs AdamW over the shard.
+  if (layout.offload) {
+    const double shard = row.memory.parameters / double(layout.zero_stage >= 1 ? replicas : 1);
+    row.offload_s = shard * (4.0 + 2.0) / (hw.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
+  }
   // Activations and their gradients cross each stage boundary once per micro-batch.
   if (layout.pp_size > 1) {
     const bool stages_inside_node = gpus <= hw.gpus_per_node;

@@ -20,16 +20,20 @@ struct Hardware {
   double efficiency = 0.5;       // fraction of peak the matrix work reaches (stated assumption)
   double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
   double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
+  double host_link_gbs = 25;     // GB/s per GPU to host memory (PCIe 4.0 x16, one direction): offload
+  double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)
 };
 
 struct PlanRow {
   Layout layout;
   MemoryEstimate memory;
   // Iteration time = compute + bubble + communication (not overlapped: an upper bound).
-  // context_comm_s is the ring attention traffic its block computations do not hide.
-  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0;
+  // context_comm_s is the ring attention traffic its block computations do not hide; offload_s
+  // the host copies and the CPU's AdamW with optimizer.offload=cpu.
+  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0,
+         offload_s = 0;
   double seconds() const {
-    return compute_s + bubble_s + tensor_comm_s + context_comm_s + data_comm_s + pipeline_comm_s;
+    return compute_s + bubble_s + tensor_comm_s + context_comm_s + data_comm_s + pipeline_comm_s + offload_s;
   }
   double tflops_per_gpu = 0;  // model FLOPs (no recompute) / time / GPUs
   bool fits = false;

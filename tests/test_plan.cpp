@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/flops.h"
+#include "core/largest_model.h"
 #include "core/memory.h"
 #include "core/plan.h"
 
@@ -200,4 +202,43 @@ TEST(Plan, LongSequencesUseContextParallelism) {
   config.model.seq_length = 4096;
   l.cp_size = 16;  // 256 tokens a rank, across nodes: exposed
   EXPECT_GT(evaluate_layout(config, l, a100).context_comm_s, 0);
+}
+
+// plan --largest: every strategy's largest model fits, with the strategy's ZeRO stage;
+// strategies that add memory savings never fit less; only offload uses host memory.
+TEST(Plan, LargestModelPerStrategy) {
+  const Config base = Config::parse("", {"model.seq_length=2048", "model.vocab_size=51200", "precision=bf16",
+                                         "batch.global_batch_size=512", "data.type=synthetic"});
+  for (const auto& [gpus, memory] : {std::pair{2, 24.0}, std::pair{8, 80.0}}) {
+    SCOPED_TRACE(gpus);
+    Hardware hw;
+    hw.gpus = gpus;
+    hw.memory_gib = memory;
+    const auto rows = largest_models(base, hw);
+    ASSERT_EQ(rows.size(), strategies().size());
+    std::map<std::string, double> params;
+    for (const auto& r : rows) {
+      ASSERT_TRUE(r.shape) << r.strategy.name;
+      EXPECT_TRUE(r.row.fits) << r.strategy.name;
+      EXPECT_LE(r.row.memory.total(), memory * kGiB) << r.strategy.name;
+      EXPECT_EQ(r.row.memory.host > 0, r.strategy.offload) << r.strategy.name;
+      EXPECT_EQ(r.row.layout.zero_stage, r.strategy.zero_stage) << r.strategy.name;
+      params[r.strategy.name] = r.parameters;
+    }
+    EXPECT_LE(params["DP"], params["DP + ZeRO-1"]);
+    EXPECT_LE(params["DP + ZeRO-1"], params["DP + ZeRO-2"]);
+    EXPECT_LE(params["TP (within a node) + DP"], params["TP + PP + DP"]);
+    EXPECT_LE(params["TP + PP + DP"], params["TP + PP + ZeRO-2"]);
+    EXPECT_LE(params["TP + PP + ZeRO-2"], params["TP + PP + ZeRO-2 + full recompute"]);
+    EXPECT_LT(params["TP + PP + ZeRO-2 + full recompute"], params["TP + PP + ZeRO-2 + full recompute + offload"]);
+  }
+  const auto& shapes = standard_shapes();
+  for (size_t i = 1; i < shapes.size(); ++i) {
+    ModelConfig a, b;
+    a.num_layers = shapes[i - 1].layers, a.hidden_size = shapes[i - 1].hidden, a.num_attention_heads = shapes[i - 1].heads;
+    b.num_layers = shapes[i].layers, b.hidden_size = shapes[i].hidden, b.num_attention_heads = shapes[i].heads;
+    EXPECT_LE(gpt_parameter_count(a, 51200), gpt_parameter_count(b, 51200)) << shapes[i].name;
+    EXPECT_EQ(shapes[i].hidden % shapes[i].heads, 0) << shapes[i].name;
+  }
+  EXPECT_NE(largest_table(largest_models(base, Hardware{}), Hardware{}, base).find("ZeRO-3"), std::string::npos);
 }

@@ -102,6 +102,7 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"preprocess --output d --tokenizer gpt2 --vocab v.json docs",
        "error: --tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt"},
       {"preprocess --output d --merges m.txt docs", "error: --merges is for --tokenizer gpt2, not byte"},
+      {"plan --largest", "error: --gpus N is needed with --largest"},
       {"bench --bogus", "error: The following argument was not expected: --bogus (see bench --help)"},
       {"bench --iters 0", "error: --iters: expected a positive integer, got '0'"},
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},

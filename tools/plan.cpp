@@ -2,10 +2,14 @@
 //
 //   plan (--config FILE | --size 1.7b) [--gpus N] [--gpus-per-node 8] [--memory-gib 80]
 //        [--peak-tflops 312] [--efficiency 0.5] [--intra-node-gbs 300] [--inter-node-gbs 25]
-//        [--rows 10] [--json FILE] [section.key=value ...]
+//        [--host-link-gbs 25] [--rows 10] [--json FILE] [section.key=value ...]
+//   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
 //
 // --size takes a row of Megatron's scaling table (1.7b 3.6b 7.5b 18b 39b 76b 145b 310b 530b 1t),
 // with its GPU count unless --gpus says otherwise. Prints a table; --json writes every layout.
+// --largest prints the largest standard GPT each strategy fits (core/largest_model.h), for the
+// config's sequence, vocabulary, precision and batch (default: seq 2048, vocabulary 51200, bf16,
+// global batch 512).
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -14,6 +18,7 @@
 #include "core/command_line.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/largest_model.h"
 #include "core/plan.h"
 #include "core/text.h"
 
@@ -27,6 +32,7 @@ struct Options {
   Hardware hardware;
   int64_t gpus = 0;  // 0: the scaling-table row's own count (with --size)
   int64_t rows = 10;
+  bool largest = false;
 };
 
 std::vector<std::string> row_names() {
@@ -56,7 +62,11 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->check(checked(positive_number()))->capture_default_str();
   app.add_option("--inter-node-gbs", o.hardware.inter_node_gbs, "link bandwidth between nodes, GB/s")
       ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--host-link-gbs", o.hardware.host_link_gbs, "GPU to host memory bandwidth, GB/s (offload)")
+      ->check(checked(positive_number()))->capture_default_str();
   app.add_option("--rows", o.rows, "layouts to print")->check(checked(at_least(1)))->capture_default_str();
+  app.add_flag("--largest", o.largest, "the largest standard GPT each strategy fits on --gpus GPUs of --memory-gib")
+      ->excludes(size);
   app.add_option("--json", o.json_path, "also write every layout to this file");
   app.add_option("overrides", o.overrides, "section.key=value config overrides");
   return app;
@@ -71,6 +81,17 @@ int main(int argc, char** argv) {
     if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     Hardware& hardware = o.hardware;
     Config config;
+    if (o.largest) {
+      if (o.gpus == 0) fail("--gpus N is needed with --largest");
+      hardware.gpus = o.gpus;
+      const std::vector<std::string> defaults = {"model.seq_length=2048", "model.vocab_size=51200", "precision=bf16",
+                                                 "batch.global_batch_size=512", "data.type=synthetic"};
+      std::vector<std::string> overrides = o.config_path.empty() ? defaults : std::vector<std::string>{};
+      overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+      config = o.config_path.empty() ? Config::parse("", overrides) : Config::load(o.config_path, overrides);
+      std::fputs(largest_table(largest_models(config, hardware), hardware, config).c_str(), stdout);
+      return 0;
+    }
     const ScalingRow* row = nullptr;
     for (const auto& r : megatron_scaling_table())
       if (o.size == r.name) row = &r;

@@ -71,7 +71,8 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 }
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
-  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "activation_memory", "export", "generate", "plot"}) {
+  for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "activation_memory",
+                                    "adamw_bench", "export", "generate", "plot"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -103,6 +104,7 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
        "error: --tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt"},
       {"preprocess --output d --merges m.txt docs", "error: --merges is for --tokenizer gpt2, not byte"},
       {"plan --largest", "error: --gpus N is needed with --largest"},
+      {"adamw_bench --threads 0", "error: --threads: expected a positive integer, got '0'"},
       {"bench --bogus", "error: The following argument was not expected: --bogus (see bench --help)"},
       {"bench --iters 0", "error: --iters: expected a positive integer, got '0'"},
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},

@@ -2,13 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -54,8 +51,6 @@ bool stores(const ParameterRole& role, int64_t tp_rank) { return role.tied != Ti
 TensorPiece piece_of(const RoledParameter& p, StateKind kind, const PartPlace& place, int64_t offset, int64_t numel) {
   return {p.name, kind, place.dim, place.part, place.parts, p.tensor.sizes().vec(), offset, numel, "", ""};
 }
-
-constexpr const char* kRngFile = "rng.safetensors";
 
 }  // namespace
 
@@ -202,9 +197,6 @@ std::vector<FileRecord> write_shared_state(const std::string& folder, const Trai
                                            const Config& config) {
   const fs::path dir(folder);
   std::vector<FileRecord> files;
-  Safetensors rng;
-  rng.tensors = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
-  files.push_back({kRngFile, write_safetensors((dir / kRngFile).string(), rng)});
   YAML::Node progress_yaml;
   progress_yaml["iteration"] = progress.iteration;
   progress_yaml["consumed_samples"] = progress.consumed_samples;
@@ -332,11 +324,6 @@ void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
     torch::Tensor local = p.tensor;
     saved.read_part(p.name, StateKind::weight, part_place(p.role, tp_rank, tp_size), local);
   }
-  Manifest::read(folder).verify(kRngFile);
-  const torch::Tensor rng = read_safetensors((fs::path(folder) / kRngFile).string()).tensors.at(0).second;
-  at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(rng);
 }
 
 void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,

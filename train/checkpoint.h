@@ -109,11 +109,14 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
 // Files of one checkpoint, every tensor stored by its global name as pieces of the layout that
 // saved it (checkpoint_tensors.h), so that any layout can load it:
 //  - model_tp<t>_pp<p>.safetensors: the weights of the rank at tensor-parallel position t of
-//    pipeline stage p, every chunk, from the first data-parallel replica (a tensor that is whole
-//    on every TP rank from TP rank 0 only; the tied embedding from its owner);
-//  - optimizer_tp<t>_pp<p>_dp<d>.safetensors: the main parameters and AdamW moments that
-//    data-parallel rank d holds (every rank under ZeRO, else the first replica), by the same rule;
-//  - rng.safetensors and progress.yaml (TrainingProgress and the full config), from rank 0.
+//    pipeline stage p, every chunk, from the first copy over data x context parallelism (a
+//    tensor that is whole on every TP rank from TP rank 0 only; the tied embedding from its
+//    owner);
+//  - optimizer_tp<t>_pp<p>_dp<d>.safetensors: the main parameters and AdamW moments that rank d
+//    of the data x context-parallel group holds (every rank under ZeRO, else the first), by the
+//    same rule;
+//  - progress.yaml (TrainingProgress and the full config), from rank 0. No random state: the
+//    dropout masks follow from the seed and the iteration (model/dropout.h).
 std::string model_file(int64_t tp_rank, int64_t pp_rank);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 

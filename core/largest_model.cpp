@@ -10,39 +10,22 @@
 namespace trident {
 namespace {
 
-constexpr double kGiB = double(1 << 30);
-
-// The strategy's layout of `shape` on `gpus` GPUs at TP t and PP p, or nothing when it does not
-// divide the model or the batch.
-std::optional<std::pair<Config, Layout>> shaped(const Config& base, const StandardShape& shape, const Strategy& s,
-                                                int64_t gpus, int64_t t, int64_t p) {
-  Config c = base;
-  c.model.num_layers = shape.layers;
-  c.model.hidden_size = shape.hidden;
-  c.model.num_attention_heads = shape.heads;
-  c.parallel.tensor = t;
-  c.parallel.pipeline = p;
-  c.parallel.context = 1;
-  c.parallel.data = 0;
-  c.parallel.zero_stage = s.zero_stage;
-  c.parallel.virtual_stages = 1;
-  c.parallel.schedule = Schedule::one_f_one_b;
-  c.parallel.sequence_parallel = t > 1;
-  c.batch.micro_batch_size = 1;
-  c.recompute = s.recompute;
-  c.optimizer.offload = s.offload ? "cpu" : "none";
-  if (!layout_problem(c, gpus).empty()) return std::nullopt;
-  return std::pair{c, resolve_layout(c, gpus)};
-}
-
-// The fastest layout of the strategy that fits, if any.
+// The fastest layout of the strategy that fits `shape`, if any: its ZeRO stage, recompute and
+// offload, 1F1B, sequence parallelism with TP, micro-batch 1, over the TP and PP it may use.
 std::optional<PlanRow> fastest_fit(const Config& base, const StandardShape& shape, const Strategy& s,
                                    const Hardware& hw) {
+  Config config = base;
+  config.model = with_shape(base.model, shape);
+  config.parallel.zero_stage = s.zero_stage;
+  config.parallel.virtual_stages = 1;
+  config.parallel.schedule = Schedule::one_f_one_b;
+  config.parallel.sequence_parallel = true;  // where TP > 1 (resolve_layout)
+  config.optimizer.offload = s.offload ? "cpu" : "none";
   std::optional<PlanRow> best;
   for (int64_t t = 1; t <= (s.tensor ? std::min(hw.gpus_per_node, hw.gpus) : 1); t *= 2)
     for (int64_t p = 1; p <= (s.pipeline ? std::min(shape.layers, hw.gpus / t) : 1); ++p)
-      if (auto candidate = shaped(base, shape, s, hw.gpus, t, p)) {
-        PlanRow row = evaluate_layout(candidate->first, candidate->second, hw);
+      if (auto layout = candidate(config, hw.gpus, t, 1, p, 1, s.recompute)) {
+        PlanRow row = evaluate_layout(config, *layout, hw);
         if (row.fits && (!best || row.seconds() < best->seconds())) best = row;
       }
   return best;
@@ -59,17 +42,18 @@ const std::vector<StandardShape>& standard_shapes() {
         {"3.6b (Megatron)", 30, 3072, 32}, {"7.5b (Megatron)", 36, 4096, 32}, {"18b (Megatron)", 40, 6144, 48},
         {"39b (Megatron)", 48, 8192, 64},  {"76b (Megatron)", 60, 10240, 80}, {"145b (Megatron)", 80, 12288, 96},
         {"310b (Megatron)", 96, 16384, 128}, {"530b (Megatron)", 105, 20480, 128}, {"1t (Megatron)", 128, 25600, 160}};
-    auto size = [](const StandardShape& s) {
-      ModelConfig m;
-      m.num_layers = s.layers;
-      m.hidden_size = s.hidden;
-      m.num_attention_heads = s.heads;
-      return gpt_parameter_count(m, 51200);
-    };
+    auto size = [](const StandardShape& s) { return gpt_parameter_count(with_shape(ModelConfig{}, s), 51200); };
     std::sort(all.begin(), all.end(), [&](const auto& a, const auto& b) { return size(a) < size(b); });
     return all;
   }();
   return shapes;
+}
+
+ModelConfig with_shape(ModelConfig model, const StandardShape& shape) {
+  model.num_layers = shape.layers;
+  model.hidden_size = shape.hidden;
+  model.num_attention_heads = shape.heads;
+  return model;
 }
 
 const std::vector<Strategy>& strategies() {
@@ -95,10 +79,7 @@ std::vector<LargestModel> largest_models(const Config& base, const Hardware& hw)
       if (auto row = fastest_fit(base, *shape, s, hw)) {
         largest.shape = *shape;
         largest.row = *row;
-        ModelConfig m = base.model;
-        m.num_layers = shape->layers;
-        m.hidden_size = shape->hidden;
-        m.num_attention_heads = shape->heads;
+        const ModelConfig m = with_shape(base.model, *shape);
         largest.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
       }
     out.push_back(largest);

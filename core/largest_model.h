@@ -19,6 +19,8 @@ struct StandardShape {
 // GPT-3's eight sizes (Brown et al. 2020, table 2.1; 13B's width rounded to 5120 so that its
 // heads divide it) and Megatron's ten (Narayanan et al. 2021), smallest first.
 const std::vector<StandardShape>& standard_shapes();
+// `model` with the shape's layers, hidden size and heads.
+ModelConfig with_shape(ModelConfig model, const StandardShape& shape);
 
 // What a strategy may use: the largest TP and PP it searches (1: none), the ZeRO stage,
 // recomputation and offload.

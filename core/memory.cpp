@@ -52,7 +52,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   if (layout.offload) {
     // Main weights exist on the host even when the model trains in their precision.
     const double main_copy = mixed(precision) ? 0 : bytes.weights;
-    const double host_grads = (mixed(precision) ? 4 : bytes.weights) / (zero >= 1 ? d : 1);
+    const double host_grads = bytes.grads / (zero >= 1 ? d : 1);
     out.host = out.optimizer + out.parameters * (main_copy / (zero >= 1 ? d : 1) + host_grads);
     out.optimizer = 0;
   }

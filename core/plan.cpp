@@ -13,8 +13,6 @@
 namespace trident {
 namespace {
 
-constexpr double kGiB = double(1 << 30);
-
 // Time of an all-reduce of `bytes` over n ranks at `bandwidth` GB/s (ring: 2(n-1)/n of the data).
 double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
   return n <= 1 ? 0 : 2.0 * double(n - 1) / double(n) * bytes / (bandwidth * 1e9);
@@ -25,9 +23,8 @@ std::string describe(const Layout& l) {
              ", recompute ", l.recompute);
 }
 
-// `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
-// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
-// when that layout does not fit the model or the batch.
+}  // namespace
+
 std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
                                 int64_t pp_size, int64_t micro_batch, Recompute recompute) {
   Config c = config;
@@ -40,8 +37,6 @@ std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_s
   if (!layout_problem(c, gpus).empty()) return std::nullopt;
   return resolve_layout(c, gpus);
 }
-
-}  // namespace
 
 PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hw) {
   const auto& m = config.model;

@@ -12,6 +12,8 @@
 
 namespace trident {
 
+constexpr double kGiB = double(1 << 30);
+
 struct Hardware {
   int64_t gpus = 8;
   int64_t gpus_per_node = 8;
@@ -46,6 +48,12 @@ struct Plan {
   std::optional<PlanRow> recommended;   // the rule of thumb's choice for the config's batch
   std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
 };
+
+// `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
+// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
+// when that layout does not fit the model or the batch.
+std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute);
 
 // Estimates one layout (the config's model, global batch and precision).
 PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hardware);

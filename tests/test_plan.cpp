@@ -14,8 +14,6 @@ using namespace trident;
 namespace {
 
 const std::string kSource = TRIDENT_SOURCE_DIR;
-constexpr double kGiB = double(1 << 30);
-
 // The shape of Korthikanti et al.'s worked example: s 2048, h 4096, a 32.
 ModelConfig korthikanti_model() {
   ModelConfig m;
@@ -234,10 +232,9 @@ TEST(Plan, LargestModelPerStrategy) {
   }
   const auto& shapes = standard_shapes();
   for (size_t i = 1; i < shapes.size(); ++i) {
-    ModelConfig a, b;
-    a.num_layers = shapes[i - 1].layers, a.hidden_size = shapes[i - 1].hidden, a.num_attention_heads = shapes[i - 1].heads;
-    b.num_layers = shapes[i].layers, b.hidden_size = shapes[i].hidden, b.num_attention_heads = shapes[i].heads;
-    EXPECT_LE(gpt_parameter_count(a, 51200), gpt_parameter_count(b, 51200)) << shapes[i].name;
+    EXPECT_LE(gpt_parameter_count(with_shape(ModelConfig{}, shapes[i - 1]), 51200),
+              gpt_parameter_count(with_shape(ModelConfig{}, shapes[i]), 51200))
+        << shapes[i].name;
     EXPECT_EQ(shapes[i].hidden % shapes[i].heads, 0) << shapes[i].name;
   }
   EXPECT_NE(largest_table(largest_models(base, Hardware{}), Hardware{}, base).find("ZeRO-3"), std::string::npos);

@@ -73,7 +73,3 @@ namespace detail {
     if (!(condition))                                                                              \
       ::trident::detail::check_failed(#condition, __FILE__, __LINE__, ::trident::str(__VA_ARGS__)); \
   } while (false)
-
-namespace trident {
-
-}  // namespace trident

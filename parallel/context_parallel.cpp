@@ -104,8 +104,9 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
                                double dropout, RandomStream* stream) {
     // Backward draws the same masks again, in the same order, from the stream as it is now.
     ctx->saved_data["dropout"] = dropout;
-    if (dropout > 0) ctx->saved_data["rng"] = stream->started_state(q_in.device());
-    BlockDropout masks(dropout, dropout > 0 ? stream->state() : torch::Tensor());
+    const torch::Tensor start = dropout > 0 ? stream->started_state(q_in.device()) : torch::Tensor();
+    if (dropout > 0) ctx->saved_data["rng"] = start;
+    BlockDropout masks(dropout, start);
     const auto dtype = compute_dtype(q_in);
     const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));

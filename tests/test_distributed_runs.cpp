@@ -47,6 +47,19 @@ std::string train_command(const std::string& launcher, const std::vector<std::st
   return command;
 }
 
+// The losses of 3 iterations on synthetic tokens with these overrides, logged to `metrics` (a
+// fresh file).
+std::vector<double> synthetic_losses(const std::string& launcher, const std::filesystem::path& metrics,
+                                     const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"data.type=synthetic", "train.iters=3", "train.eval_interval=0",
+                                  "train.metrics_file=" + metrics.string()};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  std::filesystem::remove(metrics);
+  const auto r = run_command("timeout 300 " + train_command(launcher, all));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return read_losses(metrics);
+}
+
 // Trains with `launcher` ("" for one process) and reads back losses and final parameters.
 RunResult train(const std::string& launcher, const std::filesystem::path& dir,
                 const std::string& data, int micro_batch, const std::string& precision,
@@ -338,16 +351,11 @@ TEST(Dropout, RunsAreReproducibleAndRecomputeReplaysTheMasks) {
                                           std::pair{"4 ", std::vector<std::string>{"parallel.context=2"}}}) {
     SCOPED_TRACE(processes);
     auto losses = [&](const std::string& name, const std::vector<std::string>& extra) {
-      std::vector<std::string> overrides = {"data.type=synthetic", "model.seq_length=32", "precision=fp64",
-                                            "train.iters=3", "train.eval_interval=0", "parallel.tensor=2",
-                                            "parallel.sequence_parallel=true",
-                                            "train.metrics_file=" + (dir / (name + ".jsonl")).string()};
+      std::vector<std::string> overrides = {"model.seq_length=32", "precision=fp64", "parallel.tensor=2",
+                                            "parallel.sequence_parallel=true"};
       overrides.insert(overrides.end(), layout.begin(), layout.end());
       overrides.insert(overrides.end(), extra.begin(), extra.end());
-      std::filesystem::remove(dir / (name + ".jsonl"));
-      const auto r = run_command("timeout 300 " + train_command(kMpirun + processes, overrides));
-      EXPECT_EQ(r.exit_code, 0) << r.output;
-      return read_losses(dir / (name + ".jsonl"));
+      return synthetic_losses(kMpirun + processes, dir / (name + ".jsonl"), overrides);
     };
     const std::vector<std::string> dropout = {"model.hidden_dropout=0.2", "model.attention_dropout=0.2"};
     const auto first = losses("first", dropout);
@@ -369,17 +377,11 @@ TEST(Dropout, RunsAreReproducibleAndRecomputeReplaysTheMasks) {
 TEST(ContextParallelRuns, Bf16TracksTheSingleProcessRun) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
-  auto losses = [&](const std::string& launcher, const std::string& name, const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {"data.type=synthetic", "model.seq_length=64", "precision=bf16",
-                                          "train.iters=3", "train.eval_interval=0",
-                                          "train.metrics_file=" + (dir / (name + ".jsonl")).string()};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    const auto r = run_command("timeout 300 " + train_command(launcher, overrides));
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return read_losses(dir / (name + ".jsonl"));
-  };
-  const auto serial = losses("", "serial", {});
-  const auto split = losses(kMpirun + "2 ", "cp2", {"parallel.context=2"});
+  const std::vector<std::string> bf16 = {"model.seq_length=64", "precision=bf16"};
+  const auto serial = synthetic_losses("", dir / "serial.jsonl", bf16);
+  auto context = bf16;
+  context.push_back("parallel.context=2");
+  const auto split = synthetic_losses(kMpirun + "2 ", dir / "cp2.jsonl", context);
   ASSERT_EQ(serial.size(), 3u);
   ASSERT_EQ(split.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(split[i], serial[i], 5e-3 * serial[i]) << "step " << i;

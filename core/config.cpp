@@ -131,7 +131,7 @@ const std::vector<Field>& schema() {
       field("parallel.virtual_stages", TRIDENT_MEMBER(parallel.virtual_stages), at_least(1)),
       field("parallel.sequence_parallel", TRIDENT_MEMBER(parallel.sequence_parallel),
             any<bool>("true or false")),
-      field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 2)),
+      field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 3)),
       enum_field<Schedule>("parallel.schedule", TRIDENT_MEMBER(parallel.schedule)),
       field("parallel.backend", TRIDENT_MEMBER(parallel.backend),
             one_of({"auto", "mpi", "gloo", "nccl"})),

@@ -4,13 +4,18 @@
 
 namespace trident {
 
-int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab) {
-  const int64_t h = model.hidden_size, f = model.ffn(), l = model.num_layers;
+int64_t gpt_layer_parameter_count(const ModelConfig& model) {
+  const int64_t h = model.hidden_size, f = model.ffn();
   const int64_t attention = 3 * h * h + 3 * h + h * h + h;  // QKV and output projection
   const int64_t mlp = h * f + f + f * h + h;
   const int64_t layer_norms = 2 * 2 * h;
+  return attention + mlp + layer_norms;
+}
+
+int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab) {
+  const int64_t h = model.hidden_size;
   const int64_t embeddings = vocab * h + model.seq_length * h;
-  return l * (attention + mlp + layer_norms) + embeddings + 2 * h;
+  return model.num_layers * gpt_layer_parameter_count(model) + embeddings + 2 * h;
 }
 
 double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq) {

@@ -11,6 +11,8 @@ namespace trident {
 // Exact parameter count of trident's GPT (tied embedding, learned positions, biases, 2 LayerNorms
 // per block plus the final one) for a vocabulary of `vocab` rows.
 int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab);
+// One transformer block's share of it: attention, MLP, their biases and two LayerNorms.
+int64_t gpt_layer_parameter_count(const ModelConfig& model);
 
 // Narayanan et al. 2021 (arXiv 2104.04473), eq. for GPT with ffn = 4h:
 // P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)). It leaves out the final LayerNorm (2h).

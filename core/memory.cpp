@@ -46,6 +46,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const StateBytes bytes = state_bytes(precision, optimizer);
   const int64_t zero = layout.zero_stage;
   out.weights = out.parameters * bytes.weights / (zero >= 3 ? d : 1);
+  if (zero >= 3) {
+    const int64_t gathered_layers = std::min<int64_t>(2, layers_per_stage);
+    const double block = double(gpt_layer_parameter_count(model)) / t;
+    out.gathered = (out.parameters - double(layers_per_stage - gathered_layers) * block) * bytes.weights;
+  }
   // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
   out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
   out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
@@ -68,7 +73,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
                         double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;
 
-  const double rest = out.weights + out.grads + out.optimizer + out.activations;
+  const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations;
   out.allowance = double(1 << 30) + 0.05 * rest;
   return out;
 }

@@ -27,7 +27,8 @@ struct MemoryEstimate {
   double activations = 0;  // peak, with the micro-batches in flight
   double allowance = 0;    // CUDA context, allocator fragmentation, communication buffers
   double host = 0;         // offload: optimizer states and a gradient copy in host memory
-  double total() const { return weights + grads + optimizer + activations + allowance; }  // on the device
+  double gathered = 0;     // ZeRO-3: whole weights gathered at once (beside their shard in `weights`)
+  double total() const { return weights + gathered + grads + optimizer + activations + allowance; }  // on the device
 };
 
 // Activation bytes one transformer layer stores for one micro-batch of b sequences
@@ -44,7 +45,9 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
 // micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
-// measured). ZeRO shards over the data- and context-parallel ranks (d c). With offload the
+// measured). ZeRO shards over the data- and context-parallel ranks (d c); ZeRO-3 gathers the
+// stage's embeddings and final LayerNorm for the whole iteration and two blocks at a time (the
+// one computing and the next, prefetched: parallel/sharded_parameters.h). With offload the
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not
 // on the device. `optimizer` is adamw | adam8bit | sgd.
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,

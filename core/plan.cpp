@@ -77,12 +77,21 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
     row.context_comm_s = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layer_passes;
   }
 
-  // Gradients (fp32) all-reduced once per iteration over the data- and context-parallel ranks;
-  // they cross nodes once TP x CP x DP does.
+  // Gradients (fp32) all-reduced once per iteration over the data- and context-parallel ranks
+  // (stage 1: reduce-scattered, the weights all-gathered: as many bytes); they cross nodes once
+  // TP x CP x DP does. ZeRO-2 and 3 reduce-scatter every micro-batch's gradients (half an
+  // all-reduce, M times), and ZeRO-3 all-gathers the 16-bit weights for every micro-batch's
+  // forward and again for its backward (2M half all-reduces).
   const int64_t replicas = layout.dp_size * layout.cp_size;
   const bool dp_inside_node = layout.tp_size * replicas <= hw.gpus_per_node;
-  row.data_comm_s = all_reduce_seconds(4.0 * row.memory.parameters, replicas,
-                                       dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs);
+  const double dp_gbs = dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs;
+  const double micro_batches = double(layout.micro_batches);
+  const double grad_bytes = state_bytes(config.precision).grads * row.memory.parameters;
+  row.data_comm_s = layout.zero_stage >= 2 ? micro_batches * all_reduce_seconds(grad_bytes, replicas, dp_gbs) / 2
+                                           : all_reduce_seconds(grad_bytes, replicas, dp_gbs);
+  if (layout.zero_stage == 3)
+    row.data_comm_s += 2 * micro_batches *
+                       all_reduce_seconds(state_bytes(config.precision).weights * row.memory.parameters, replicas, dp_gbs) / 2;
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
   if (layout.offload) {

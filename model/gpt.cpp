@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "model/init.h"
@@ -118,13 +119,23 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
 torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   Communicator& tp = *tp_.group;
   torch::Tensor x = input;
+  if (gathered_) gathered_->acquire(rest_unit());
   if (stage_.embedding) {
     auto positions = context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options());
     x = wte(input) + wpe(positions);
     if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
     x = dropout(x, config_.hidden_dropout, is_training(), hidden_stream(*streams_, tp_));
   }
-  for (auto& block : blocks) x = block(x);
+  if (gathered_) {
+    // Each block gathered for its forward and backward, the next one prefetched.
+    const int64_t n = int64_t(blocks.size()), first = stage_.first_layer;
+    for (int64_t i = 0; i < n; ++i)
+      x = gathered_call(*gathered_, first + i, i + 1 < n ? std::optional(first + i + 1) : std::nullopt,
+                        i > 0 ? std::optional(first + i - 1) : std::nullopt,
+                        [&](const torch::Tensor& in) { return blocks[size_t(i)](in); }, x);
+  } else {
+    for (auto& block : blocks) x = block(x);
+  }
   if (!stage_.head) return x;
   x = ln_f(x);
   // The head is the vocabulary-parallel embedding again: each rank scores its slice.
@@ -137,6 +148,18 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& tar
   auto logits = forward(input);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
   return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();
+}
+
+std::vector<int64_t> GPTImpl::parameter_units() const {
+  std::map<const c10::TensorImpl*, int64_t> block_unit;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    for (const auto& p : blocks[i]->parameters()) block_unit[p.unsafeGetTensorImpl()] = stage_.first_layer + int64_t(i);
+  std::vector<int64_t> units;
+  for (const auto& p : parameters()) {
+    auto it = block_unit.find(p.unsafeGetTensorImpl());
+    units.push_back(it == block_unit.end() ? rest_unit() : it->second);
+  }
+  return units;
 }
 
 void GPTImpl::initialize(uint64_t seed) {

@@ -13,6 +13,7 @@
 #include "model/layers.h"
 #include "model/recompute.h"
 #include "parallel/context_parallel.h"
+#include "parallel/sharded_parameters.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
@@ -114,6 +115,14 @@ class GPTImpl : public torch::nn::Module {
   // Starts the dropout streams of training iteration `iteration` (1, 2, ...).
   void begin_iteration(int64_t iteration);
 
+  // ZeRO-3's units (parallel/sharded_parameters.h): each block's parameters are unit
+  // first_layer + index (its global layer), the chunk's other parameters rest_unit(). Per
+  // parameter, in named_parameters() order.
+  std::vector<int64_t> parameter_units() const;
+  int64_t rest_unit() const { return -1 - stage_.first_layer; }
+  // From now on forward gathers the weights through `weights` unit by unit (ZeRO-3).
+  void gather_weights_through(std::shared_ptr<ShardedParameters> weights) { gathered_ = std::move(weights); }
+
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
 
@@ -129,6 +138,7 @@ class GPTImpl : public torch::nn::Module {
   ContextParallel cp_;
   uint64_t seed_ = 0;
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
+  std::shared_ptr<ShardedParameters> gathered_;  // ZeRO-3
 };
 TORCH_MODULE(GPT);
 

@@ -23,6 +23,7 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
     chunk->initialize(config.train.seed);
     chunk->to(device);
     for (auto& param : parameters_with_roles(*chunk)) model.params.push_back(std::move(param));
+    for (int64_t unit : chunk->parameter_units()) model.units.push_back(unit);
     model.chunks.push_back(chunk);
   }
   return model;

@@ -18,6 +18,7 @@ class ProcessGroups;
 struct ParallelModel {
   std::vector<GPT> chunks;
   std::vector<RoledParameter> params;  // every chunk's, in model order
+  std::vector<int64_t> units;          // per parameter, its ZeRO-3 unit (GPTImpl::parameter_units)
 
   std::vector<ParameterRole> roles() const;
 };

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 
@@ -38,10 +39,30 @@ std::vector<torch::Tensor> tensors_of(const std::vector<RoledParameter>& params)
   return out;
 }
 
-std::vector<bool> isolated(const std::vector<RoledParameter>& params) {
-  std::vector<bool> out;
-  for (const auto& p : params) out.push_back(p.role.tied != Tied::no);
-  return out;
+// Which parameters may share a bucket: at stage 3 those of one unit; the tied embedding always
+// alone (make_flat_buckets).
+std::vector<int64_t> bucket_groups(const std::vector<RoledParameter>& params, const ZeroOptions& options) {
+  constexpr int64_t kTied = std::numeric_limits<int64_t>::min();
+  std::vector<int64_t> groups;
+  for (size_t i = 0; i < params.size(); ++i)
+    groups.push_back(params[i].role.tied != Tied::no ? kTied : options.zero_stage == 3 ? options.units[i] : 0);
+  return groups;
+}
+
+FlatBuckets make_buckets(const std::vector<torch::Tensor>& params, const std::vector<RoledParameter>& roled,
+                         const ZeroOptions& options, int64_t dp_size) {
+  if (options.zero_stage < 0 || options.zero_stage > 3) fail("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.zero_stage);
+  if (options.zero_stage == 3)
+    TRIDENT_CHECK(options.units.size() == params.size(), "ZeRO-3 needs the unit of each of the ", params.size(),
+                  " parameters, got ", options.units.size());
+  const int64_t bytes = options.zero_stage == 3 ? std::numeric_limits<int64_t>::max() : options.bucket_bytes;
+  return make_grad_buckets(params, bytes, options.main_dtype, options.zero_stage, dp_size, bucket_groups(roled, options));
+}
+
+std::shared_ptr<FlatParameters> make_weights(const std::vector<torch::Tensor>& params, const FlatBuckets& flat,
+                                             Communicator& group, const ZeroOptions& options) {
+  if (options.zero_stage == 3) return std::make_shared<ShardedParameters>(params, flat, options.units, group);
+  return std::make_shared<ReplicatedParameters>(params, flat, group, flat.shards > 1 ? group.rank() : 0);
 }
 
 }  // namespace
@@ -51,25 +72,25 @@ ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communic
     : group_(dp_group),
       config_(config),
       params_(tensors_of(params)),
-      flat_(make_grad_buckets(params_, options.bucket_bytes, options.main_dtype, options.zero_stage,
-                              dp_group.size(), isolated(params))),
-      weights_(params_, flat_),
-      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, options.zero_stage}),
+      flat_(make_buckets(params_, params, options, dp_group.size())),
+      weights_(make_weights(params_, flat_, dp_group, options)),
+      // Stage 3 shards the gradients as stage 2 does.
+      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, std::min<int64_t>(options.zero_stage, 2)}),
       rank_(sharded() ? group_.rank() : 0) {
   // Step 4 of the header's order: main weights and moments for this rank's shard, in host
   // memory with offload.
   torch::NoGradGuard no_grad;
-  const torch::Tensor& buffer = weights_.buffer();
-  auto main_options = buffer.options().dtype(options.main_dtype);
-  if (options.offload) main_options = main_options.device(torch::kCPU).pinned_memory(buffer.is_cuda());
-  if (options.offload || options.main_dtype != buffer.scalar_type())
+  const torch::TensorOptions weight_options = weights_->options();
+  auto main_options = weight_options.dtype(options.main_dtype);
+  if (options.offload) main_options = main_options.device(torch::kCPU).pinned_memory(weight_options.device().is_cuda());
+  if (options.offload || options.main_dtype != weight_options.dtype())
     main_ = torch::empty({flat_.shard_numel()}, main_options);
   exp_avg_ = torch::zeros({flat_.shard_numel()}, main_options);
   exp_avg_sq_ = torch::zeros({flat_.shard_numel()}, main_options);
   if (options.offload) host_grads_ = torch::empty({flat_.shard_numel()}, main_options);
   for (size_t b = 0; b < flat_.buckets.size(); ++b) {
     const int64_t start = flat_.buckets[b].shard_start, length = flat_.slice_numel(b);
-    auto own = buffer.narrow(0, flat_.slice_start(b, rank_), length);
+    auto own = weights_->slice(b);
     AdamWSlice slice;
     slice.param = own;
     if (main_.defined()) {
@@ -100,7 +121,7 @@ torch::Tensor ZeroOptimizer::grad_square_sum(const std::vector<bool>& counted) c
   // bucket's fp64 copy at a time, and inf or nan anywhere makes the sum inf or nan (the loss
   // scaler's signal).
   torch::NoGradGuard no_grad;
-  auto total = torch::zeros({}, weights_.buffer().options().dtype(torch::kDouble));
+  auto total = torch::zeros({}, weights_->options().dtype(torch::kDouble));
   for (const Run& run : merge_runs(segments_, [&](size_t p) { return bool(counted[p]); })) {
     if (!run.key) continue;
     const auto grads = grads_.reduced(run.bucket).narrow(0, run.offset, run.length);
@@ -120,7 +141,7 @@ void ZeroOptimizer::step(double lr) {
   if (host_grads_.defined()) {  // offload: the reduced gradients go to the host, bucket by bucket
     torch::NoGradGuard no_grad;
     for (size_t b = 0; b < flat_.buckets.size(); ++b) slices_[b].grad.copy_(grads_.reduced(b), /*non_blocking=*/true);
-    if (weights_.buffer().is_cuda()) torch::cuda::synchronize();
+    if (weights_->options().device().is_cuda()) torch::cuda::synchronize();
   }
   adamw_update(slices_, config_, lr, step_);
   publish();
@@ -128,20 +149,17 @@ void ZeroOptimizer::step(double lr) {
 
 void ZeroOptimizer::publish() {
   torch::NoGradGuard no_grad;
-  const torch::Tensor& buffer = weights_.buffer();
-  for (size_t b = 0; b < flat_.buckets.size(); ++b) {
-    auto own = buffer.narrow(0, flat_.slice_start(b, rank_), flat_.slice_numel(b));
-    if (main_.defined()) own.copy_(slices_[b].param);
-    if (!sharded()) continue;
-    auto bucket = buffer.narrow(0, flat_.buckets[b].start, flat_.buckets[b].numel);
-    group_.all_gather(bucket, own.clone());
-  }
+  if (main_.defined())
+    for (size_t b = 0; b < flat_.buckets.size(); ++b) weights_->slice(b).copy_(slices_[b].param);
+  weights_->publish();
 }
 
 StateMemory ZeroOptimizer::memory() const {
   const int64_t optimizer = bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_);
-  if (host_grads_.defined()) return {bytes_of(weights_.buffer()), grads_.bytes(), 0, optimizer + bytes_of(host_grads_)};
-  return {bytes_of(weights_.buffer()), grads_.bytes(), optimizer, 0};
+  StateMemory memory{weights_->bytes(), grads_.bytes(), optimizer, 0, 0};
+  if (host_grads_.defined()) memory.optimizer = 0, memory.host = optimizer + bytes_of(host_grads_);
+  if (auto sharded = sharded_weights()) memory.gathered = sharded->peak_gathered_bytes();
+  return memory;
 }
 
 std::vector<ZeroOptimizer::StatePiece> ZeroOptimizer::state_pieces() const {
@@ -149,7 +167,8 @@ std::vector<ZeroOptimizer::StatePiece> ZeroOptimizer::state_pieces() const {
   for (const auto& s : segments_) {
     const auto& slice = slices_[s.bucket];
     auto view = [&](const torch::Tensor& t) { return t.narrow(0, s.slice_offset, s.numel); };
-    pieces.push_back({s.param, s.param_offset, s.numel, view(slice.param), view(slice.exp_avg), view(slice.exp_avg_sq)});
+    pieces.push_back({s.param, s.param_offset, s.numel, view(weights_->slice(s.bucket)), view(slice.param),
+                      view(slice.exp_avg), view(slice.exp_avg_sq)});
   }
   return pieces;
 }

@@ -1,11 +1,15 @@
-// The optimizer over the data-parallel group, ZeRO stages 0-2 (Rajbhandari et al. 2019) with
+// The optimizer over the data-parallel group, ZeRO stages 0-3 (Rajbhandari et al. 2019) with
 // mixed precision, in the layout of Megatron's distributed optimizer:
-//  - the model's parameters become views of one flat buffer laid out like the gradients
+//  - the model's parameters become views of flat buckets laid out like the gradients
 //    (parallel/flat_buckets.h), so a bucket of updated parameters is one all-gather;
 //  - main parameters in `main_dtype` (fp32 for bf16/fp16 models; the parameters themselves
 //    for fp32/fp64 models) and AdamW's moments are kept for this rank's shard only: 1/d of them
 //    from stage 1 on, all of them at stage 0;
-//  - step() updates the shard and writes it back into the model's parameters on every rank;
+//  - gradients are sharded from stage 2 on (parallel/data_parallel.h), the weights at stage 3,
+//    where a bucket is one unit of the model that forward and backward gather when they need it
+//    (parallel/sharded_parameters.h);
+//  - step() updates the shard and publishes it: all-gathered into every rank's weights at
+//    stages 0-2, left in the shard for the next gathers at stage 3;
 //  - with offload, the shard's main parameters and moments live in host memory.
 #pragma once
 
@@ -21,6 +25,7 @@
 #include "parallel/flat_buckets.h"
 #include "parallel/flat_parameters.h"
 #include "parallel/parameter_role.h"
+#include "parallel/sharded_parameters.h"
 
 namespace trident {
 
@@ -32,11 +37,15 @@ struct ZeroOptions {
   // model is on a GPU), this rank's reduced gradients copied there for AdamW on the CPU, the
   // updated weights copied back. On a CPU model the same path runs, host and device being one.
   bool offload = false;
+  // Stage 3: each parameter's unit (ParallelModel::units); a bucket holds one unit, whatever
+  // bucket_bytes says.
+  std::vector<int64_t> units;
 };
 
 struct StateMemory {
   int64_t weights = 0, grads = 0, optimizer = 0;  // bytes this rank holds on its device
   int64_t host = 0;                               // and in host memory (offload)
+  int64_t gathered = 0;                           // ZeRO-3: the most gathered weights held at once
 };
 
 class ZeroOptimizer {
@@ -45,8 +54,9 @@ class ZeroOptimizer {
   //  1. FlatBuckets places every parameter in buckets (reverse model order, padded to the ZeRO
   //     shards; the tied embedding alone, so that its shards line up on the first and last
   //     stage);
-  //  2. FlatParameters moves the weights into one buffer: every parameter tensor becomes a view
-  //     of it, so the weights must be final (initialised or loaded from a checkpoint) before;
+  //  2. FlatParameters moves the weights into the buckets: every parameter tensor becomes a view
+  //     of its place, so the weights must be final (initialised or loaded from a checkpoint)
+  //     before; at stage 3 only this rank's shard stays;
   //  3. DataParallelGrads points every .grad into the gradient buffer and hooks backward;
   //  4. main weights and AdamW moments are made for this rank's shard.
   // Roles decide weight decay. Holds views of its buffers: not copyable or movable.
@@ -69,19 +79,21 @@ class ZeroOptimizer {
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
   bool sharded() const { return flat_.shards > 1; }
+  // Stage 3: the weights the model gathers unit by unit (null at stages 0-2).
+  std::shared_ptr<ShardedParameters> sharded_weights() const { return std::dynamic_pointer_cast<ShardedParameters>(weights_); }
   // Whether main parameters differ from the weights (bf16/fp16 models); otherwise they are the
   // weights themselves (fp32/fp64), or with offload an exact host copy of them.
-  bool separate_main() const { return main_.defined() && main_.scalar_type() != weights_.buffer().scalar_type(); }
+  bool separate_main() const { return main_.defined() && main_.scalar_type() != weights_->options().dtype(); }
   int64_t steps() const { return step_; }
   StateMemory memory() const;
 
   // This rank's state of one parameter's elements [offset, offset + numel) (flattened), as
-  // views into the optimizer's buffers: checkpoints read them to save and write them to load
-  // (then publish()). Together they cover this rank's shard of every parameter.
+  // views into the optimizer's buffers and the weights: checkpoints read them to save and write
+  // them to load (then publish()). Together they cover this rank's shard of every parameter.
   struct StatePiece {
     size_t param = 0;  // in model order
     int64_t offset = 0, numel = 0;
-    torch::Tensor main, exp_avg, exp_avg_sq;
+    torch::Tensor weight, main, exp_avg, exp_avg_sq;
   };
   std::vector<StatePiece> state_pieces() const;
   // The number of steps taken, for AdamW's bias correction after a resume.
@@ -97,7 +109,7 @@ class ZeroOptimizer {
   std::vector<torch::Tensor> params_;
   // The construction order above, as members are built in declaration order.
   FlatBuckets flat_;
-  FlatParameters weights_;
+  std::shared_ptr<FlatParameters> weights_;
   DataParallelGrads grads_;
   int64_t rank_;              // whose slices this rank holds (0 when unsharded)
   torch::Tensor main_;        // this rank's main parameters, unless the weights' buffer holds them

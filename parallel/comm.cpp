@@ -50,6 +50,11 @@ std::unique_ptr<PendingCollective> Communicator::all_reduce_async(torch::Tensor&
   return std::make_unique<CompletedCollective>();
 }
 
+std::unique_ptr<PendingCollective> Communicator::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
+  all_gather(out, in);
+  return std::make_unique<CompletedCollective>();
+}
+
 std::unique_ptr<PendingCollective> Communicator::exchange_async(std::vector<Transfer> transfers) {
   exchange(transfers);
   return std::make_unique<CompletedCollective>();

@@ -47,6 +47,9 @@ class Communicator {
                                                                   const torch::Tensor& in,
                                                                   ReduceOp op);
   virtual void all_gather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  // Starts an all-gather that may overlap with computation (ZeRO-3's prefetch); `in` and `out`
+  // stay untouched until wait(). The default completes at once.
+  virtual std::unique_ptr<PendingCollective> all_gather_async(torch::Tensor& out, const torch::Tensor& in);
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void send(const torch::Tensor& tensor, int peer) = 0;
   virtual void recv(torch::Tensor& tensor, int peer) = 0;

@@ -58,10 +58,10 @@ class GlooPendingAllReduce : public WidenedReduction {
   std::chrono::seconds timeout_;
 };
 
-// Sends and receives in flight (c10d keeps their tensors alive).
+// Sends, receives or an all-gather in flight (c10d keeps their tensors alive).
 template <typename Work>
-struct GlooPendingExchange : PendingCollective {
-  GlooPendingExchange(std::string call, std::chrono::seconds timeout) : call(std::move(call)), timeout(timeout) {}
+struct GlooPendingWorks : PendingCollective {
+  GlooPendingWorks(std::string call, std::chrono::seconds timeout) : call(std::move(call)), timeout(timeout) {}
   void wait() override {
     for (auto& work : works) trident::wait(work, call, timeout);
   }
@@ -114,13 +114,18 @@ class GlooCommunicator : public Communicator {
     out.copy_(whole.view(-1).narrow(0, rank_ * out.numel(), out.numel()).view_as(out));
   }
 
-  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override { all_gather_async(out, in)->wait(); }
+
+  std::unique_ptr<PendingCollective> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
     require_chunks(out, in, size_, "all_gather");
     torch::Tensor flat_out = movable(out).view(-1);
     std::vector<std::vector<torch::Tensor>> outputs(1);
     for (int r = 0; r < size_; ++r) outputs[0].push_back(flat_out.narrow(0, r * in.numel(), in.numel()));
     std::vector<torch::Tensor> inputs = {movable(in).view(-1)};
-    wait(group_->allgather(outputs, inputs), describe_call("all_gather"), timeout_);
+    using Work = decltype(group_->barrier());
+    auto pending = std::make_unique<GlooPendingWorks<Work>>(describe_call("all_gather"), timeout_);
+    pending->works.push_back(group_->allgather(outputs, inputs));
+    return pending;
   }
 
   void broadcast(torch::Tensor& tensor, int root) override {
@@ -147,7 +152,7 @@ class GlooCommunicator : public Communicator {
 
   std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
     using Work = decltype(group_->barrier());
-    auto pending = std::make_unique<GlooPendingExchange<Work>>(describe_call("exchange"), timeout_);
+    auto pending = std::make_unique<GlooPendingWorks<Work>>(describe_call("exchange"), timeout_);
     for (auto& t : transfers) {
       require_contiguous(t.tensor, "exchange");
       std::vector<torch::Tensor> tensors = {movable(t.tensor)};

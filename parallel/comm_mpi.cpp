@@ -94,6 +94,20 @@ class MpiPendingReduceScatter : public MpiPendingReduction {
   torch::Tensor input_;
 };
 
+// An all-gather in flight; its tensors live here until it completes.
+struct MpiPendingAllGather : PendingCollective {
+  MpiPendingAllGather(torch::Tensor out, torch::Tensor in, std::string call, std::chrono::seconds timeout)
+      : out(std::move(out)), in(std::move(in)), call(std::move(call)), timeout(timeout) {}
+  void wait() override {
+    CallWatch watch(call, timeout);
+    check(MPI_Wait(&request, MPI_STATUS_IGNORE), "all_gather");
+  }
+  torch::Tensor out, in;
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::string call;
+  std::chrono::seconds timeout;
+};
+
 // Point-to-point transfers in flight; their tensors live here until they complete.
 struct MpiPendingExchange : PendingCollective {
   MpiPendingExchange(std::vector<Communicator::Transfer> transfers, std::string call, std::chrono::seconds timeout)
@@ -152,13 +166,16 @@ class MpiCommunicator : public Communicator {
     return pending;
   }
 
-  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override { all_gather_async(out, in)->wait(); }
+
+  std::unique_ptr<PendingCollective> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
     require_chunks(out, in, size_, "all_gather");
     const int count = count_of(in, "all_gather");
-    CallWatch watch(describe_call("all_gather"), timeout_);
-    check(MPI_Allgather(in.data_ptr(), count, mpi_type(in, "all_gather"), out.data_ptr(), count,
-                        mpi_type(out, "all_gather"), comm_),
+    auto pending = std::make_unique<MpiPendingAllGather>(out, in, describe_call("all_gather"), timeout_);
+    check(MPI_Iallgather(in.data_ptr(), count, mpi_type(in, "all_gather"), out.data_ptr(), count,
+                         mpi_type(out, "all_gather"), comm_, &pending->request),
           "all_gather");
+    return pending;
   }
 
   void broadcast(torch::Tensor& tensor, int root) override {

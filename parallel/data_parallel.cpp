@@ -30,11 +30,11 @@ class DataParallelGrads::ReadyHook : public torch::autograd::FunctionPostHook {
 
 FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                               torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
-                              const std::vector<bool>& isolate) {
+                              const std::vector<int64_t>& groups) {
   std::vector<int64_t> numels;
   for (const auto& p : params) numels.push_back(p.numel());
   const int64_t elements = std::max<int64_t>(1, bucket_bytes / int64_t(torch::elementSize(dtype)));
-  return make_flat_buckets(numels, elements, zero_stage == 0 ? 1 : dp_size, isolate);
+  return make_flat_buckets(numels, elements, zero_stage == 0 ? 1 : dp_size, groups);
 }
 
 DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuckets flat,

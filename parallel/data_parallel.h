@@ -33,10 +33,10 @@ struct GradBufferOptions {
 };
 
 // Buckets of about `bucket_bytes` of gradients in `dtype` for `params` (model order), padded for
-// the shards of a ZeRO stage over `dp_size` ranks; a parameter marked in `isolate` gets its own.
+// the shards of a ZeRO stage over `dp_size` ranks, each of one of `groups` (make_flat_buckets).
 FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                               torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
-                              const std::vector<bool>& isolate = {});
+                              const std::vector<int64_t>& groups = {});
 
 class DataParallelGrads {
  public:

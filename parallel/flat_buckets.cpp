@@ -7,15 +7,17 @@
 namespace trident {
 
 FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket_elements,
-                            int64_t shards, const std::vector<bool>& isolate) {
+                              int64_t shards, const std::vector<int64_t>& groups) {
   if (numels.empty()) fail("a flat buffer needs at least one parameter");
   if (shards < 1) fail("a flat buffer needs at least one shard");
+  TRIDENT_CHECK(groups.empty() || groups.size() == numels.size(), groups.size(), " groups for ", numels.size(),
+                " parameters");
   FlatBuckets flat;
   flat.shards = shards;
   flat.numel = numels;
   flat.offset.assign(numels.size(), 0);
   flat.bucket_of.assign(numels.size(), 0);
-  auto isolated = [&](size_t i) { return i < isolate.size() && isolate[i]; };
+  auto group = [&](size_t i) { return groups.empty() ? 0 : groups[i]; };
   auto close = [&] {
     auto& bucket = flat.buckets.back();
     bucket.numel = (flat.total - bucket.start + shards - 1) / shards * shards;
@@ -24,7 +26,7 @@ FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket
   };
   bool open = false;
   for (size_t k = numels.size(); k-- > 0;) {
-    if (open && isolated(k)) close(), open = false;
+    if (open && group(flat.buckets.back().params.back()) != group(k)) close(), open = false;
     if (!open) {
       flat.buckets.emplace_back();
       flat.buckets.back().start = flat.total;
@@ -35,7 +37,7 @@ FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket
     flat.offset[k] = flat.total;
     flat.bucket_of[k] = flat.buckets.size() - 1;
     flat.total += numels[k];
-    if (isolated(k) || flat.total - bucket.start >= bucket_elements) close(), open = false;
+    if (flat.total - bucket.start >= bucket_elements) close(), open = false;
   }
   if (open) close();
   return flat;

@@ -44,10 +44,11 @@ struct FlatBuckets {
   std::vector<Segment> segments(int64_t rank) const;
 };
 
-// `numels` in model order. A bucket closes once it holds `bucket_elements`; a parameter marked
-// in `isolate` gets a bucket of its own (so that its shards line up across groups that hold the
-// same parameter at different places, like the tied embedding on the first and last stage).
+// `numels` in model order. A bucket closes once it holds `bucket_elements`, and holds the
+// parameters of one `group` only (per parameter; empty: all in one). Groups keep the tied
+// embedding in a bucket of its own (so that its shards line up across ranks that hold it at
+// different places, the first and last stage) and make a bucket of each unit ZeRO-3 gathers.
 FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket_elements,
-                            int64_t shards, const std::vector<bool>& isolate = {});
+                              int64_t shards, const std::vector<int64_t>& groups = {});
 
 }  // namespace trident

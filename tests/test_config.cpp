@@ -95,6 +95,13 @@ TEST(Config, AbsurdModelSizesAreRefusedByKey) {
       << message;
 }
 
+TEST(Config, ZeroStagesAreZeroToThree) {
+  EXPECT_EQ(Config::parse(kSynthetic, {"parallel.zero_stage=3"}).parallel.zero_stage, 3);
+  const auto message = error_of([] { Config::parse(kSynthetic, {"parallel.zero_stage=4"}); });
+  EXPECT_NE(message.find("'parallel.zero_stage': expected an integer from 0 to 3, got '4'"), std::string::npos)
+      << message;
+}
+
 TEST(Config, YamlRoundTripKeepsEveryKey) {
   Config c = Config::parse(kSynthetic, {"data.path=dir with space/x:y", "train.seed=42",
                                         "optimizer.eps=1.5e-7", "parallel.sequence_parallel=true"});

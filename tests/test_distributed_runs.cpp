@@ -209,6 +209,23 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"ThreeDimensionalWithZeroTwoFp32", kMpirun + "8 ", 2, "fp32",
                     {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
+        // ZeRO-3: weights sharded too, each block gathered for its forward and again for its
+        // backward; under both launchers, with recomputation (the gathered block re-runs its
+        // forward), in 3D, with interleaved chunks and with offload.
+        ParallelRun{"ZeroThreeTwoRanksFp64", kMpirun + "2 ", 4, "fp64", {"parallel.zero_stage=3"}},
+        ParallelRun{"ZeroThreeTwoRanksSelectiveRecomputeFp32", kEnvLaunch + "2 -- ", 8, "fp32",
+                    {"parallel.zero_stage=3", "recompute=selective"}},
+        ParallelRun{"ZeroThreeFourRanksFullRecomputeFp32", kMpirun + "4 ", 2, "fp32",
+                    {"parallel.zero_stage=3", "recompute=full"}},
+        ParallelRun{"ZeroThreeFourRanksFp64", kEnvLaunch + "4 -- ", 1, "fp64", {"parallel.zero_stage=3"}},
+        ParallelRun{"ThreeDimensionalWithZeroThreeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                     "parallel.zero_stage=3", "recompute=full"}},
+        ParallelRun{"PipelineTwoInterleavedZeroThreeFp64", kMpirun + "4 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2",
+                     "parallel.zero_stage=3"}},
+        ParallelRun{"OffloadZeroThreeDataTwoFp32", kEnvLaunch + "2 -- ", 4, "fp32",
+                    {"optimizer.offload=cpu", "parallel.zero_stage=3"}},
         // ZeRO-Offload: main weights and moments in host memory, AdamW on the CPU, at DP 2 with and
         // without sharding.
         ParallelRun{"OffloadDataTwoFp32", kEnvLaunch + "2 -- ", 4, "fp32", {"optimizer.offload=cpu"}},
@@ -261,16 +278,16 @@ TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   EXPECT_EQ(straight.size(), 6u);
 }
 
-// A ZeRO-2 run at DP 2 stopped after 3 steps resumes exactly from its sharded optimizer state;
-// the same checkpoint resumed at DP 4 with ZeRO-1 continues the same run (to rounding): each
-// rank picks its pieces out of the saved shards.
+// A ZeRO-3 run at DP 2 stopped after 3 steps resumes exactly from its sharded weights and
+// optimizer state; the same checkpoint resumed at DP 4 with ZeRO-1 continues the same run (to
+// rounding): each rank picks its pieces out of the saved shards.
 TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   const auto dir = *root_ / "zero-resume";
   auto overrides = model_overrides(data_);
   overrides.insert(overrides.end(), {"precision=fp64", "batch.micro_batch_size=2",
                                      "optimizer.decay_iters=6", "parallel.bucket_mb=0.1"});
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  const std::string dp2 = "timeout 300 " + train_command(kMpirun + "2 ", overrides) + " parallel.zero_stage=2";
+  const std::string dp2 = "timeout 300 " + train_command(kMpirun + "2 ", overrides) + " parallel.zero_stage=3";
   const std::string dp4 = "timeout 300 " + train_command(kMpirun + "4 ", overrides) + " parallel.zero_stage=1";
   auto r = run_command(dp2 + " train.metrics_file=" + (dir / "straight.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -299,9 +316,9 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
 }
 
 // Any layout resumes any other: a TP 2 x PP 2 run stopped after 3 steps and resumed at
-// TP 1 x PP 4 and at TP 4 x DP 2 continues the single-process run (fp64, to rounding): every
-// rank assembles its new parts of weights and optimizer state from the pieces the old layout
-// stored. The resumed runs' losses and final weights are compared with the straight run's.
+// TP 1 x PP 4, at TP 4 x DP 2 and at DP 4 with ZeRO-3 continues the single-process run (fp64,
+// to rounding): every rank assembles its new parts of weights and optimizer state from the
+// pieces the old layout stored. The resumed runs' losses and final weights are compared with the straight run's.
 TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = *root_ / "any-layout";
@@ -322,7 +339,8 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
 
   const std::pair<std::string, std::vector<std::string>> layouts[] = {
       {"tp1-pp4", {"parallel.pipeline=4", "batch.micro_batch_size=2"}},
-      {"tp4-dp2", {"parallel.tensor=4", "batch.micro_batch_size=4"}}};
+      {"tp4-dp2", {"parallel.tensor=4", "batch.micro_batch_size=4"}},
+      {"dp4-zero3", {"parallel.zero_stage=3", "batch.micro_batch_size=2"}}};
   for (const auto& [name, layout] : layouts) {
     SCOPED_TRACE(name);
     const auto resumed = dir / name;

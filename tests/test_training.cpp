@@ -64,7 +64,10 @@ void train_with_checkpoints(const std::string& data, const std::string& checkpoi
   trainer.train();
 }
 
+// Compares the first model chunks' weights (gathered first under ZeRO-3).
 void expect_same_parameters(Trainer& a, Trainer& b) {
+  for (Trainer* trainer : {&a, &b})
+    if (auto sharded = trainer->optimizer().sharded_weights()) sharded->acquire_all();
   auto pa = a.model()->named_parameters(), pb = b.model()->named_parameters();
   for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
 }
@@ -104,19 +107,20 @@ TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
     EXPECT_TRUE(torch::allclose(item.value(), pb[item.key()], 1e-10, 1e-12)) << item.key();
 }
 
-// In one process ZeRO's shard is everything: stages 1 and 2 train exactly as stage 0.
+// In one process ZeRO's shard is everything: stages 1, 2 and 3 train exactly as stage 0.
 TEST(Training, ZeroStagesInOneProcessEqualStageZero) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   std::vector<std::vector<double>> losses;
-  for (const char* stage : {"0", "1", "2"}) {
+  for (const char* stage : {"0", "1", "2", "3"}) {
     Trainer trainer(small_config(data, {"train.iters=3", "precision=fp64",
                                         std::string("parallel.zero_stage=") + stage}));
     losses.push_back(run(trainer));
   }
   EXPECT_LT(losses[0].back(), losses[0].front());
   EXPECT_EQ(losses[1], losses[0]);
-  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[2][i], losses[0][i], 1e-12);
+  for (size_t stage : {2, 3})
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[stage][i], losses[0][i], 1e-12) << stage;
 }
 
 // bf16 weights and activations with fp32 main weights and gradient accumulation follow the fp32
@@ -180,17 +184,19 @@ TEST(MixedPrecision, Fp16OverflowSkipsExactlyThatStepAndHalvesTheScale) {
 }
 
 // fp32 (main weights are the weights) and bf16 (main weights are fp32 copies, saved apart), and
-// bf16 with the optimizer offloaded to host memory.
+// bf16 with the optimizer offloaded to host memory or the weights sharded (ZeRO-3: saved from
+// the shard).
 class CheckpointResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CheckpointResume, IsBitExact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   // Dropout on, so the restored RNG state matters too.
-  const std::string precision = GetParam().substr(0, 4);
+  const std::string precision = GetParam().substr(0, 4), variant = GetParam().substr(4);
   const std::vector<std::string> common = {"model.hidden_dropout=0.1", "model.attention_dropout=0.1",
                                            "precision=" + precision,
-                                           GetParam().size() > 4 ? "optimizer.offload=cpu" : "optimizer.offload=none"};
+                                           variant == "_offload" ? "optimizer.offload=cpu" : "optimizer.offload=none",
+                                           variant == "_zero3" ? "parallel.zero_stage=3" : "parallel.zero_stage=0"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return small_config(data, extra);
@@ -214,33 +220,55 @@ TEST_P(CheckpointResume, IsBitExact) {
   expect_same_parameters(straight, resumed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResume, ::testing::Values("fp32", "bf16", "bf16_offload"));
+INSTANTIATE_TEST_SUITE_P(Checkpoint, CheckpointResume, ::testing::Values("fp32", "bf16", "bf16_offload", "bf16_zero3"));
 
-// ZeRO-Offload on a CPU model runs the same arithmetic through host buffers: every loss and
-// every weight is bit-identical to the plain run, in fp32 (main weights copied to the host) and
-// bf16; the optimizer's states leave the device, and the count matches the estimate.
-TEST(Offload, TrainsBitForBitLikeTheDeviceOptimizer) {
+// ZeRO-3 in one process (4 blocks): between iterations and after a forward only this rank's
+// shard of the weights is held, whole blocks are gathered no more than two at a time (the one
+// computing and the next), the rest of the model for the iteration. The most gathered at once
+// equals the estimate.
+TEST(ZeroThree, GathersTwoBlocksAtATimeAndFreesThem) {
   const auto dir = scratch_dir();
-  const std::string data = write_corpus(dir);
-  for (const std::string precision : {"fp32", "bf16"}) {
-    SCOPED_TRACE(precision);
-    const std::vector<std::string> common = {"train.iters=4", "precision=" + precision, "parallel.zero_stage=1"};
-    Trainer plain(small_config(data, common));
-    auto with_offload = common;
-    with_offload.push_back("optimizer.offload=cpu");
-    Trainer offloaded(small_config(data, with_offload));
-    EXPECT_EQ(run(offloaded), run(plain));
-    expect_same_parameters(plain, offloaded);
-    const StateMemory device = plain.optimizer().memory(), host = offloaded.optimizer().memory();
-    EXPECT_EQ(host.optimizer, 0);
-    EXPECT_EQ(host.weights, device.weights);
-    const Config config = small_config(data, with_offload);
-    const Layout layout = resolve_layout(config, 1);
-    const MemoryEstimate estimate =
-        estimate_memory(config.model, config.model.padded_vocab(), layout, config.precision);
-    EXPECT_EQ(double(host.host), estimate.host);
-    EXPECT_EQ(estimate.optimizer, 0);
-  }
+  const Config config = small_config(write_corpus(dir), {"model.num_layers=4", "parallel.zero_stage=3", "train.iters=1"});
+  Trainer trainer(config);
+  const auto sharded = trainer.optimizer().sharded_weights();
+  ASSERT_TRUE(sharded);
+  GPT& model = trainer.model();
+  // Bytes of the module's parameters whose storage is held.
+  auto held_by = [](const torch::nn::Module& module) {
+    int64_t bytes = 0;
+    for (const auto& p : module.parameters())
+      if (p.storage().nbytes() > 0) bytes += p.numel() * int64_t(p.element_size());
+    return bytes;
+  };
+  EXPECT_EQ(held_by(*model), 0);
+  EXPECT_EQ(sharded->gathered_bytes(), 0);
+
+  // A training step ends with nothing gathered; the most it held at once is the estimate.
+  trainer.step();
+  EXPECT_EQ(sharded->gathered_bytes(), 0);
+  EXPECT_EQ(held_by(*model), 0);
+  const MemoryEstimate estimate =
+      estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(), config.precision);
+  EXPECT_EQ(double(trainer.optimizer().memory().gathered), estimate.gathered);
+  EXPECT_EQ(double(trainer.optimizer().memory().weights), estimate.weights);
+
+  // A forward keeps the rest (embeddings, final LayerNorm) and frees every block after use;
+  // backward gathers each block again, two at a time, and frees it.
+  int64_t block_bytes = 0;
+  for (const auto& p : model->blocks[0]->parameters()) block_bytes += p.numel() * int64_t(p.element_size());
+  sharded->reset_peak();
+  const auto tokens = torch::randint(0, 256, {2, 32}, torch::kLong);
+  const auto loss = model->loss(tokens, tokens);
+  for (const auto& block : model->blocks) EXPECT_EQ(held_by(*block), 0);
+  const int64_t rest_bytes = held_by(*model);
+  EXPECT_GT(rest_bytes, 0);
+  EXPECT_EQ(sharded->gathered_bytes(), rest_bytes);
+  EXPECT_EQ(sharded->peak_gathered_bytes(), rest_bytes + 2 * block_bytes);
+  sharded->reset_peak();
+  loss.backward();
+  for (const auto& block : model->blocks) EXPECT_EQ(held_by(*block), 0);
+  EXPECT_EQ(sharded->peak_gathered_bytes(), rest_bytes + 2 * block_bytes);
+  EXPECT_EQ(double(rest_bytes + 2 * block_bytes), estimate.gathered);
 }
 
 // The layout may change between save and resume (tests/test_distributed_runs.cpp), the model

@@ -18,7 +18,7 @@ TEST(FlatBuckets, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
   const std::vector<int64_t> numels = {300, 7, 500, 70, 1};
   for (int64_t shards : {1, 2, 3, 4}) {
     SCOPED_TRACE(shards);
-    const FlatBuckets flat = make_flat_buckets(numels, 400, shards, {false, false, true, false, false});
+    const FlatBuckets flat = make_flat_buckets(numels, 400, shards, {0, 0, 1, 0, 0});
     int64_t start = 0, shard_start = 0;
     for (const auto& bucket : flat.buckets) {
       EXPECT_EQ(bucket.start, start);
@@ -29,7 +29,7 @@ TEST(FlatBuckets, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
     }
     EXPECT_EQ(flat.total, start);
     EXPECT_EQ(flat.shard_numel() * shards, flat.total);
-    // Reverse order: {1, 70} close at 71 < 400, then the isolated 500 alone, then {7, 300}.
+    // Reverse order: {1, 70} close at 71 < 400, then group 1's 500 alone, then {7, 300}.
     ASSERT_EQ(flat.buckets.size(), 3u);
     EXPECT_EQ(flat.buckets[0].params, (std::vector<size_t>{4, 3}));
     EXPECT_EQ(flat.buckets[1].params, std::vector<size_t>{2});
@@ -43,6 +43,17 @@ TEST(FlatBuckets, BucketsArePaddedAndRanksSlicesCoverEveryElementOnce) {
       }
     EXPECT_EQ(seen, numels);
   }
+}
+
+// ZeRO-3's units: a bucket never mixes groups, and a group that comes back after another (the
+// rest of a chunk: embeddings before the blocks, final LayerNorm after) opens a new bucket.
+TEST(FlatBuckets, ABucketHoldsOneGroup) {
+  const FlatBuckets flat = make_flat_buckets({10, 20, 30, 40, 50}, int64_t(1) << 40, 2, {-1, 0, 0, 1, -1});
+  ASSERT_EQ(flat.buckets.size(), 4u);
+  EXPECT_EQ(flat.buckets[0].params, std::vector<size_t>{4});
+  EXPECT_EQ(flat.buckets[1].params, std::vector<size_t>{3});
+  EXPECT_EQ(flat.buckets[2].params, (std::vector<size_t>{2, 1}));
+  EXPECT_EQ(flat.buckets[3].params, std::vector<size_t>{0});
 }
 
 TEST(AdamW, FlatUpdateEqualsLibTorchAdamW) {
@@ -113,6 +124,7 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
     ZeroOptions options;
     options.zero_stage = stage;
     options.main_dtype = torch::kFloat;
+    options.units = {0, 0};
     ZeroOptimizer optimizer(params, group, OptimizerConfig{}, options);
     return optimizer.memory();
   };
@@ -121,7 +133,8 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
     SCOPED_TRACE(dtype);
     const int64_t weight = dtype == torch::kFloat ? 4 : 2;
     const int64_t optimizer = dtype == torch::kFloat ? 8 : 12;  // + fp32 main copy when mixed
-    const StateMemory stage0 = memory(0, dtype), stage1 = memory(1, dtype), stage2 = memory(2, dtype);
+    const StateMemory stage0 = memory(0, dtype), stage1 = memory(1, dtype), stage2 = memory(2, dtype),
+                      stage3 = memory(3, dtype);
     for (const auto& m : {stage0, stage1, stage2}) EXPECT_EQ(m.weights, weight * n);
     EXPECT_EQ(stage0.grads, 4 * n);
     EXPECT_EQ(stage0.optimizer, optimizer * n);
@@ -129,6 +142,12 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
     EXPECT_EQ(stage1.grads, 4 * n + 4 * n / d);  // the whole buffer and the reduce-scatter's slice
     EXPECT_EQ(stage2.optimizer, optimizer * n / d);
     EXPECT_EQ(stage2.grads, 4 * n / d);
+    // Stage 3: every state 1/d: 18/d bytes per parameter in mixed precision (ZeRO's 16/d, with the
+    // gradients accumulated in fp32).
+    EXPECT_EQ(stage3.weights, weight * n / d);
+    EXPECT_EQ(stage3.grads, 4 * n / d);
+    EXPECT_EQ(stage3.optimizer, optimizer * n / d);
+    EXPECT_EQ(stage3.gathered, 0);
   }
 }
 

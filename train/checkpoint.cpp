@@ -185,6 +185,7 @@ FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinate
     const RoledParameter& p = params[s.param];
     if (!stores(p.role, at.tp)) continue;
     const PartPlace place = part_place(p.role, at.tp, tp_size);
+    if (optimizer.sharded_weights()) pieces.push_back({piece_of(p, StateKind::weight, place, s.offset, s.numel), s.weight});
     // Main parameters that are the weights themselves are stored once, as weights.
     if (optimizer.separate_main()) pieces.push_back({piece_of(p, StateKind::main, place, s.offset, s.numel), s.main});
     pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
@@ -257,7 +258,8 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
       std::vector<FileRecord> files;
       std::vector<TensorPiece> pieces;
       const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
-      if (shard == 0) files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
+      if (shard == 0 && !optimizer.sharded_weights())
+        files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
       if (shard == 0 || optimizer.sharded())
         files.push_back(write_optimizer_shard(folder, at, shard, layout.tp_size, params, optimizer, pieces));
       if (leader) {
@@ -331,24 +333,20 @@ void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp
                           ZeroOptimizer& optimizer) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
-  // Per parameter, its state in this rank's shape; rows the saving layout did not have (a
-  // vocabulary padded further) start as a fresh run does: main = the weights, moments zero.
-  std::map<std::pair<size_t, StateKind>, torch::Tensor> local;
-  auto state = [&](size_t param, StateKind kind, const torch::Tensor& like) -> const torch::Tensor& {
-    auto& value = local[{param, kind}];
-    if (!value.defined()) {
-      const RoledParameter& p = params[param];
-      value = kind == StateKind::main ? p.tensor.detach().to(like.dtype(), /*non_blocking=*/false, /*copy=*/true)
-                                      : torch::zeros(p.tensor.sizes(), like.options());
-      saved.read_part(p.name, kind, part_place(p.role, tp_rank, tp_size), value);
-      value = value.view({-1});
-    }
-    return value;
-  };
+  // Per piece, the parameter's state in this rank's shape; rows the saving layout did not have
+  // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
+  // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
   for (auto& piece : optimizer.state_pieces()) {
-    if (optimizer.separate_main()) piece.main.copy_(state(piece.param, StateKind::main, piece.main).narrow(0, piece.offset, piece.numel));
-    for (auto [kind, target] : {std::pair{StateKind::exp_avg, piece.exp_avg}, std::pair{StateKind::exp_avg_sq, piece.exp_avg_sq}})
-      target.copy_(state(piece.param, kind, target).narrow(0, piece.offset, piece.numel));
+    const RoledParameter& p = params[piece.param];
+    auto read = [&](StateKind kind, torch::Tensor& target) {
+      auto value = torch::zeros(p.tensor.sizes(), target.options());
+      if (kind == StateKind::main) value.view({-1}).narrow(0, piece.offset, piece.numel).copy_(piece.weight);
+      saved.read_part(p.name, kind, part_place(p.role, tp_rank, tp_size), value);
+      target.copy_(value.view({-1}).narrow(0, piece.offset, piece.numel));
+    };
+    if (optimizer.separate_main()) read(StateKind::main, piece.main);
+    read(StateKind::exp_avg, piece.exp_avg);
+    read(StateKind::exp_avg_sq, piece.exp_avg_sq);
   }
   optimizer.restore_steps(progress.optimizer_steps);
 }

@@ -114,7 +114,8 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
 //    owner);
 //  - optimizer_tp<t>_pp<p>_dp<d>.safetensors: the main parameters and AdamW moments that rank d
 //    of the data x context-parallel group holds (every rank under ZeRO, else the first), by the
-//    same rule;
+//    same rule; at ZeRO-3, where no rank holds whole weights, also its shard of the weights
+//    (and no model_ files);
 //  - progress.yaml (TrainingProgress and the full config), from rank 0. No random state: the
 //    dropout masks follow from the seed and the iteration (model/dropout.h).
 std::string model_file(int64_t tp_rank, int64_t pp_rank);
@@ -124,7 +125,7 @@ std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 // to `index`. A failed write (a full disk, an I/O error) throws Error naming the file.
 FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
                              const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index);
-FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
                                  const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
                                  std::vector<TensorPiece>& index);
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,

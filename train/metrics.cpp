@@ -55,15 +55,18 @@ void RunLog::memory(const StateMemory& held, const torch::Device& device) const 
   const auto mib = binary_bytes;
   std::string activations = str("not measured on ", device.str());
   if (const auto stats = allocator_stats(device)) {
-    const double states = double(held.weights + held.grads + held.optimizer);
+    const double states = double(held.weights + held.gathered + held.grads + held.optimizer);
     activations = str(mib(double(stats->peak_allocated) - states), " beyond the states at the peak of ",
                       mib(double(stats->peak_allocated)), " allocated, ", mib(double(stats->reserved)),
                       " reserved");
   }
   const std::string host =
       layout_.offload ? str(", offloaded to host memory ", mib(double(held.host)), " (", mib(estimate.host), ")") : "";
+  const std::string gathered = layout_.zero_stage == 3 ? str(" + at most ", mib(double(held.gathered)), " (",
+                                                              mib(estimate.gathered), ") gathered")
+                                                        : "";
   log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",
-                mib(estimate.weights), "), grads ", mib(double(held.grads)), " (", mib(estimate.grads),
+                mib(estimate.weights), ")", gathered, ", grads ", mib(double(held.grads)), " (", mib(estimate.grads),
                 "), optimizer ", mib(double(held.optimizer)), " (", mib(estimate.optimizer), ")", host,
                 ", activations ", activations, " (", mib(estimate.activations), ")"));
 }

@@ -54,7 +54,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     if (!config_.train.checkpoint_dir.empty()) {
       checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
       // The ranks that will write find out now, not after the run, if they cannot.
-      if (writes_checkpoint_files(*groups_, layout_.zero_stage > 0 && layout_.dp_size > 1))
+      if (writes_checkpoint_files(*groups_, layout_.zero_stage > 0 && layout_.dp_size * layout_.cp_size > 1))
         checkpoints_->probe_writable(groups_->world().rank());
       resume = find_resume_point(*checkpoints_, config_);
     }
@@ -71,9 +71,12 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     zero.offload = layout_.offload;
+    zero.units = model_.units;
     // Replicated weights have copies on every data- and context-parallel rank: their gradients
     // are averaged over both, and ZeRO shards over both.
     optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_cp_group(), config_.optimizer, zero);
+    if (auto sharded = optimizer_->sharded_weights())
+      for (auto& chunk : model_.chunks) chunk->gather_weights_through(sharded);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);
     if (resume) {
       read_optimizer_state(resume->folder, at.tp, layout_.tp_size, model_.params, resume->progress, *optimizer_);

@@ -76,6 +76,21 @@ TEST(Collectives, AllGatherInRankOrder) {
   }
 }
 
+// Two gathers in flight at once (ZeRO-3's prefetch beside the gather it waits for), each
+// complete once waited for.
+TEST(Collectives, AsyncAllGathersCompleteOnWait) {
+  for (auto dtype : kDtypes) {
+    auto in_a = filled(1000, me(), dtype), in_b = filled(3, me() + 1, dtype);
+    auto out_a = torch::empty({1000 * n()}, in_a.options()), out_b = torch::empty({3 * n()}, in_b.options());
+    auto first = comm().all_gather_async(out_a, in_a);
+    auto second = comm().all_gather_async(out_b, in_b);
+    second->wait();
+    first->wait();
+    EXPECT_TRUE(torch::equal(out_a, torch::arange(n(), torch::kDouble).repeat_interleave(1000).to(dtype))) << dtype;
+    EXPECT_TRUE(torch::equal(out_b, torch::arange(1, n() + 1, torch::kDouble).repeat_interleave(3).to(dtype))) << dtype;
+  }
+}
+
 TEST(Collectives, BroadcastFromTheLastRank) {
   for (auto dtype : kDtypes) {
     auto t = filled(9, me() == n() - 1 ? 42 : -1, dtype);

@@ -191,26 +191,30 @@ TEST(JobFailure, InputErrorsArePrintedOnceUnderEveryLauncher) {
 }
 
 // SIGSTOP on one rank: the others' watchdog (MPI) or Gloo's own timeout ends the job after
-// parallel.timeout_s.
+// parallel.timeout_s, whichever collective they wait in: with ZeRO-3 mostly a block's
+// all-gather (started ahead as a prefetch, waited for when the block runs).
 TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
-  const std::string endless = train_command("", {"data.type=synthetic", "train.iters=1000000",
-                                                 "train.log_interval=100000", "parallel.timeout_s=4"});
-  const std::string command = endless.substr(std::string("timeout 120 ").size());
-  if (missing_backend(kMpirun).empty()) {
-    // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
-    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
-                                " train.seed=515151 & job=$!; sleep 4; pkill -STOP -n -f train.seed=515151; wait $job'");
-    expect_ended_in_failure(run, 60);
-    EXPECT_NE(run.result.output.find("on the data-parallel group made no progress for 4 s "
-                                     "(parallel.timeout_s): a peer is stopped, stuck or lost"),
-              std::string::npos) << run.result.output;
-  }
-  if (missing_backend(kEnvLaunch).empty()) {
-    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal STOP -- " + command);
-    expect_ended_in_failure(run, 60);
-    EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo all_reduce on the data-parallel group: "
-                                     "no answer from a peer within parallel.timeout_s=4 s"),
-              std::string::npos) << run.result.output;
+  for (const std::string zero : {"parallel.zero_stage=0", "parallel.zero_stage=3"}) {
+    SCOPED_TRACE(zero);
+    const std::string endless = train_command("", {"data.type=synthetic", "train.iters=1000000", zero,
+                                                   "train.log_interval=100000", "parallel.timeout_s=4"});
+    const std::string command = endless.substr(std::string("timeout 120 ").size());
+    if (missing_backend(kMpirun).empty()) {
+      // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
+      const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
+                                  " train.seed=515151 & job=$!; sleep 4; pkill -STOP -n -f train.seed=515151; wait $job'");
+      expect_ended_in_failure(run, 60);
+      EXPECT_NE(run.result.output.find("on the data-parallel group made no progress for 4 s "
+                                       "(parallel.timeout_s): a peer is stopped, stuck or lost"),
+                std::string::npos) << run.result.output;
+    }
+    if (missing_backend(kEnvLaunch).empty()) {
+      const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal STOP -- " + command);
+      expect_ended_in_failure(run, 60);
+      EXPECT_NE(run.result.output.find(" on the data-parallel group: no answer from a peer within parallel.timeout_s=4 s"),
+                std::string::npos) << run.result.output;
+      EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo "), std::string::npos) << run.result.output;
+    }
   }
 }
 

@@ -86,6 +86,13 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   EXPECT_DOUBLE_EQ(one.grads, plain.grads * (1 + 1.0 / 4));  // the buffer and its reduced slice
   EXPECT_DOUBLE_EQ(two.grads, plain.grads / 4);
   EXPECT_DOUBLE_EQ(plain.weights + plain.grads + plain.optimizer, 18 * plain.parameters);
+  // ZeRO-3: every state 1/d, plus the gathered working set: all but the blocks beyond two.
+  l.zero_stage = 3;
+  const MemoryEstimate three = estimate_memory(m, 256, l, Precision::bf16);
+  EXPECT_DOUBLE_EQ(three.weights + three.grads + three.optimizer, 18 * plain.parameters / 4);
+  EXPECT_DOUBLE_EQ(three.gathered,
+                   2 * (plain.parameters - double((m.num_layers - 2) * gpt_layer_parameter_count(m))));
+  EXPECT_EQ(two.gathered, 0);
   // 1F1B keeps at most p micro-batches in flight on the first stage, GPipe all M.
   m.num_layers = 8;
   l = Layout{};
@@ -158,6 +165,29 @@ TEST(Plan, RowsKeepTheConfigsZeroStageAndSchedule) {
   EXPECT_EQ(matches, 1);
 }
 
+// Data-parallel traffic per iteration: one all-reduce of the fp32 gradients at ZeRO 0 and 1,
+// a reduce-scatter (half an all-reduce) per micro-batch at ZeRO 2, and at ZeRO 3 the 16-bit
+// weights all-gathered for every micro-batch's forward and backward on top.
+TEST(Plan, ZeroTrafficPerMicroBatch) {
+  Hardware a100;
+  a100.gpus = 32;
+  auto data_comm = [&](int stage) {
+    const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
+                                       {"batch.micro_batch_size=4", "parallel.zero_stage=" + std::to_string(stage)});
+    const Layout layout = resolve_layout(config, a100.gpus);
+    return std::pair{evaluate_layout(config, layout, a100), layout};
+  };
+  const auto [zero1, layout] = data_comm(1);
+  const auto [zero2, unused2] = data_comm(2);
+  const auto [zero3, unused3] = data_comm(3);
+  const double m = double(layout.micro_batches), d = double(layout.dp_size), p = zero1.memory.parameters;
+  ASSERT_GT(m, 1);
+  const double half_all_reduce_s = (d - 1) / d / (a100.inter_node_gbs * 1e9);  // per byte
+  EXPECT_DOUBLE_EQ(zero1.data_comm_s, 2 * half_all_reduce_s * 4 * p);
+  EXPECT_DOUBLE_EQ(zero2.data_comm_s, m * half_all_reduce_s * 4 * p);
+  EXPECT_DOUBLE_EQ(zero3.data_comm_s, zero2.data_comm_s + 2 * m * half_all_reduce_s * 2 * p);
+}
+
 TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {
   const Config config = Config::load(kSource + "/configs/gpt3.6b.yaml");
   Hardware a100;
@@ -225,11 +255,24 @@ TEST(Plan, LargestModelPerStrategy) {
     }
     EXPECT_LE(params["DP"], params["DP + ZeRO-1"]);
     EXPECT_LE(params["DP + ZeRO-1"], params["DP + ZeRO-2"]);
+    EXPECT_LE(params["DP + ZeRO-2"], params["DP + ZeRO-3"]);
+    EXPECT_LE(params["DP + ZeRO-3"], params["DP + ZeRO-3 + full recompute"]);
+    EXPECT_LT(params["TP + PP + ZeRO-3 + full recompute"], params["TP + PP + ZeRO-3 + full recompute + offload"]);
     EXPECT_LE(params["TP (within a node) + DP"], params["TP + PP + DP"]);
     EXPECT_LE(params["TP + PP + DP"], params["TP + PP + ZeRO-2"]);
     EXPECT_LE(params["TP + PP + ZeRO-2"], params["TP + PP + ZeRO-2 + full recompute"]);
     EXPECT_LT(params["TP + PP + ZeRO-2 + full recompute"], params["TP + PP + ZeRO-2 + full recompute + offload"]);
   }
+  // Eight 80 GiB GPUs: sharding the weights too (12.9 G) beats sharding gradients (7.47 G).
+  Hardware eight;
+  eight.gpus = 8;
+  const auto rows = largest_models(base, eight);
+  auto largest = [&](const std::string& name) {
+    for (const auto& r : rows)
+      if (r.strategy.name == name) return r.parameters;
+    return 0.0;
+  };
+  EXPECT_GT(largest("DP + ZeRO-3"), largest("DP + ZeRO-2"));
   const auto& shapes = standard_shapes();
   for (size_t i = 1; i < shapes.size(); ++i) {
     EXPECT_LE(gpt_parameter_count(with_shape(ModelConfig{}, shapes[i - 1]), 51200),

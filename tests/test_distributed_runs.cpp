@@ -211,7 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
                      "parallel.zero_stage=2", "parallel.bucket_mb=0.05"}},
         // ZeRO-3: weights sharded too, each block gathered for its forward and again for its
         // backward; under both launchers, with recomputation (the gathered block re-runs its
-        // forward), in 3D, with interleaved chunks and with offload.
+        // forward), in 3D, over data x context parallelism under GPipe, with interleaved chunks
+        // and with offload.
         ParallelRun{"ZeroThreeTwoRanksFp64", kMpirun + "2 ", 4, "fp64", {"parallel.zero_stage=3"}},
         ParallelRun{"ZeroThreeTwoRanksSelectiveRecomputeFp32", kEnvLaunch + "2 -- ", 8, "fp32",
                     {"parallel.zero_stage=3", "recompute=selective"}},
@@ -221,6 +222,8 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"ThreeDimensionalWithZeroThreeFp64", kMpirun + "8 ", 2, "fp64",
                     {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=3", "recompute=full"}},
+        ParallelRun{"ContextTwoPipelineTwoGPipeZeroThreeFp64", kEnvLaunch + "4 -- ", 2, "fp64",
+                    {"parallel.context=2", "parallel.pipeline=2", "parallel.schedule=gpipe", "parallel.zero_stage=3"}},
         ParallelRun{"PipelineTwoInterleavedZeroThreeFp64", kMpirun + "4 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2",
                      "parallel.zero_stage=3"}},

@@ -55,7 +55,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
   EXPECT_NE(r.output.find("missing RANK, MASTER_ADDR, MASTER_PORT"), std::string::npos) << r.output;
 
   const std::string synthetic = kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.type=synthetic ";
-  r = run(synthetic + "parallel.zero_stage=3");
+  r = run(synthetic + "parallel.zero_stage=4");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("parallel.zero_stage"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("iter "), std::string::npos) << "trained despite a bad ZeRO stage";

@@ -13,11 +13,6 @@
 namespace trident {
 namespace {
 
-// Time of an all-reduce of `bytes` over n ranks at `bandwidth` GB/s (ring: 2(n-1)/n of the data).
-double all_reduce_seconds(double bytes, int64_t n, double bandwidth) {
-  return n <= 1 ? 0 : 2.0 * double(n - 1) / double(n) * bytes / (bandwidth * 1e9);
-}
-
 std::string describe(const Layout& l) {
   return str(describe_axes(l), ", micro-batch ", l.micro_batch,
              ", recompute ", l.recompute);
@@ -45,67 +40,18 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   row.layout = layout;
   row.memory = estimate_memory(m, vocab, layout, config.precision);
   row.fits = row.memory.total() <= hw.memory_gib * kGiB;
-
-  const int64_t gpus = layout.world_size();
-  const IterationFlops flops =
-      iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
-  row.compute_s = flops.hardware / (double(gpus) * hw.peak_tflops * 1e12 * hw.efficiency);
-  row.bubble_s = row.compute_s * double(layout.pp_size - 1) /
-                 double(layout.virtual_stages * layout.micro_batches);
-
-  // Per micro-batch and layer: 2 all-reduces forward and 2 backward of s/c b h 16-bit values
-  // (all-gather + reduce-scatter with sequence parallelism: the same volume), 2 more with full
-  // recompute. TP stays inside a node.
-  const double local_tokens = double(m.seq_length / layout.cp_size * layout.micro_batch);
-  const double activation_bytes = 2.0 * local_tokens * double(m.hidden_size);
-  const double layer_passes = double(m.num_layers / layout.pp_size * layout.micro_batches);
-  const double per_layer = layout.recompute == Recompute::full ? 6 : 4;
-  row.tensor_comm_s = per_layer * layer_passes * all_reduce_seconds(activation_bytes, layout.tp_size, hw.intra_node_gbs);
-
-  // Ring attention, per micro-batch and layer: forward passes this rank's K and V blocks
-  // (2 s/c b h/t 16-bit values) c - 1 times, backward c - 1 times again and their gradients c
-  // times: 3c - 2 block transfers. Each transfer hides behind one step's block attention
-  // (4 (s/c)^2 b h/t FLOPs forward, twice that backward, over 3 passes: 4 (s/c)^2 b h/t each),
-  // so only what exceeds it is counted.
-  if (layout.cp_size > 1) {
-    const double c = double(layout.cp_size), t = double(layout.tp_size);
-    const bool inside_node = layout.tp_size * layout.cp_size <= hw.gpus_per_node;
-    const double block_bytes = 2.0 * 2.0 * local_tokens * double(m.hidden_size) / t;
-    const double transfer_s = block_bytes / ((inside_node ? hw.intra_node_gbs : hw.inter_node_gbs) * 1e9);
-    const double block_flops = 4.0 * local_tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) / t;
-    const double block_s = block_flops / (hw.peak_tflops * 1e12 * hw.efficiency);
-    row.context_comm_s = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layer_passes;
-  }
-
-  // Gradients (fp32) all-reduced once per iteration over the data- and context-parallel ranks
-  // (stage 1: reduce-scattered, the weights all-gathered: as many bytes); they cross nodes once
-  // TP x CP x DP does. ZeRO-2 and 3 reduce-scatter every micro-batch's gradients (half an
-  // all-reduce, M times), and ZeRO-3 all-gathers the 16-bit weights for every micro-batch's
-  // forward and again for its backward (2M half all-reduces).
-  const int64_t replicas = layout.dp_size * layout.cp_size;
-  const bool dp_inside_node = layout.tp_size * replicas <= hw.gpus_per_node;
-  const double dp_gbs = dp_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs;
-  const double micro_batches = double(layout.micro_batches);
-  const double grad_bytes = state_bytes(config.precision).grads * row.memory.parameters;
-  row.data_comm_s = layout.zero_stage >= 2 ? micro_batches * all_reduce_seconds(grad_bytes, replicas, dp_gbs) / 2
-                                           : all_reduce_seconds(grad_bytes, replicas, dp_gbs);
-  if (layout.zero_stage == 3)
-    row.data_comm_s += 2 * micro_batches *
-                       all_reduce_seconds(state_bytes(config.precision).weights * row.memory.parameters, replicas, dp_gbs) / 2;
+  row.time = estimate_iteration_time(config, layout, hw.device,
+                                     Links{hw.gpus_per_node, hw.intra_node_gbs, hw.inter_node_gbs, hw.overlap_gradient_reduction});
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
   if (layout.offload) {
-    const double shard = row.memory.parameters / double(layout.zero_stage >= 1 ? replicas : 1);
+    const double shard = row.memory.parameters / double(layout.zero_stage >= 1 ? layout.dp_size * layout.cp_size : 1);
     row.offload_s = shard * (4.0 + 2.0) / (hw.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
   }
-  // Activations and their gradients cross each stage boundary once per micro-batch.
-  if (layout.pp_size > 1) {
-    const bool stages_inside_node = gpus <= hw.gpus_per_node;
-    const double bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
-    row.pipeline_comm_s = 2.0 * double(layout.micro_batches) * bytes /
-                          ((stages_inside_node ? hw.intra_node_gbs : hw.inter_node_gbs) * 1e9);
-  }
-  row.tflops_per_gpu = flops.model / (row.seconds() * double(gpus)) / 1e12;
+  const IterationFlops flops = iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
+  const double gpu_seconds = row.seconds() * double(layout.world_size());
+  row.tflops_per_gpu = flops.model / gpu_seconds / 1e12;
+  row.hardware_tflops_per_gpu = flops.hardware / gpu_seconds / 1e12;
   return row;
 }
 
@@ -175,10 +121,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   } else {
     const Layout& l = plan.recommended->layout;
     why.push_back("recommended: " + describe(l));
-    if (l.pp_size > 1 && l.micro_batches < 4 * l.pp_size)
-      why.push_back(str("warning: global / (micro batch x DP) = ", l.micro_batches,
-                        " micro-batches for ", l.pp_size, " stages: the pipeline bubble (p-1)/M is ",
-                        int(100.0 * double(l.pp_size - 1) / double(l.micro_batches)), "%"));
+    for (const auto& warning : efficiency_warnings(config, l, hw.device)) why.push_back("warning: " + warning);
   }
   return plan;
 }
@@ -209,6 +152,41 @@ Config scaling_row_config(const ScalingRow& row) {
                             "recompute=full", "data.type=synthetic"});
 }
 
+std::vector<Validation> validate_time_model() {
+  std::vector<Validation> out;
+  for (const ScalingRow& row : megatron_scaling_table()) {
+    Hardware a100;
+    a100.gpus = row.gpus;
+    a100.overlap_gradient_reduction = false;  // Megatron 2021
+    const Config config = scaling_row_config(row);
+    const PlanRow estimate = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
+    out.push_back({row.name, str(row.gpus, " x ", a100.device.name), "with recomputation (96)", row.tflops_per_gpu,
+                   estimate.hardware_tflops_per_gpu});
+  }
+  Hardware h100;
+  h100.gpus = 1;
+  h100.device = h100_profile();
+  Config config = scaling_row_config(megatron_scaling_table().front());
+  config.batch.micro_batch_size = 8;
+  config.recompute = Recompute::none;
+  const PlanRow estimate = evaluate_layout(config, resolve_layout(config, 1), h100);
+  out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu});
+  return out;
+}
+
+std::string validation_table(const std::vector<Validation>& rows) {
+  std::string out = "| row | GPUs | FLOPs counted | measured TFLOP/s per GPU | estimated | error |\n| --- | --- | --- | --- | --- | --- |\n";
+  double total = 0;
+  for (const auto& r : rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %s | %s | %.1f | %.1f | %+.1f%% |\n", r.name.c_str(), r.device.c_str(),
+                  r.formula.c_str(), r.measured, r.estimated, 100 * r.error());
+    out += line;
+    total += std::abs(r.error());
+  }
+  return out + str("mean absolute error ", int(1000 * total / double(rows.size()) + 0.5) / 10.0, "% over ", rows.size(), " rows\n");
+}
+
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
   const auto published = candidate(config, row.gpus, row.tensor, 1, row.pipeline, row.micro_batch, config.recompute);
   if (!published) return str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " does not fit this config");
@@ -225,10 +203,10 @@ std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Conf
 }
 
 std::string plan_table(const Plan& plan, size_t max_rows) {
+  const DeviceProfile& d = plan.hardware.device;
   std::string out = str("# ", plan.hardware.gpus, " GPUs (", plan.hardware.gpus_per_node, " per node, ",
-                        plan.hardware.memory_gib, " GiB, ", plan.hardware.peak_tflops,
-                        " TFLOP/s peak at ", 100 * plan.hardware.efficiency, "% efficiency), ",
-                        si_units(plan.parameters), " parameters\n");
+                        plan.hardware.memory_gib, " GiB, ", d.name, ": ", d.peak_tflops, " TFLOP/s peak, multiplies at ",
+                        d.matmul_tflops, "), ", si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s %9s\n", "TP",
@@ -241,8 +219,9 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
                   "%4lld %4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
                   (long long)l.tp_size, (long long)l.cp_size, (long long)l.pp_size, (long long)l.dp_size,
                   (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
-                  r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.bubble_s,
-                  r.tensor_comm_s, r.context_comm_s, r.data_comm_s, r.pipeline_comm_s, r.tflops_per_gpu, mark);
+                  r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.time.bubble_s,
+                  r.time.tensor_comm_s, r.time.context_comm_s, r.time.data_comm_s, r.time.pipeline_comm_s,
+                  r.tflops_per_gpu, mark);
     out += line;
   };
   if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
@@ -252,17 +231,40 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
 
 std::string describe_row(const PlanRow& r) {
   const auto& m = r.memory;
-  char time[256];
+  const auto& t = r.time;
+  char time[320];
   std::snprintf(time, sizeof time,
                 "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + CP %.3g + DP %.3g + "
-                "PP %.3g; %.3g TFLOPS per GPU",
-                r.seconds(), r.compute_s, r.bubble_s, r.tensor_comm_s, r.context_comm_s, r.data_comm_s,
-                r.pipeline_comm_s, r.tflops_per_gpu);
+                "PP %.3g + optimizer %.3g + offload %.3g; %.3g TFLOPS per GPU (%.3g with recomputation)",
+                r.seconds(), t.compute_s, t.bubble_s, t.tensor_comm_s, t.context_comm_s, t.data_comm_s,
+                t.pipeline_comm_s, t.optimizer_s, r.offload_s, r.tflops_per_gpu, r.hardware_tflops_per_gpu);
   return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), ", grads ",
              binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), ", activations ",
              binary_bytes(m.activations), ", allowance ", binary_bytes(m.allowance), ", total ",
              binary_bytes(m.total()), " (", si_units(m.parameters),
              " parameters on the busiest rank)\n", time);
+}
+
+std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hw) {
+  const PlanRow row = evaluate_layout(config, layout, hw);
+  std::string out = str("# ", describe(layout), " on ", hw.gpus, " x ", hw.device.name, "\n# time per iteration\n");
+  for (const auto& line : row.time.explanation) out += line + "\n";
+  if (layout.offload) out += str("offload    ", row.offload_s, " s  host copies and the CPU's AdamW\n");
+  out += str("# ", row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",
+             row.hardware_tflops_per_gpu, " counting recomputation (Megatron 2021's count)\n# memory per GPU\n");
+  const MemoryEstimate& m = row.memory;
+  const std::pair<const char*, double> parts[] = {{"weights", m.weights},     {"gathered", m.gathered},
+                                                  {"grads", m.grads},         {"optimizer", m.optimizer},
+                                                  {"activations", m.activations}, {"allowance", m.allowance},
+                                                  {"total", m.total()},       {"host", m.host}};
+  for (const auto& [what, bytes] : parts) {
+    char line[96];
+    std::snprintf(line, sizeof line, "%-11s %10s\n", what, binary_bytes(bytes).c_str());
+    out += line;
+  }
+  out += str("# ", row.fits ? "fits" : "does not fit", " in ", hw.memory_gib, " GiB\n");
+  for (const auto& warning : efficiency_warnings(config, layout, hw.device)) out += "# warning: " + warning + "\n";
+  return out;
 }
 
 std::string plan_json(const Plan& plan) {
@@ -275,9 +277,11 @@ std::string plan_json(const Plan& plan) {
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
         .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
         .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
-        .add("iteration_s", r.seconds()).add("compute_s", r.compute_s).add("bubble_s", r.bubble_s)
-        .add("tensor_comm_s", r.tensor_comm_s).add("context_comm_s", r.context_comm_s).add("data_comm_s", r.data_comm_s)
-        .add("pipeline_comm_s", r.pipeline_comm_s).add("tflops_per_gpu", r.tflops_per_gpu);
+        .add("iteration_s", r.seconds()).add("compute_s", r.time.compute_s).add("bubble_s", r.time.bubble_s)
+        .add("tensor_comm_s", r.time.tensor_comm_s).add("context_comm_s", r.time.context_comm_s)
+        .add("data_comm_s", r.time.data_comm_s).add("pipeline_comm_s", r.time.pipeline_comm_s)
+        .add("optimizer_s", r.time.optimizer_s).add("offload_s", r.offload_s)
+        .add("tflops_per_gpu", r.tflops_per_gpu).add("hardware_tflops_per_gpu", r.hardware_tflops_per_gpu);
     return j.str();
   };
   std::string out = str("{\"parameters\": ", plan.parameters, ", \"recommended\": ",

@@ -8,7 +8,9 @@
 
 #include "core/config.h"
 #include "core/layout.h"
+#include "core/device_profile.h"
 #include "core/memory.h"
+#include "core/performance.h"
 
 namespace trident {
 
@@ -18,26 +20,24 @@ struct Hardware {
   int64_t gpus = 8;
   int64_t gpus_per_node = 8;
   double memory_gib = 80;        // per GPU
-  double peak_tflops = 312;      // dense 16-bit, per GPU (A100)
-  double efficiency = 0.5;       // fraction of peak the matrix work reaches (stated assumption)
+  DeviceProfile device = a100_profile();  // what each GPU achieves (core/device_profile.h)
   double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
   double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
   double host_link_gbs = 25;     // GB/s per GPU to host memory (PCIe 4.0 x16, one direction): offload
+  bool overlap_gradient_reduction = true;  // core/performance.h's Links
   double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)
 };
 
 struct PlanRow {
   Layout layout;
   MemoryEstimate memory;
-  // Iteration time = compute + bubble + communication (not overlapped: an upper bound).
-  // context_comm_s is the ring attention traffic its block computations do not hide; offload_s
-  // the host copies and the CPU's AdamW with optimizer.offload=cpu.
-  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0, pipeline_comm_s = 0,
-         offload_s = 0;
-  double seconds() const {
-    return compute_s + bubble_s + tensor_comm_s + context_comm_s + data_comm_s + pipeline_comm_s + offload_s;
-  }
-  double tflops_per_gpu = 0;  // model FLOPs (no recompute) / time / GPUs
+  // Iteration time, term by term (core/performance.h), and offload_s: the host copies and the
+  // CPU's AdamW with optimizer.offload=cpu.
+  IterationTime time;
+  double offload_s = 0;
+  double seconds() const { return time.seconds() + offload_s; }
+  double tflops_per_gpu = 0;           // model FLOPs (no recompute) / time / GPUs
+  double hardware_tflops_per_gpu = 0;  // FLOPs computed, recomputation included (Megatron 2021's count)
   bool fits = false;
 };
 
@@ -80,6 +80,18 @@ const std::vector<ScalingRow>& megatron_scaling_table();
 // The config of a row (bf16, full recompute, its TP and PP), as configs/ holds it.
 Config scaling_row_config(const ScalingRow& row);
 
+// The time model against measurements: every row of the scaling table at its own layout on
+// A100s (estimated TFLOPS per GPU counting the recomputed forward, as the table does), and the
+// 1.7B row on one H100 (micro-batch 8, no recomputation, global batch 512: 448 TFLOP/s
+// measured by the model FLOPs, docs/gpu-h100).
+struct Validation {
+  std::string name, device, formula;
+  double measured = 0, estimated = 0;
+  double error() const { return estimated / measured - 1; }
+};
+std::vector<Validation> validate_time_model();
+std::string validation_table(const std::vector<Validation>& rows);
+
 // How the plan's recommendation relates to the row's published layout, in one sentence.
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config);
 
@@ -87,5 +99,7 @@ std::string plan_table(const Plan& plan, size_t max_rows);
 // Memory, time and TFLOPS of one row, several lines, for `train --dry-run` and logs.
 std::string describe_row(const PlanRow& row);
 std::string plan_json(const Plan& plan);
+// plan --explain: one layout's time and memory, term by term, and the efficiency warnings.
+std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hardware);
 
 }  // namespace trident

@@ -4,10 +4,15 @@
 #include <cmath>
 #include <map>
 
+#include "core/device_profile.h"
+#include "core/error.h"
+#include "core/files.h"
 #include "core/flops.h"
 #include "core/largest_model.h"
 #include "core/memory.h"
+#include "core/performance.h"
 #include "core/plan.h"
+#include "tests/helpers.h"
 
 using namespace trident;
 
@@ -165,27 +170,33 @@ TEST(Plan, RowsKeepTheConfigsZeroStageAndSchedule) {
   EXPECT_EQ(matches, 1);
 }
 
-// Data-parallel traffic per iteration: one all-reduce of the fp32 gradients at ZeRO 0 and 1,
-// a reduce-scatter (half an all-reduce) per micro-batch at ZeRO 2, and at ZeRO 3 the 16-bit
-// weights all-gathered for every micro-batch's forward and backward on top.
+// Data-parallel traffic the computation does not hide: ZeRO-1 reduces once (overlapped with the
+// last backward) and gathers the weights after the step, ZeRO-2 reduces every micro-batch,
+// ZeRO-3 also gathers the weights twice per micro-batch. On a slow link each costs more than
+// the one before; on a fast one all but the last bucket hides behind backward.
 TEST(Plan, ZeroTrafficPerMicroBatch) {
-  Hardware a100;
-  a100.gpus = 32;
-  auto data_comm = [&](int stage) {
-    const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
-                                       {"batch.micro_batch_size=4", "parallel.zero_stage=" + std::to_string(stage)});
-    const Layout layout = resolve_layout(config, a100.gpus);
-    return std::pair{evaluate_layout(config, layout, a100), layout};
-  };
-  const auto [zero1, layout] = data_comm(1);
-  const auto [zero2, unused2] = data_comm(2);
-  const auto [zero3, unused3] = data_comm(3);
-  const double m = double(layout.micro_batches), d = double(layout.dp_size), p = zero1.memory.parameters;
-  ASSERT_GT(m, 1);
-  const double half_all_reduce_s = (d - 1) / d / (a100.inter_node_gbs * 1e9);  // per byte
-  EXPECT_DOUBLE_EQ(zero1.data_comm_s, 2 * half_all_reduce_s * 4 * p);
-  EXPECT_DOUBLE_EQ(zero2.data_comm_s, m * half_all_reduce_s * 4 * p);
-  EXPECT_DOUBLE_EQ(zero3.data_comm_s, zero2.data_comm_s + 2 * m * half_all_reduce_s * 2 * p);
+  for (const double gbs : {0.5, 1e6}) {
+    SCOPED_TRACE(gbs);
+    Hardware a100;
+    a100.gpus = 32;
+    a100.inter_node_gbs = gbs;
+    auto data_comm = [&](int stage) {
+      const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
+                                         {"batch.micro_batch_size=4", "parallel.zero_stage=" + std::to_string(stage)});
+      const Layout layout = resolve_layout(config, a100.gpus);
+      EXPECT_GT(layout.micro_batches, 1);
+      return evaluate_layout(config, layout, a100).time.data_comm_s;
+    };
+    const double zero0 = data_comm(0), zero1 = data_comm(1), zero2 = data_comm(2), zero3 = data_comm(3);
+    if (gbs < 1) {
+      EXPECT_LT(zero1, zero2);
+      EXPECT_LT(zero2, zero3);
+    } else {
+      EXPECT_LT(zero0, 1e-3);  // 25 MiB buckets at a million GB/s
+      EXPECT_LT(zero3, 1e-3);
+    }
+    EXPECT_GT(zero0, 0);
+  }
 }
 
 TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {
@@ -226,10 +237,10 @@ TEST(Plan, LongSequencesUseContextParallelism) {
   Layout l = resolve_layout(config, 64);
   l.cp_size = 16;
   l.dp_size = 4;
-  EXPECT_EQ(evaluate_layout(config, l, a100).context_comm_s, 0);  // 8192 tokens a rank: hidden
+  EXPECT_EQ(evaluate_layout(config, l, a100).time.context_comm_s, 0);  // 8192 tokens a rank: hidden
   config.model.seq_length = 4096;
   l.cp_size = 16;  // 256 tokens a rank, across nodes: exposed
-  EXPECT_GT(evaluate_layout(config, l, a100).context_comm_s, 0);
+  EXPECT_GT(evaluate_layout(config, l, a100).time.context_comm_s, 0);
 }
 
 // plan --largest: every strategy's largest model fits, with the strategy's ZeRO stage;
@@ -281,4 +292,107 @@ TEST(Plan, LargestModelPerStrategy) {
     EXPECT_EQ(shapes[i].hidden % shapes[i].heads, 0) << shapes[i].name;
   }
   EXPECT_NE(largest_table(largest_models(base, Hardware{}), Hardware{}, base).find("ZeRO-3"), std::string::npos);
+}
+
+// The time model against measurements, with one profile per device and no per-row factor: every
+// row of Megatron's scaling table within 10% of its measured TFLOP/s (counting the recomputed
+// forward, as the table does), and the 1.7B row on one H100 reported beside them.
+TEST(TimeModel, ReproducesTheScalingTableWithinTenPercent) {
+  const auto rows = validate_time_model();
+  ASSERT_EQ(rows.size(), megatron_scaling_table().size() + 1);
+  double total = 0;
+  for (size_t i = 0; i + 1 < rows.size(); ++i) {
+    EXPECT_LT(std::abs(rows[i].error()), 0.10) << rows[i].name << ": estimated " << rows[i].estimated;
+    total += std::abs(rows[i].error());
+  }
+  EXPECT_LT(total / double(rows.size() - 1), 0.05);
+  const Validation& h100 = rows.back();
+  EXPECT_LT(std::abs(h100.error()), 0.12) << "estimated " << h100.estimated;  // see README: 11%, not yet 10%
+  std::printf("%s", validation_table(rows).c_str());
+}
+
+// Tile quantization: a dimension one past a tile costs a whole second tile; wave quantization:
+// one tile more than the SMs costs a second wave.
+TEST(TimeModel, TileAndWaveQuantization) {
+  DeviceProfile d = a100_profile();
+  d.sms = 4, d.tile_m = 128, d.tile_n = 128;
+  EXPECT_DOUBLE_EQ(quantization_efficiency({256, 256, 64}, d), 1.0);       // 4 tiles, one full wave
+  EXPECT_DOUBLE_EQ(quantization_efficiency({257, 256, 64}, d), 257.0 / 384 * 6 / 8);  // 6 tiles in 2 waves
+  EXPECT_DOUBLE_EQ(quantization_efficiency({128, 128, 60}, d), 0.25 * 60.0 / 64);    // 1 of 4 SMs; k padded to 8s
+  EXPECT_DOUBLE_EQ(quantization_efficiency({128, 128, 64, 4}, d), 1.0);   // a batch of 4 fills the wave
+  // A large multiply runs at the profile's rate; a thin one is bound by memory.
+  const GemmShape big{8192, 8192, 8192};
+  EXPECT_GT(quantization_efficiency(big, a100_profile()), 0.99);  // 2048 tiles in 19 waves of 108
+  EXPECT_NEAR(gemm_seconds(big, a100_profile()),
+              2 * 8192.0 * 8192 * 8192 / 230e12 / quantization_efficiency(big, a100_profile()), 1e-12);
+  const GemmShape thin{8192, 8192, 1};
+  EXPECT_DOUBLE_EQ(gemm_seconds(thin, a100_profile()), memory_seconds(2 * (8192.0 + 8192 + 8192.0 * 8192), a100_profile()));
+}
+
+// Every term adds up to the total; recomputation costs a forward; more micro-batches shrink
+// the bubble's share; overlap hides gradient reduction behind backward.
+TEST(TimeModel, TermsFollowTheLayout) {
+  const Config config = Config::load(kSource + "/configs/gpt39b.yaml");
+  Hardware a100;
+  a100.gpus = 512;
+  const Layout own = resolve_layout(config, 512);
+  const PlanRow row = evaluate_layout(config, own, a100);
+  const IterationTime& t = row.time;
+  EXPECT_DOUBLE_EQ(row.seconds(), t.compute_s + t.bubble_s + t.tensor_comm_s + t.context_comm_s + t.data_comm_s +
+                                      t.pipeline_comm_s + t.optimizer_s);
+  EXPECT_NEAR(t.bubble_s / (t.compute_s + t.tensor_comm_s), double(own.pp_size - 1) / double(own.micro_batches), 1e-9);
+  Layout none = own;
+  none.recompute = Recompute::none;
+  const double without = evaluate_layout(config, none, a100).time.compute_s;
+  EXPECT_GT(t.compute_s / without, 1.25);  // a third more compute, a little less for the cheap backward terms
+  EXPECT_LT(t.compute_s / without, 1.34);
+  Hardware serial = a100;
+  serial.overlap_gradient_reduction = false;
+  EXPECT_GT(evaluate_layout(config, own, serial).time.data_comm_s, t.data_comm_s);
+  EXPECT_EQ(t.explanation.size(), 8u);
+}
+
+// Shapes the tensor cores take badly are named with their cost; a pipeline starved of
+// micro-batches too; a well-shaped layout gets no warning.
+TEST(TimeModel, EfficiencyWarnings) {
+  const Config good = Config::load(kSource + "/configs/gpt1.7b.yaml");
+  EXPECT_TRUE(efficiency_warnings(good, resolve_layout(good, 32), a100_profile()).empty());
+  const Config odd = Config::load(kSource + "/configs/gpt1.7b.yaml", {"model.hidden_size=2300", "model.num_attention_heads=23",
+                                                                     "batch.micro_batch_size=3", "batch.global_batch_size=96"});
+  std::string all;
+  for (const auto& w : efficiency_warnings(odd, resolve_layout(odd, 32), a100_profile())) all += w + "\n";
+  EXPECT_NE(all.find("hidden size per TP rank 2300 is not a multiple of 8"), std::string::npos) << all;
+  EXPECT_NE(all.find("head size 100 is not a multiple of 8"), std::string::npos) << all;
+  const Config starved = Config::load(kSource + "/configs/gpt39b.yaml", {"batch.global_batch_size=256"});
+  all.clear();
+  for (const auto& w : efficiency_warnings(starved, resolve_layout(starved, 512), a100_profile())) all += w + "\n";
+  EXPECT_NE(all.find("2 micro-batches for 2 pipeline stages: the bubble (p-1)/(vM) costs 50%"), std::string::npos) << all;
+}
+
+// A profile file round-trips; a missing or unknown field, or a bad value, is named.
+TEST(DeviceProfile, FilesRoundTripAndErrorsNameTheField) {
+  const auto dir = trident::testing::scratch_dir();
+  const std::string path = (dir / "h100.yaml").string();
+  write_text_file(path, device_profile_yaml(h100_profile()));
+  const DeviceProfile back = load_device_profile(path);
+  EXPECT_EQ(device_profile_yaml(back), device_profile_yaml(h100_profile()));
+  auto error_of = [&](const std::string& text) {
+    write_text_file(path, text);
+    try {
+      load_device_profile(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string text = device_profile_yaml(h100_profile());
+  EXPECT_EQ(error_of(text.substr(text.find('\n') + 1)), "device profile '" + path + "' lacks 'name'");
+  EXPECT_EQ(error_of(text + "clock_mhz: 1980\n"), "device profile '" + path + "' has an unknown field 'clock_mhz'");
+  const auto at = text.find("sms: 132");
+  EXPECT_NE(error_of(text.substr(0, at) + "sms: many" + text.substr(at + 8)).find("'sms' has a value of the wrong type"),
+            std::string::npos);
+  EXPECT_NE(error_of(text.substr(0, at) + "sms: 0" + text.substr(at + 8)).find("must be positive"), std::string::npos);
+  EXPECT_EQ(known_profile("NVIDIA H100 80GB HBM3")->name, h100_profile().name);
+  EXPECT_EQ(known_profile("NVIDIA A100-SXM4-80GB")->name, a100_profile().name);
+  EXPECT_EQ(known_profile("cpu"), nullptr);
 }

@@ -86,7 +86,9 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
   const std::pair<std::string, std::string> cases[] = {
       {"plan --size 1.7b --gpus abc", "error: --gpus: expected a positive integer, got 'abc' (see plan --help)"},
       {"plan --size 1.7b --gpus 0", "error: --gpus: expected a positive integer, got '0'"},
-      {"plan --size 1.7b --efficiency 2", "error: --efficiency: expected a number in (0, 1], got '2'"},
+      {"plan --size 1.7b --device v100", "error: --device: expected one of a100, h100, got 'v100'"},
+      {"plan --size 1.7b --profile " + (dir / "none.yaml").string(),
+       "error: device profile '" + (dir / "none.yaml").string() + "' cannot be read"},
       {"plan --size 2t", "error: --size: expected one of 1.7b, 3.6b"},
       {"plan --help-me", "error: The following argument was not expected: --help-me"},
       {"train --config", "error: --config: 1 required TEXT missing (see train --help)"},

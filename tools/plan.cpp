@@ -1,10 +1,13 @@
 // plan: memory and throughput of every layout of a model on a cluster, and the rule of thumb.
 //
 //   plan (--config FILE | --size 1.7b) [--gpus N] [--gpus-per-node 8] [--memory-gib 80]
-//        [--peak-tflops 312] [--efficiency 0.5] [--intra-node-gbs 300] [--inter-node-gbs 25]
-//        [--host-link-gbs 25] [--rows 10] [--json FILE] [section.key=value ...]
+//        [--device a100 | h100 | --profile FILE] [--intra-node-gbs 300] [--inter-node-gbs 25]
+//        [--host-link-gbs 25] [--rows 10] [--json FILE] [--explain] [section.key=value ...]
 //   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
 //
+// The device profile (core/device_profile.h) gives the time model its rates: a built-in one
+// (--device, A100 by default) or a file (--profile; bench --profile measures one). --explain
+// prints the time and memory of the config's own layout term by term.
 // --size takes a row of Megatron's scaling table (1.7b 3.6b 7.5b 18b 39b 76b 145b 310b 530b 1t),
 // with its GPU count unless --gpus says otherwise. Prints a table; --json writes every layout.
 // --largest prints the largest standard GPT each strategy fits (core/largest_model.h), for the
@@ -17,6 +20,7 @@
 
 #include "core/command_line.h"
 #include "core/config.h"
+#include "core/device_profile.h"
 #include "core/error.h"
 #include "core/largest_model.h"
 #include "core/plan.h"
@@ -32,7 +36,8 @@ struct Options {
   Hardware hardware;
   int64_t gpus = 0;  // 0: the scaling-table row's own count (with --size)
   int64_t rows = 10;
-  bool largest = false;
+  bool largest = false, explain = false, validate = false;
+  std::string device = "a100", profile_path;
 };
 
 std::vector<std::string> row_names() {
@@ -54,10 +59,9 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--memory-gib", o.hardware.memory_gib, "memory per GPU, GiB")
       ->check(checked(positive_number()))->capture_default_str();
-  app.add_option("--peak-tflops", o.hardware.peak_tflops, "dense peak per GPU, TFLOP/s")
-      ->check(checked(positive_number()))->capture_default_str();
-  app.add_option("--efficiency", o.hardware.efficiency, "share of the peak reached by compute")
-      ->check(checked(fraction_up_to_one()))->capture_default_str();
+  auto* device = app.add_option("--device", o.device, "built-in device profile: a100 or h100")
+                     ->check(checked(one_of({"a100", "h100"})))->capture_default_str();
+  app.add_option("--profile", o.profile_path, "device profile file (bench --profile writes one)")->excludes(device);
   app.add_option("--intra-node-gbs", o.hardware.intra_node_gbs, "link bandwidth within a node, GB/s")
       ->check(checked(positive_number()))->capture_default_str();
   app.add_option("--inter-node-gbs", o.hardware.inter_node_gbs, "link bandwidth between nodes, GB/s")
@@ -68,6 +72,8 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_flag("--largest", o.largest, "the largest standard GPT each strategy fits on --gpus GPUs of --memory-gib")
       ->excludes(size);
   app.add_option("--json", o.json_path, "also write every layout to this file");
+  app.add_flag("--validate", o.validate, "the time model against Megatron's scaling table and the H100 run");
+  app.add_flag("--explain", o.explain, "the time and memory of the config's own layout, term by term")->excludes("--largest");
   app.add_option("overrides", o.overrides, "section.key=value config overrides");
   return app;
 }
@@ -80,7 +86,12 @@ int main(int argc, char** argv) {
     CLI::App app{"", "plan"};
     if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     Hardware& hardware = o.hardware;
+    hardware.device = o.profile_path.empty() ? *known_profile(o.device) : load_device_profile(o.profile_path);
     Config config;
+    if (o.validate) {
+      std::fputs(validation_table(validate_time_model()).c_str(), stdout);
+      return 0;
+    }
     if (o.largest) {
       if (o.gpus == 0) fail("--gpus N is needed with --largest");
       hardware.gpus = o.gpus;
@@ -113,6 +124,10 @@ int main(int argc, char** argv) {
       hardware.gpus = o.gpus;
     } else {
       fail("give --config FILE or --size ROW (see plan --help)");
+    }
+    if (o.explain) {
+      std::fputs(explain_layout(config, resolve_layout(config, hardware.gpus), hardware).c_str(), stdout);
+      return 0;
     }
     const Plan plan = make_plan(config, hardware);
     std::fputs(plan_table(plan, size_t(o.rows)).c_str(), stdout);

@@ -44,9 +44,8 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
   const int64_t vocab = config.model.padded_vocab(layout.tp_size);
   const IterationFlops flops =
       iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute);
-  Hardware hardware;  // an A100 80 GB cluster, 8 per node, unless train.peak_tflops says otherwise
+  Hardware hardware;  // an A100 80 GB cluster, 8 per node (plan --profile for another device)
   hardware.gpus = launch.world_size;
-  if (config.train.peak_tflops > 0) hardware.peak_tflops = config.train.peak_tflops;
   std::printf("layout: world %lld = %s, %lld micro-batches\n"
               "parameters: %s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
@@ -55,6 +54,8 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
               si_units(flops.model).c_str(), si_units(flops.hardware).c_str(),
               si_units(flops.six_pd).c_str());
   const PlanRow row = evaluate_layout(config, layout, hardware);
+  for (const auto& warning : efficiency_warnings(config, layout, hardware.device))
+    std::printf("warning: %s\n", warning.c_str());
   std::printf("%s\n#\n# the planner on the same %lld GPUs:\n%s", describe_row(row).c_str(),
               (long long)launch.world_size, plan_table(make_plan(config, hardware), 5).c_str());
 }

@@ -76,8 +76,17 @@ double elementwise_forward(const LayerShape& l, const DeviceProfile& d) {
   return memory_seconds(replicated + split, d);
 }
 
-StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& d,
-                     bool first, bool last) {
+// `d` with its memory bandwidth divided by how many 16-bit widths an element of `precision`
+// has: every byte count above is for 16-bit activations and weights.
+DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
+  DeviceProfile wide = d;
+  wide.memory_gbs /= precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
+  return wide;
+}
+
+StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
+                     Precision precision, bool first, bool last) {
+  const DeviceProfile d = at_width(device, precision);
   LayerShape l;
   l.batch = double(layout.micro_batch);
   l.queries = double(m.seq_length / layout.cp_size);
@@ -100,8 +109,10 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   StageWork work{layers * forward, layers * backward, attention_forward};
   const double T = l.tokens, h = l.hidden, V = double(vocab) / l.t;
   if (last) {
-    work.forward += gemm_seconds({T, V, h}, d) + memory_seconds(12 * T * V, d);  // fp32 logits, softmax
-    work.backward += gemm_seconds({T, h, V}, d) + gemm_seconds({h, V, T}, d) + memory_seconds(12 * T * V, d);
+    // The logits and softmax in fp32 (or fp64) whatever the model's width.
+    const double logits_bytes = 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
+    work.forward += gemm_seconds({T, V, h}, d) + memory_seconds(logits_bytes, device);
+    work.backward += gemm_seconds({T, h, V}, d) + gemm_seconds({h, V, T}, d) + memory_seconds(logits_bytes, device);
   }
   if (first) {
     work.forward += memory_seconds(3 * kHalf * T * h, d);  // token and position rows, their sum, dropout
@@ -190,13 +201,13 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
 
   // The slower of the first and the last stage sets the pace (one stage holds both ends at p = 1).
   const bool one_stage = layout.pp_size == 1;
-  const StageWork first = stage_work(m, vocab, layout, d, true, one_stage);
-  const StageWork last = stage_work(m, vocab, layout, d, one_stage, true);
+  const StageWork first = stage_work(m, vocab, layout, d, config.precision, true, one_stage);
+  const StageWork last = stage_work(m, vocab, layout, d, config.precision, one_stage, true);
   const StageWork& work = first.forward + first.backward >= last.forward + last.backward ? first : last;
   const double compute_mb = work.forward + work.backward;
 
   const double tokens = double(layout.micro_batch * (m.seq_length / layout.cp_size));
-  const double activation_bytes = kHalf * tokens * double(m.hidden_size);
+  const double activation_bytes = state_bytes(config.precision).weights * tokens * double(m.hidden_size);
   const double layers = double(m.num_layers / layout.pp_size);
   const double tp_calls = layout.recompute == Recompute::full ? 6 : 4;
   const double tp_mb = tp_calls * layers * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
@@ -258,7 +269,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // AdamW over the shard: gradient, main weight and moments read, written back, the 16-bit
   // weight written, the norm and the clipping's scale: 42 bytes per parameter.
   const double shard = memory.parameters / double(layout.zero_stage >= 1 ? replicas : 1);
-  if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard, d);
+  if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard * (config.precision == Precision::fp64 ? 2 : 1), d);
 
   const double gpus = double(layout.world_size());
   out.explanation = {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/device_profile.h"
 #include "core/files.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
@@ -279,6 +280,26 @@ TEST(BenchProgram, PrintsATableOfEveryBenchmark) {
                           "| GPT-2 XL layer", "| T5-large encoder layer", "| T5-large decoder layer"})
     EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
   EXPECT_NE(r.output.find("bf16 fwd+bwd |"), std::string::npos) << r.output;
+}
+
+// The machine at hand's profile: bench measures it, plan's time model takes it (the CPU has
+// no tiles or waves: one SM, tiles of one element) and explains a layout with it.
+TEST(BenchProgram, MeasuresAProfileThatPlanUses) {
+  const auto dir = scratch_dir();
+  const std::string profile = (dir / "cpu.yaml").string();
+  Result r = run(kBin + "/bench --quick --iters 1 --warmup 0 --device cpu --profile " + profile);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const DeviceProfile measured = load_device_profile(profile);
+  EXPECT_EQ(measured.name, "cpu (fp32)");
+  EXPECT_GT(measured.matmul_tflops, 0);
+  EXPECT_GT(measured.memory_gbs, 0);
+  EXPECT_EQ(measured.sms, 1);
+  EXPECT_EQ(measured.tile_m, 1);
+  r = run(kBin + "/plan --config " + kSource + "/configs/gpt-tiny.yaml --gpus 1 --explain --profile " + profile);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* term : {"compute", "bubble", "tp-comm", "dp-comm", "optimizer", "total", "# memory per GPU"})
+    EXPECT_NE(r.output.find(term), std::string::npos) << term << "\n" << r.output;
+  EXPECT_NE(r.output.find("on 1 x cpu (fp32)"), std::string::npos) << r.output;
 }
 
 // A checkpoint of a TP 2 run exported to Hugging Face's GPT-2 layout with its tokenizer's files;

@@ -1,7 +1,7 @@
 // bench: what one device computes, in TFLOP/s, for the building blocks of transformer training.
 //
 //   build/bench [--device cuda|cpu] [--dtype fp32,tf32,fp16,bf16] [--iters 20] [--warmup 5]
-//               [--quick]
+//               [--quick] [--profile FILE]
 //
 // Rows: an n x n x n matrix multiply (2 n^3 FLOPs), an element-wise vector multiply (1 FLOP per
 // element: memory-bound, shown for scale), and the forward / forward+backward of one layer of
@@ -10,6 +10,14 @@
 // twice the forward). Columns: dtype x pass. tf32 is fp32 storage with TensorFloat-32 matrix
 // multiplies (CUDA only). Times are the median of `iters` runs after `warmup`, taken with CUDA
 // events on a GPU. --quick shrinks every size (a smoke test on a CPU).
+//
+// --profile FILE measures this device's profile for the planner's time model instead
+// (core/device_profile.h; plan --profile FILE uses it): in bf16 on a GPU, fp32 on the CPU, the
+// n x n multiply's rate, memory bandwidth from the vector multiply (reads 2 and writes 1
+// element each), causal attention forward and backward (b 4, 16 heads of 128, s 2048;
+// LibTorch 1.x has no fused kernel: 0, unfused) and the SM count; tiles, alignment and link
+// efficiency stay those of the built-in profiles (the peak: the data sheet's, or on the CPU
+// the measured multiply).
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/activation.h>
@@ -25,6 +33,9 @@
 #include <vector>
 
 #include "core/command_line.h"
+#include "core/device_profile.h"
+#include "core/files.h"
+#include "core/flops.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "train/device.h"
@@ -39,6 +50,7 @@ struct Options {
   std::vector<std::string> dtypes = {"fp32", "tf32", "fp16", "bf16"};
   int64_t iters = 20, warmup = 5;
   bool quick = false;
+  std::string profile_path;
 };
 
 CLI::App& describe(CLI::App& app, Options& o, std::string& device) {
@@ -52,6 +64,7 @@ CLI::App& describe(CLI::App& app, Options& o, std::string& device) {
       ->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed runs first")->check(checked(at_least(0)))->capture_default_str();
   app.add_flag("--quick", o.quick, "toy sizes: a smoke test on a CPU");
+  app.add_option("--profile", o.profile_path, "measure this device's profile for plan --profile and write it here");
   return app;
 }
 
@@ -225,6 +238,43 @@ void run_benchmarks(const Options& o, Table& table, std::vector<std::string>& ro
   at::globalContext().setAllowTF32CuBLAS(false);
 }
 
+DeviceProfile measure_profile(const Options& o) {
+  const bool gpu = o.device.is_cuda();
+  const auto options = torch::TensorOptions().dtype(gpu ? torch::kBFloat16 : torch::kFloat).device(o.device);
+  const int64_t n = o.quick ? 256 : 8192, elements = o.quick ? 1 << 16 : int64_t(1) << 28;
+  DeviceProfile p;
+  p.name = str(device_name(o.device), gpu ? " (bf16)" : " (fp32)");
+  torch::NoGradGuard no_grad;
+  {
+    auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+    p.matmul_tflops = 2.0 * double(n * n * n) / median_ms(o, [&] { (void)torch::mm(a, b); }) / 1e9;
+  }
+  {
+    auto x = torch::randn({elements}, options), y = torch::randn({elements}, options), z = torch::empty_like(x);
+    const double bytes = 3.0 * double(elements) * double(x.element_size());
+    p.memory_gbs = bytes / median_ms(o, [&] { torch::mul_out(z, x, y); }) / 1e6;
+    p.memory_efficiency = 1;  // measured, not specified
+  }
+  p.attention_tflops = 0;
+#if TORCH_VERSION_MAJOR >= 2
+  {
+    const int64_t b = o.quick ? 1 : 4, heads = o.quick ? 2 : 16, s = o.quick ? 128 : 2048, d = o.quick ? 32 : 128;
+    torch::AutoGradMode grad(true);
+    auto q = torch::randn({b, heads, s, d}, options).requires_grad_(), k = torch::randn_like(q).requires_grad_(),
+         v = torch::randn_like(q).requires_grad_();
+    auto grad_out = torch::randn_like(q);
+    const double ms = median_ms(o, [&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, true).backward(grad_out); });
+    const double forward_flops = 4.0 * double(b * heads * s * s * d) / 2;  // causal: half the score blocks
+    p.attention_tflops = 3.5 * forward_flops / ms / 1e9;                   // backward 2.5 times the forward
+  }
+#endif
+  p.sms = multiprocessor_count(o.device);
+  if (!gpu) p.tile_m = p.tile_n = p.alignment = 1;  // no tensor-core tiles or waves on the CPU
+  const double peak = known_peak_tflops(device_name(o.device), Precision::bf16);
+  p.peak_tflops = peak > 0 ? peak : p.matmul_tflops;
+  return p;
+}
+
 void print_table(const Options& o, const Table& table, const std::vector<std::string>& rows) {
   std::vector<std::string> columns;
   for (const auto& dtype : o.dtypes)
@@ -259,6 +309,12 @@ int main(int argc, char** argv) {
     if (!parse_command_line(describe(app, o, device), argc, argv)) return 0;
     if (!device.empty()) o.device = torch::Device(device);
     if (o.device.is_cuda() && !torch::cuda::is_available()) fail("--device cuda: no GPU visible");
+    if (!o.profile_path.empty()) {
+      const std::string yaml = device_profile_yaml(measure_profile(o));
+      write_text_file(o.profile_path, yaml);
+      std::printf("# device profile written to %s\n%s", o.profile_path.c_str(), yaml.c_str());
+      return 0;
+    }
     Table table;
     std::vector<std::string> rows;
     run_benchmarks(o, table, rows);

@@ -38,6 +38,13 @@ torch::Dtype weights_dtype(Precision precision) {
   return torch::kFloat;
 }
 
+int64_t multiprocessor_count(const torch::Device& device) {
+#ifdef TRIDENT_TORCH_CUDA
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->multiProcessorCount;
+#endif
+  return 1;
+}
+
 void check_precision_runs_on(Precision precision, const torch::Device& device) {
   if (precision != Precision::fp16 || device.is_cuda()) return;
   try {

@@ -19,6 +19,8 @@ namespace trident {
 torch::Device training_device(const std::string& device, int64_t local_rank);
 // The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or its type ("cpu").
 std::string device_name(const torch::Device& device);
+// Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
+int64_t multiprocessor_count(const torch::Device& device);
 // The dtype of the model's weights and activations for a precision.
 torch::Dtype weights_dtype(Precision precision);
 // Error when the device cannot train in this precision (fp16 on LibTorch 1.13's CPU, which has

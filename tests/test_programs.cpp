@@ -289,7 +289,7 @@ TEST(BenchProgram, MeasuresAProfileThatPlanUses) {
   const std::string profile = (dir / "cpu.yaml").string();
   Result r = run(kBin + "/bench --quick --iters 1 --warmup 0 --device cpu --profile " + profile);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const DeviceProfile measured = load_device_profile(profile);
+  const trident::DeviceProfile measured = trident::load_device_profile(profile);
   EXPECT_EQ(measured.name, "cpu (fp32)");
   EXPECT_GT(measured.matmul_tflops, 0);
   EXPECT_GT(measured.memory_gbs, 0);

@@ -191,6 +191,14 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
   return out;
 }
 
+std::string throughput_warning(double measured, double estimated, const std::string& device) {
+  if (!(estimated > 0) || measured >= 0.5 * estimated) return "";
+  return str("this run computes ", int(measured + 0.5), " TFLOP/s per GPU, under half the ", int(estimated + 0.5),
+             " the time model (plan --explain) expects of this layout on ", device,
+             ": something is wrong with the model or hardware configuration (GPU clocks or power, links, "
+             "host stalls, data loading, shapes; see the efficiency warnings of train --dry-run)");
+}
+
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
                                       const Links& links) {
   const ModelConfig& m = config.model;

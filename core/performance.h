@@ -77,4 +77,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
 // 4 micro-batches per pipeline stage (NVIDIA's and the seeds' advice; core/device_profile.h).
 std::vector<std::string> efficiency_warnings(const Config& config, const Layout& layout, const DeviceProfile& device);
 
+// The one-time warning of a run whose measured TFLOP/s per GPU stay under half the time
+// model's estimate for its layout on `device` (empty when they do not): something is wrong with
+// the model or hardware configuration, as seed 002 puts it for under 115 TFLOP/s on an A100.
+std::string throughput_warning(double measured_tflops, double estimated_tflops, const std::string& device);
+
 }  // namespace trident

@@ -396,3 +396,14 @@ TEST(DeviceProfile, FilesRoundTripAndErrorsNameTheField) {
   EXPECT_EQ(known_profile("NVIDIA A100-SXM4-80GB")->name, a100_profile().name);
   EXPECT_EQ(known_profile("cpu"), nullptr);
 }
+
+// A run far below what the time model expects of its layout is named once (train's log): under
+// half the estimate, not at 60% of it, and never without an estimate.
+TEST(TimeModel, ThroughputWarningUnderHalfTheEstimate) {
+  const std::string warning = throughput_warning(100, 250, "A100 80GB SXM");
+  EXPECT_NE(warning.find("this run computes 100 TFLOP/s per GPU, under half the 250 the time model"), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("something is wrong with the model or hardware configuration"), std::string::npos);
+  EXPECT_EQ(throughput_warning(150, 250, "A100 80GB SXM"), "");
+  EXPECT_EQ(throughput_warning(1, 0, "cpu"), "");
+}

@@ -10,6 +10,7 @@
 #include "core/json_line.h"
 #include "core/logging.h"
 #include "core/memory.h"
+#include "core/performance.h"
 #include "core/text.h"
 #include "optim/zero.h"
 #include "train/device.h"
@@ -31,6 +32,11 @@ void RunLog::add_rates(IterationMetrics& m) const {
   m.tflops_model = flops_.model / per_device;
   m.tflops_hardware = flops_.hardware / per_device;
   if (peak_tflops_ > 0) m.mfu = m.tflops_model / peak_tflops_;
+}
+
+void RunLog::expect_throughput(double tflops, std::string device) {
+  expected_tflops_ = tflops;
+  device_ = std::move(device);
 }
 
 void RunLog::start(const std::string& backend, const torch::Device& device, const std::string& data) const {
@@ -72,6 +78,10 @@ void RunLog::memory(const StateMemory& held, const torch::Device& device) const 
 }
 
 void RunLog::iteration(const IterationMetrics& m) const {
+  if (++logged_ >= 3 && !warned_) {
+    const std::string warning = throughput_warning(m.tflops_model, expected_tflops_, device_);
+    if (!warning.empty()) log::warn(warning), warned_ = true;
+  }
   char line[512];
   std::snprintf(line, sizeof line,
                 "iter %lld/%lld | samples %lld | %.1f ms | %.0f tok/s | lr %.3e | loss %.4f | "

@@ -54,6 +54,9 @@ class RunLog {
   // allocator's peak over the first iteration, of which the activations are the part beyond.
   void memory(const StateMemory& held, const torch::Device& device) const;
   void iteration(const IterationMetrics& m) const;
+  // What the time model expects of this layout on this device (model TFLOP/s per GPU): from the
+  // third logged iteration on, a run under half of it is warned about once.
+  void expect_throughput(double tflops, std::string device);
 
   // train.metrics_file, on rank 0: continued by a resumed run, else started anew. Error naming
   // the file when it cannot be opened; a later failed write is one warning and ends the file.
@@ -66,6 +69,10 @@ class RunLog {
   int64_t vocab_;
   double peak_tflops_;
   IterationFlops flops_;
+  double expected_tflops_ = 0;
+  std::string device_;
+  mutable int64_t logged_ = 0;
+  mutable bool warned_ = false;
   std::ofstream metrics_;
 };
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/flops.h"
 #include "core/logging.h"
+#include "core/plan.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
@@ -44,6 +45,13 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   });
   const double peak = config_.train.peak_tflops;
   log_.emplace(config_, layout_, vocab_, peak > 0 ? peak : known_peak_tflops(device_name(device_), config_.precision));
+  // On a GPU the time model has a profile for, the log warns once if the run falls far short of it.
+  if (const DeviceProfile* profile = known_profile(device_name(device_))) {
+    Hardware hardware;
+    hardware.device = *profile;
+    hardware.gpus = layout_.world_size();
+    log_->expect_throughput(evaluate_layout(config_, layout_, hardware).tflops_per_gpu, profile->name);
+  }
   comm.device = device_;
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);
   if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));

@@ -26,7 +26,6 @@ double half_collective_seconds(double bytes, int64_t n, double gbs) { return all
 // One micro-batch through one pipeline stage's compute, in seconds.
 struct StageWork {
   double forward = 0, backward = 0;  // backward includes recomputation
-  double attention_forward = 0;      // per layer, for context parallelism's overlap
 };
 
 struct LayerShape {
@@ -51,9 +50,9 @@ double linear_backward(const LayerShape& l, const DeviceProfile& d) {
 
 // Attention forward and backward of one layer: a fused kernel at its rate (causal: half the
 // score blocks), or the unfused batched multiplies and the softmax through memory.
-std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d) {
+std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, bool fused) {
   const double heads = l.heads / l.t, batches = l.batch * heads;
-  if (d.attention_tflops > 0) {
+  if (fused) {
     const double flops = 4 * l.batch * l.queries * l.keys * l.head_dim * heads / 2;
     const double forward = flops / (d.attention_tflops * 1e12);
     return {forward, 2.5 * forward};
@@ -85,7 +84,7 @@ DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
 }
 
 StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
-                     Precision precision, bool first, bool last) {
+                     Precision precision, const Software& software, bool first, bool last) {
   const DeviceProfile d = at_width(device, precision);
   LayerShape l;
   l.batch = double(layout.micro_batch);
@@ -99,14 +98,14 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   l.t = double(layout.tp_size);
   l.sequence_parallel = layout.sequence_parallel;
 
-  const auto [attention_forward, attention_backward] = attention(l, d);
+  const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
   const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
   double backward = linear_backward(l, d) + attention_backward + 2 * elementwise_forward(l, d);
   if (layout.recompute == Recompute::full) backward += forward;
   if (layout.recompute == Recompute::selective) backward += attention_forward;
 
   const double layers = double(m.num_layers / layout.pp_size);
-  StageWork work{layers * forward, layers * backward, attention_forward};
+  StageWork work{layers * forward, layers * backward};
   const double T = l.tokens, h = l.hidden, V = double(vocab) / l.t;
   if (last) {
     // The logits and softmax in fp32 (or fp64) whatever the model's width.
@@ -200,7 +199,7 @@ std::string throughput_warning(double measured, double estimated, const std::str
 }
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
-                                      const Links& links) {
+                                      const Links& links, const Software& software) {
   const ModelConfig& m = config.model;
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   IterationTime out;
@@ -209,9 +208,12 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
 
   // The slower of the first and the last stage sets the pace (one stage holds both ends at p = 1).
   const bool one_stage = layout.pp_size == 1;
-  const StageWork first = stage_work(m, vocab, layout, d, config.precision, true, one_stage);
-  const StageWork last = stage_work(m, vocab, layout, d, config.precision, one_stage, true);
-  const StageWork& work = first.forward + first.backward >= last.forward + last.backward ? first : last;
+  const StageWork first = stage_work(m, vocab, layout, d, config.precision, software, true, one_stage);
+  const StageWork last = stage_work(m, vocab, layout, d, config.precision, software, one_stage, true);
+  StageWork work = first.forward + first.backward >= last.forward + last.backward ? first : last;
+  // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
+  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision);
+  if (mixed(config.precision) && !software.fused_gradient_accumulation) work.backward += memory_seconds(10 * memory.parameters, d);
   const double compute_mb = work.forward + work.backward;
 
   const double tokens = double(layout.micro_batch * (m.seq_length / layout.cp_size));
@@ -227,7 +229,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     const double c = double(layout.cp_size);
     const bool inside_node = layout.tp_size * layout.cp_size <= links.gpus_per_node;
     const double transfer_s = 2 * activation_bytes / double(layout.tp_size) / ((inside_node ? intra : inter) * 1e9);
-    const double block_s = work.attention_forward / c;
+    // One block of s/c queries against s/c keys, unmasked (the diagonal blocks are the few).
+    const double block_flops = 4 * tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) /
+                               double(layout.tp_size);
+    const double block_s = software.fused_attention ? block_flops / (d.attention_tflops * 1e12)
+                                                    : block_flops / (d.matmul_tflops * 1e12);
     cp_mb = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layers;
   }
 
@@ -244,7 +250,6 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
-  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision);
   const StateBytes bytes = state_bytes(config.precision);
   const int64_t replicas = layout.dp_size * layout.cp_size;
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
@@ -256,7 +261,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
   const double bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
   auto overlapped = [&](double total_s, double window_s, double last_s) {
-    return links.overlap_gradient_reduction ? std::max(total_s - window_s, last_s) : total_s;
+    return software.overlap_gradient_reduction ? std::max(total_s - window_s, last_s) : total_s;
   };
   if (layout.zero_stage <= 1) {
     const double reduce = layout.zero_stage == 0 ? all_reduce_seconds(grads, replicas, dp_gbs)
@@ -286,7 +291,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on the slowest stage, ",
                d.name, ": multiplies at ", d.matmul_tflops, " TFLOP/s with tile and wave quantization, memory at ",
                d.memory_gbs * d.memory_efficiency, " GB/s, attention ",
-               d.attention_tflops > 0 ? str("fused at ", d.attention_tflops, " TFLOP/s") : std::string("unfused"))),
+               software.fused_attention ? str("fused at ", d.attention_tflops, " TFLOP/s") : std::string("unfused"))),
       line("bubble", out.bubble_s, str("(p - 1) / v = ", (p - 1) / v, " stage times of ", stage_mb * 1e3, " ms")),
       line("tp-comm", out.tensor_comm_s,
            str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(activation_bytes), " over TP ",

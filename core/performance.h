@@ -3,15 +3,16 @@
 //
 // One micro-batch on one pipeline stage (b sequences of s/c tokens, T = b s / c rows, TP t):
 //   per layer, forward: four linear multiplies (QKV T x 3h/t x h, projection T x h x h/t, MLP
-//     T x f/t x h and T x h x f/t), attention (flash: 4 b (s/c) s h / t FLOPs, half of them
+//     T x f/t x h and T x h x f/t), attention (fused: 4 b (s/c) s h / t FLOPs, half of them
 //     masked away by causality, at attention_tflops; unfused: QK^T and PV as batched multiplies
 //     per head plus the softmax, mask and dropout through memory), and the memory-bound rest:
 //     LayerNorms and bias-dropout-residual adds (22 bytes per element of T x h, divided by t
 //     only with sequence parallelism) and GELU, bias and head reshapes (32 bytes per element of
 //     T x h / t);
-//   backward: each multiply twice (input and weight gradients, their own shapes), flash
+//   backward: each multiply twice (input and weight gradients, their own shapes), fused
 //     attention 2.5 times its forward, the memory-bound work twice; recomputation adds the
-//     forward again (full) or the attention core (selective);
+//     forward again (full) or the attention core (selective); unless fused, adding the 16-bit
+//     weight gradients into the fp32 buffer (10 bytes per parameter);
 //   the last stage adds the logits multiply (T x V/t x h) and the fp32 cross-entropy, the first
 //   the embedding lookup; the slower of the two sets the pipeline's pace;
 //   TP: 4 all-reduces of T h 16-bit values per layer (6 with full recomputation) on the
@@ -52,9 +53,24 @@ struct Links {
   int64_t gpus_per_node = 8;
   double intra_node_gbs = 300;  // per GPU, one direction (NVLink)
   double inter_node_gbs = 25;   // per GPU (a 200 Gb/s InfiniBand port)
-  // Whether gradient reduction overlaps backward (trident's buckets do; Megatron's 2021 runs
-  // reduced after backward: overlap_grad_reduce came in 2023).
+};
+
+// What the training program does, beside what the device can: trident's choices, or those of
+// the Megatron-LM that measured the 2021 scaling table.
+struct Software {
+  // Attention in a fused (flash) kernel at the profile's attention_tflops (LibTorch 2.x's SDPA),
+  // or as matmuls with the softmax through memory (LibTorch 1.x; Megatron 2021).
+  bool fused_attention = true;
+  // Gradient reduction during backward (trident's buckets) or after it (Megatron 2021;
+  // overlap_grad_reduce came in 2023).
   bool overlap_gradient_reduction = true;
+  // Weight gradients accumulated into the fp32 buffer by their own multiply (Megatron's
+  // gradient_accumulation_fusion), or, as trident does for 16-bit weights, each micro-batch's
+  // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
+  bool fused_gradient_accumulation = false;
+
+  static Software trident() { return {}; }
+  static Software megatron_2021() { return {false, false, true}; }
 };
 
 struct IterationTime {
@@ -68,7 +84,7 @@ struct IterationTime {
 };
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& device,
-                                      const Links& links);
+                                      const Links& links, const Software& software = Software::trident());
 
 // Shapes the device computes badly and batches that starve the pipeline, each with its
 // estimated cost: a transformer layer's multiplies losing more than 5% to tile and wave

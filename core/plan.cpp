@@ -40,8 +40,8 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   row.layout = layout;
   row.memory = estimate_memory(m, vocab, layout, config.precision);
   row.fits = row.memory.total() <= hw.memory_gib * kGiB;
-  row.time = estimate_iteration_time(config, layout, hw.device,
-                                     Links{hw.gpus_per_node, hw.intra_node_gbs, hw.inter_node_gbs, hw.overlap_gradient_reduction});
+  row.time = estimate_iteration_time(config, layout, hw.device, Links{hw.gpus_per_node, hw.intra_node_gbs, hw.inter_node_gbs},
+                                     hw.software);
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
   if (layout.offload) {
@@ -157,7 +157,7 @@ std::vector<Validation> validate_time_model() {
   for (const ScalingRow& row : megatron_scaling_table()) {
     Hardware a100;
     a100.gpus = row.gpus;
-    a100.overlap_gradient_reduction = false;  // Megatron 2021
+    a100.software = Software::megatron_2021();
     const Config config = scaling_row_config(row);
     const PlanRow estimate = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
     out.push_back({row.name, str(row.gpus, " x ", a100.device.name), "with recomputation (96)", row.tflops_per_gpu,

@@ -24,7 +24,7 @@ struct Hardware {
   double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
   double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
   double host_link_gbs = 25;     // GB/s per GPU to host memory (PCIe 4.0 x16, one direction): offload
-  bool overlap_gradient_reduction = true;  // core/performance.h's Links
+  Software software = Software::trident();  // core/performance.h
   double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)
 };
 

@@ -235,9 +235,9 @@ TEST(Plan, LongSequencesUseContextParallelism) {
   EXPECT_NE(plan_table(plan, 3).find("cp-comm"), std::string::npos);
 
   Layout l = resolve_layout(config, 64);
-  l.cp_size = 16;
-  l.dp_size = 4;
-  EXPECT_EQ(evaluate_layout(config, l, a100).time.context_comm_s, 0);  // 8192 tokens a rank: hidden
+  l.cp_size = 8;
+  l.dp_size = 8;
+  EXPECT_EQ(evaluate_layout(config, l, a100).time.context_comm_s, 0);  // 16384 tokens a rank, in a node: hidden
   config.model.seq_length = 4096;
   l.cp_size = 16;  // 256 tokens a rank, across nodes: exposed
   EXPECT_GT(evaluate_layout(config, l, a100).time.context_comm_s, 0);
@@ -295,19 +295,17 @@ TEST(Plan, LargestModelPerStrategy) {
 }
 
 // The time model against measurements, with one profile per device and no per-row factor: every
-// row of Megatron's scaling table within 10% of its measured TFLOP/s (counting the recomputed
-// forward, as the table does), and the 1.7B row on one H100 reported beside them.
+// row of Megatron's scaling table (counting the recomputed forward, as the table does) and the
+// 1.7B row on one H100 (model FLOPs) within 10% of the measured TFLOP/s, 5% on average.
 TEST(TimeModel, ReproducesTheScalingTableWithinTenPercent) {
   const auto rows = validate_time_model();
   ASSERT_EQ(rows.size(), megatron_scaling_table().size() + 1);
   double total = 0;
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    EXPECT_LT(std::abs(rows[i].error()), 0.10) << rows[i].name << ": estimated " << rows[i].estimated;
-    total += std::abs(rows[i].error());
+  for (const auto& row : rows) {
+    EXPECT_LT(std::abs(row.error()), 0.10) << row.name << " on " << row.device << ": estimated " << row.estimated;
+    total += std::abs(row.error());
   }
-  EXPECT_LT(total / double(rows.size() - 1), 0.05);
-  const Validation& h100 = rows.back();
-  EXPECT_LT(std::abs(h100.error()), 0.12) << "estimated " << h100.estimated;  // see README: 11%, not yet 10%
+  EXPECT_LT(total / double(rows.size()), 0.05);
   std::printf("%s", validation_table(rows).c_str());
 }
 
@@ -347,7 +345,7 @@ TEST(TimeModel, TermsFollowTheLayout) {
   EXPECT_GT(t.compute_s / without, 1.25);  // a third more compute, a little less for the cheap backward terms
   EXPECT_LT(t.compute_s / without, 1.34);
   Hardware serial = a100;
-  serial.overlap_gradient_reduction = false;
+  serial.software.overlap_gradient_reduction = false;
   EXPECT_GT(evaluate_layout(config, own, serial).time.data_comm_s, t.data_comm_s);
   EXPECT_EQ(t.explanation.size(), 8u);
 }

@@ -15,7 +15,7 @@
 // (core/device_profile.h; plan --profile FILE uses it): in bf16 on a GPU, fp32 on the CPU, the
 // n x n multiply's rate, memory bandwidth from the vector multiply (reads 2 and writes 1
 // element each), causal attention forward and backward (b 4, 16 heads of 128, s 2048;
-// LibTorch 1.x has no fused kernel: 0, unfused) and the SM count; tiles, alignment and link
+// LibTorch 1.x has no fused kernel: half the multiply's rate, stated) and the SM count; tiles, alignment and link
 // efficiency stay those of the built-in profiles (the peak: the data sheet's, or on the CPU
 // the measured multiply).
 #include <ATen/Context.h>
@@ -255,7 +255,6 @@ DeviceProfile measure_profile(const Options& o) {
     p.memory_gbs = bytes / median_ms(o, [&] { torch::mul_out(z, x, y); }) / 1e6;
     p.memory_efficiency = 1;  // measured, not specified
   }
-  p.attention_tflops = 0;
 #if TORCH_VERSION_MAJOR >= 2
   {
     const int64_t b = o.quick ? 1 : 4, heads = o.quick ? 2 : 16, s = o.quick ? 128 : 2048, d = o.quick ? 32 : 128;
@@ -267,6 +266,8 @@ DeviceProfile measure_profile(const Options& o) {
     const double forward_flops = 4.0 * double(b * heads * s * s * d) / 2;  // causal: half the score blocks
     p.attention_tflops = 3.5 * forward_flops / ms / 1e9;                   // backward 2.5 times the forward
   }
+#else
+  p.attention_tflops = p.matmul_tflops / 2;  // no fused kernel to measure: a stated half of the multiplies
 #endif
   p.sms = multiprocessor_count(o.device);
   if (!gpu) p.tile_m = p.tile_n = p.alignment = 1;  // no tensor-core tiles or waves on the CPU

@@ -108,7 +108,7 @@ struct TrainConfig {
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string device = "cpu";  // cpu | cuda
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
-  int64_t threads = 0;         // intra-op threads on CPU; 0 leaves LibTorch's default
+  int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks
 };
 
 struct Config {

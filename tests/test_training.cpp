@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include "optim/zero.h"
 #include "tests/helpers.h"
 #include "train/checkpoint.h"
+#include "train/device.h"
 #include "train/trainer.h"
 
 using namespace trident;
@@ -447,4 +449,21 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
   message = resume();
   EXPECT_NE(message.find("checkpoint '" + folder + "' has no manifest.json; cannot check or load"), std::string::npos)
       << message;
+}
+
+// train.threads: trident's programs load OpenBLAS's OpenMP build (CMakeLists.txt), so LibTorch
+// and OpenBLAS share one pool of the threads asked for (two pools of N on N cores ran 2.6x
+// slower); 0 shares the CPUs among the machine's ranks.
+TEST(CpuThreads, LibTorchAndOpenBlasShareOnePool) {
+  const int before = torch::get_num_threads();
+  const auto blas_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ASSERT_NE(blas_threads, nullptr) << "LibTorch's BLAS is not OpenBLAS";
+  const auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  if (parallel() != 2) GTEST_SKIP() << "built without libopenblas0-openmp (scripts/setup installs it)";
+  EXPECT_EQ(set_cpu_threads(2, 1), "2 CPU threads, shared by LibTorch and OpenBLAS (OpenMP)");
+  EXPECT_EQ(torch::get_num_threads(), 2);
+  EXPECT_EQ(blas_threads(), 2);
+  EXPECT_EQ(set_cpu_threads(0, 1024), "1 CPU thread, shared by LibTorch and OpenBLAS (OpenMP)");
+  EXPECT_EQ(torch::get_num_threads(), 1);
+  set_cpu_threads(before, 1);
 }

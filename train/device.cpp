@@ -1,7 +1,12 @@
 #include "train/device.h"
 
+#include <dlfcn.h>
+#include <sched.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <torch/utils.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 
@@ -36,6 +41,32 @@ torch::Dtype weights_dtype(Precision precision) {
     case Precision::fp32: return torch::kFloat;
   }
   return torch::kFloat;
+}
+
+std::string set_cpu_threads(int64_t threads, int64_t local_ranks) {
+  if (threads <= 0) {
+    cpu_set_t allowed;
+    const int64_t cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+    threads = std::max<int64_t>(1, cpus / std::max<int64_t>(1, local_ranks));
+  }
+  // OpenBLAS's own entry points, when the BLAS LibTorch loaded is OpenBLAS.
+  using GetParallel = int (*)();
+  using SetThreads = void (*)(int);
+  const auto parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  const auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  const int n = int(threads);
+  if (parallel && set_blas && parallel() == 2) {  // OpenMP
+    torch::set_num_threads(n);
+    set_blas(n);
+    return str(n, n == 1 ? " CPU thread" : " CPU threads", ", shared by LibTorch and OpenBLAS (OpenMP)");
+  }
+  if (parallel && set_blas && parallel() == 1) {  // pthreads
+    torch::set_num_threads(1);
+    set_blas(n);
+    return str(n, n == 1 ? " CPU thread" : " CPU threads", " for OpenBLAS (pthreads: its own pool), 1 for LibTorch's other operations");
+  }
+  torch::set_num_threads(n);
+  return str(n, n == 1 ? " CPU thread" : " CPU threads", " (LibTorch)");
 }
 
 int64_t multiprocessor_count(const torch::Device& device) {

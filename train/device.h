@@ -21,6 +21,14 @@ torch::Device training_device(const std::string& device, int64_t local_rank);
 std::string device_name(const torch::Device& device);
 // Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
 int64_t multiprocessor_count(const torch::Device& device);
+// train.threads: the CPU threads of LibTorch's intra-op pool and of OpenBLAS's, set together so
+// that two pools never compete for the cores. OpenBLAS's OpenMP build (which trident's programs
+// load, see CMakeLists.txt) shares LibTorch's pool: both get `threads`. A pthreads OpenBLAS
+// gets them and LibTorch one (its multiplies are most of the work). Another BLAS: LibTorch's
+// pool only. 0: the CPUs this process may run on, shared among the `local_ranks` processes of
+// its machine. Returns what was set, for the log.
+std::string set_cpu_threads(int64_t threads, int64_t local_ranks);
+
 // The dtype of the model's weights and activations for a precision.
 torch::Dtype weights_dtype(Precision precision);
 // Error when the device cannot train in this precision (fp16 on LibTorch 1.13's CPU, which has

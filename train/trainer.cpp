@@ -54,7 +54,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   }
   comm.device = device_;
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);
-  if (config_.train.threads > 0) torch::set_num_threads(int(config_.train.threads));
+  if (!device_.is_cuda() || config_.train.threads > 0)
+    log::info(set_cpu_threads(config_.train.threads, launch.local_world_size));
 
   std::optional<ResumePoint> resume;
   agree(*cpu_world_, [&] {

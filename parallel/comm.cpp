@@ -156,7 +156,7 @@ std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_wor
                                            const LaunchInfo& launch, const CommOptions& options) {
   if (!options.device.is_cuda()) return cpu_world;
 #ifdef TRIDENT_WITH_NCCL
-  return make_nccl_world_communicator(launch, *cpu_world);
+  return make_nccl_world_communicator(launch, *cpu_world, options.timeout);
 #else
   (void)launch;
   fail("train.device=cuda needs the NCCL backend, which is not built into this trident");

@@ -18,9 +18,10 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
                                                            std::chrono::seconds timeout);
 #endif
 #ifdef TRIDENT_WITH_NCCL
-// The NCCL unique id travels from rank 0 over `bootstrap` (MPI or Gloo on the CPU).
-std::shared_ptr<Communicator> make_nccl_world_communicator(const LaunchInfo& launch,
-                                                           Communicator& bootstrap);
+// The NCCL unique id travels from rank 0 over `bootstrap` (MPI or Gloo on the CPU); every
+// operation must complete within `timeout` (parallel/async_watchdog.h).
+std::shared_ptr<Communicator> make_nccl_world_communicator(const LaunchInfo& launch, Communicator& bootstrap,
+                                                           std::chrono::seconds timeout);
 #endif
 
 // Throws Error unless `tensor` is contiguous (collectives work on flat memory).

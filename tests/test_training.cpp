@@ -453,7 +453,7 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
 
 // train.threads: trident's programs load OpenBLAS's OpenMP build (CMakeLists.txt), so LibTorch
 // and OpenBLAS share one pool of the threads asked for (two pools of N on N cores ran 2.6x
-// slower); 0 shares the CPUs among the machine's ranks.
+// slower); 0 follows OMP_NUM_THREADS, else shares the CPUs among the machine's ranks.
 TEST(CpuThreads, LibTorchAndOpenBlasShareOnePool) {
   const int before = torch::get_num_threads();
   const auto blas_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
@@ -463,7 +463,14 @@ TEST(CpuThreads, LibTorchAndOpenBlasShareOnePool) {
   EXPECT_EQ(set_cpu_threads(2, 1), "2 CPU threads, shared by LibTorch and OpenBLAS (OpenMP)");
   EXPECT_EQ(torch::get_num_threads(), 2);
   EXPECT_EQ(blas_threads(), 2);
+  // 0: OMP_NUM_THREADS when set (CTest sets 1), else the CPUs shared among the local ranks.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = omp ? omp : "";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(set_cpu_threads(0, 1), "3 CPU threads, shared by LibTorch and OpenBLAS (OpenMP)");
+  unsetenv("OMP_NUM_THREADS");
   EXPECT_EQ(set_cpu_threads(0, 1024), "1 CPU thread, shared by LibTorch and OpenBLAS (OpenMP)");
   EXPECT_EQ(torch::get_num_threads(), 1);
+  if (omp) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
   set_cpu_threads(before, 1);
 }

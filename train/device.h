@@ -25,8 +25,10 @@ int64_t multiprocessor_count(const torch::Device& device);
 // that two pools never compete for the cores. OpenBLAS's OpenMP build (which trident's programs
 // load, see CMakeLists.txt) shares LibTorch's pool: both get `threads`. A pthreads OpenBLAS
 // gets them and LibTorch one (its multiplies are most of the work). Another BLAS: LibTorch's
-// pool only. 0: the CPUs this process may run on, shared among the `local_ranks` processes of
-// its machine. Returns what was set, for the log.
+// pool only. 0: OMP_NUM_THREADS when it is set, else the CPUs this process may run on, shared
+// among the `local_ranks` processes of its machine (processes that share cores otherwise, like
+// tests run side by side, should say so: OpenMP threads that wait spin, and spinning pools on
+// shared cores slow each other down several times). Returns what was set, for the log.
 std::string set_cpu_threads(int64_t threads, int64_t local_ranks);
 
 // The dtype of the model's weights and activations for a precision.

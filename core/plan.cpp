@@ -238,8 +238,10 @@ std::string describe_row(const PlanRow& r) {
                 "PP %.3g + optimizer %.3g + offload %.3g; %.3g TFLOPS per GPU (%.3g with recomputation)",
                 r.seconds(), t.compute_s, t.bubble_s, t.tensor_comm_s, t.context_comm_s, t.data_comm_s,
                 t.pipeline_comm_s, t.optimizer_s, r.offload_s, r.tflops_per_gpu, r.hardware_tflops_per_gpu);
-  return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), ", grads ",
-             binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), ", activations ",
+  const std::string gathered = m.gathered > 0 ? str(" + ", binary_bytes(m.gathered), " gathered") : "";
+  const std::string host = m.host > 0 ? str(", host ", binary_bytes(m.host)) : "";
+  return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), gathered, ", grads ",
+             binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), host, ", activations ",
              binary_bytes(m.activations), ", allowance ", binary_bytes(m.allowance), ", total ",
              binary_bytes(m.total()), " (", si_units(m.parameters),
              " parameters on the busiest rank)\n", time);
@@ -275,6 +277,7 @@ std::string plan_json(const Plan& plan) {
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
         .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
+        .add("gathered_bytes", r.memory.gathered).add("host_bytes", r.memory.host)
         .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
         .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
         .add("iteration_s", r.seconds()).add("compute_s", r.time.compute_s).add("bubble_s", r.time.bubble_s)

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/utils.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -69,6 +70,12 @@ std::string set_cpu_threads(int64_t threads, int64_t local_ranks) {
   }
   torch::set_num_threads(n);
   return str(n, n == 1 ? " CPU thread" : " CPU threads", " (LibTorch)");
+}
+
+Software build_software() {
+  Software software = Software::trident();
+  software.fused_attention = TORCH_VERSION_MAJOR >= 2;
+  return software;
 }
 
 int64_t multiprocessor_count(const torch::Device& device) {

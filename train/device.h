@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/performance.h"
 
 namespace trident {
 
@@ -19,6 +20,9 @@ namespace trident {
 torch::Device training_device(const std::string& device, int64_t local_rank);
 // The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or its type ("cpu").
 std::string device_name(const torch::Device& device);
+// trident's software as this build runs it, for the time model: LibTorch 2.x computes attention
+// in a fused kernel (SDPA), 1.x as matmuls with the softmax through memory.
+Software build_software();
 // Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
 int64_t multiprocessor_count(const torch::Device& device);
 // train.threads: the CPU threads of LibTorch's intra-op pool and of OpenBLAS's, set together so

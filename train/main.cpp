@@ -10,6 +10,7 @@
 #include "core/flops.h"
 #include "core/layout.h"
 #include "core/logging.h"
+#include "train/device.h"
 #include "core/plan.h"
 #include "core/text.h"
 #include "parallel/comm.h"
@@ -46,6 +47,7 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
       iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute);
   Hardware hardware;  // an A100 80 GB cluster, 8 per node (plan --profile for another device)
   hardware.gpus = launch.world_size;
+  hardware.software = build_software();
   std::printf("layout: world %lld = %s, %lld micro-batches\n"
               "parameters: %s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",

@@ -1,6 +1,7 @@
 #include "core/performance.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -33,17 +34,21 @@ struct LayerShape {
   bool sequence_parallel;
 };
 
+// A layer's four linear multiplies forward over `rows` tokens on one TP rank: QKV, the
+// attention projection, the MLP's two.
+std::array<GemmShape, 4> layer_multiplies(double rows, double h, double f, double t) {
+  return {GemmShape{rows, 3 * h / t, h}, GemmShape{rows, h, h / t}, GemmShape{rows, f / t, h}, GemmShape{rows, h, f / t}};
+}
+
 double linear_forward(const LayerShape& l, const DeviceProfile& d) {
-  const double T = l.tokens, h = l.hidden, f = l.ffn, t = l.t;
-  return gemm_seconds({T, 3 * h / t, h}, d) + gemm_seconds({T, h, h / t}, d) + gemm_seconds({T, f / t, h}, d) +
-         gemm_seconds({T, h, f / t}, d);
+  double seconds = 0;
+  for (const GemmShape& g : layer_multiplies(l.tokens, l.hidden, l.ffn, l.t)) seconds += gemm_seconds(g, d);
+  return seconds;
 }
 
 double linear_backward(const LayerShape& l, const DeviceProfile& d) {
-  const double T = l.tokens, h = l.hidden, f = l.ffn, t = l.t;
   double seconds = 0;
-  for (const GemmShape& g : {GemmShape{T, 3 * h / t, h}, GemmShape{T, h, h / t}, GemmShape{T, f / t, h},
-                             GemmShape{T, h, f / t}})
+  for (const GemmShape& g : layer_multiplies(l.tokens, l.hidden, l.ffn, l.t))
     seconds += gemm_seconds({g.m, g.k, g.n}, d) + gemm_seconds({g.k, g.n, g.m}, d);  // input, weight gradients
   return seconds;
 }
@@ -154,10 +159,9 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
   const double rows = double(layout.micro_batch * (m.seq_length / layout.cp_size));
   const double vocab = double(m.padded_vocab(layout.tp_size)) / t;
   std::vector<std::string> out;
-  // The forward multiplies of a layer and the logits, against the same FLOPs unquantized.
-  const std::vector<GemmShape> shapes = {{rows, 3 * h / t, h}, {rows, h, h / t}, {rows, f / t, h}, {rows, h, f / t}};
+  // The forward multiplies of a layer against the same FLOPs unquantized.
   double actual = 0, ideal = 0;
-  for (const auto& g : shapes) {
+  for (const auto& g : layer_multiplies(rows, h, f, t)) {
     actual += 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
     ideal += 2 * g.m * g.n * g.k;
   }
@@ -216,8 +220,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (mixed(config.precision) && !software.fused_gradient_accumulation) work.backward += memory_seconds(10 * memory.parameters, d);
   const double compute_mb = work.forward + work.backward;
 
+  const StateBytes bytes = state_bytes(config.precision);
   const double tokens = double(layout.micro_batch * (m.seq_length / layout.cp_size));
-  const double activation_bytes = state_bytes(config.precision).weights * tokens * double(m.hidden_size);
+  const double activation_bytes = bytes.weights * tokens * double(m.hidden_size);
+  // What crosses a pipeline stage boundary: split over TP with sequence parallelism.
+  const double boundary_bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
   const double layers = double(m.num_layers / layout.pp_size);
   const double tp_calls = layout.recompute == Recompute::full ? 6 : 4;
   const double tp_mb = tp_calls * layers * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
@@ -245,12 +252,10 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
 
   if (layout.pp_size > 1) {
     const bool stages_inside_node = layout.world_size() <= links.gpus_per_node;
-    const double bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
-    out.pipeline_comm_s = 2 * (M * v + p - 1) * bytes / ((stages_inside_node ? intra : inter) * 1e9);
+    out.pipeline_comm_s = 2 * (M * v + p - 1) * boundary_bytes / ((stages_inside_node ? intra : inter) * 1e9);
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
-  const StateBytes bytes = state_bytes(config.precision);
   const int64_t replicas = layout.dp_size * layout.cp_size;
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
   // worth, up to what NVLink carries.
@@ -263,16 +268,13 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   auto overlapped = [&](double total_s, double window_s, double last_s) {
     return software.overlap_gradient_reduction ? std::max(total_s - window_s, last_s) : total_s;
   };
-  if (layout.zero_stage <= 1) {
-    const double reduce = layout.zero_stage == 0 ? all_reduce_seconds(grads, replicas, dp_gbs)
-                                                 : half_collective_seconds(grads, replicas, dp_gbs);
-    const double last_bucket = layout.zero_stage == 0 ? all_reduce_seconds(bucket, replicas, dp_gbs)
-                                                      : half_collective_seconds(bucket, replicas, dp_gbs);
-    out.data_comm_s = replicas > 1 ? overlapped(reduce, work.backward, last_bucket) : 0;
-  } else {
-    const double reduce = half_collective_seconds(grads, replicas, dp_gbs);
-    out.data_comm_s = replicas > 1 ? M * overlapped(reduce, work.backward, half_collective_seconds(bucket, replicas, dp_gbs)) : 0;
-  }
+  // ZeRO-0 all-reduces the gradients, the sharded stages reduce-scatter them: once per
+  // iteration, or after every micro-batch from ZeRO-2 on.
+  auto reduce = [&](double b) {
+    return layout.zero_stage == 0 ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
+  };
+  const double reductions = layout.zero_stage >= 2 ? M : 1;
+  out.data_comm_s = replicas > 1 ? reductions * overlapped(reduce(grads), work.backward, reduce(bucket)) : 0;
   if (layout.zero_stage >= 1 && layout.zero_stage <= 2) out.data_comm_s += half_collective_seconds(weights, replicas, dp_gbs);
   if (layout.zero_stage == 3) {
     const double gather = half_collective_seconds(weights, replicas, dp_gbs);
@@ -298,8 +300,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                layout.tp_size, " at ", intra, " GB/s, not overlapped")),
       line("cp-comm", out.context_comm_s, "ring attention's block transfers that its block computations do not hide"),
       line("pp-comm", out.pipeline_comm_s,
-           str("2 (M v + p - 1) transfers of ", binary_bytes(activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1)),
-               " between stages")),
+           str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages")),
       line("dp-comm", out.data_comm_s,
            str("ZeRO-", layout.zero_stage, " over ", replicas, " replicas at ", dp_gbs,
                " GB/s: what the last backward does not hide (at least the last bucket), plus the weights' all-gathers")),

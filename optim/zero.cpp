@@ -62,7 +62,7 @@ FlatBuckets make_buckets(const std::vector<torch::Tensor>& params, const std::ve
 std::shared_ptr<FlatParameters> make_weights(const std::vector<torch::Tensor>& params, const FlatBuckets& flat,
                                              Communicator& group, const ZeroOptions& options) {
   if (options.zero_stage == 3) return std::make_shared<ShardedParameters>(params, flat, options.units, group);
-  return std::make_shared<ReplicatedParameters>(params, flat, group, flat.shards > 1 ? group.rank() : 0);
+  return std::make_shared<ReplicatedParameters>(params, flat, group);
 }
 
 }  // namespace
@@ -157,7 +157,10 @@ void ZeroOptimizer::publish() {
 StateMemory ZeroOptimizer::memory() const {
   const int64_t optimizer = bytes_of(main_) + bytes_of(exp_avg_) + bytes_of(exp_avg_sq_);
   StateMemory memory{weights_->bytes(), grads_.bytes(), optimizer, 0, 0};
-  if (host_grads_.defined()) memory.optimizer = 0, memory.host = optimizer + bytes_of(host_grads_);
+  if (host_grads_.defined()) {  // offload: the optimizer's states are on the host
+    memory.optimizer = 0;
+    memory.host = optimizer + bytes_of(host_grads_);
+  }
   if (auto sharded = sharded_weights()) memory.gathered = sharded->peak_gathered_bytes();
   return memory;
 }

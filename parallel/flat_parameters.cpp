@@ -5,8 +5,8 @@
 namespace trident {
 
 ReplicatedParameters::ReplicatedParameters(const std::vector<torch::Tensor>& params, const FlatBuckets& flat,
-                                           Communicator& dp_group, int64_t rank)
-    : group_(dp_group), flat_(flat), rank_(rank) {
+                                           Communicator& dp_group)
+    : group_(dp_group), flat_(flat), rank_(flat.shards > 1 ? dp_group.rank() : 0) {
   TRIDENT_CHECK(params.size() == flat.numel.size(), params.size(), " parameters for a flat buffer of ",
                 flat.numel.size());
   buffer_ = torch::zeros({flat.total}, params.front().options().requires_grad(false));

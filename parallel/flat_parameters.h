@@ -29,10 +29,9 @@ class FlatParameters {
 // ZeRO stages 0-2: every weight on every rank, in one buffer.
 class ReplicatedParameters : public FlatParameters {
  public:
-  // `params` in model order, of one dtype and device, as `flat` places them; `rank` is whose
-  // slices this rank updates (0 when unsharded).
-  ReplicatedParameters(const std::vector<torch::Tensor>& params, const FlatBuckets& flat, Communicator& dp_group,
-                       int64_t rank);
+  // `params` in model order, of one dtype and device, as `flat` places them (sharded over
+  // `dp_group` or not at all).
+  ReplicatedParameters(const std::vector<torch::Tensor>& params, const FlatBuckets& flat, Communicator& dp_group);
   ReplicatedParameters(const ReplicatedParameters&) = delete;
   ReplicatedParameters& operator=(const ReplicatedParameters&) = delete;
 
@@ -45,7 +44,7 @@ class ReplicatedParameters : public FlatParameters {
  private:
   Communicator& group_;
   FlatBuckets flat_;
-  int64_t rank_;
+  int64_t rank_;          // whose slices this rank updates (0 when unsharded)
   torch::Tensor buffer_;  // every weight, with the buckets' padding
 };
 

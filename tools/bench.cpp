@@ -192,8 +192,27 @@ torch::Dtype storage_type(const std::string& dtype) {
 // TFLOP/s of every (row, column) that this device and LibTorch can run; absent ones are n/a.
 using Table = std::map<std::string, std::map<std::string, double>>;
 
+// The sizes of the two building blocks: an n x n x n multiply and a vector of `elements`.
+struct BlockSizes {
+  int64_t n, elements;
+};
+BlockSizes block_sizes(const Options& o) { return {o.quick ? 256 : 8192, o.quick ? 1 << 16 : int64_t(1) << 28}; }
+
+// Median milliseconds of the n x n x n multiply (2 n^3 FLOPs) and of the element-wise vector
+// multiply (reads two vectors, writes one) in `options`.
+double matmul_ms(const Options& o, const torch::TensorOptions& options, int64_t n) {
+  torch::NoGradGuard no_grad;
+  auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+  return median_ms(o, [&] { (void)torch::mm(a, b); });
+}
+double vector_multiply_ms(const Options& o, const torch::TensorOptions& options, int64_t elements) {
+  torch::NoGradGuard no_grad;
+  auto x = torch::randn({elements}, options), y = torch::randn({elements}, options), z = torch::empty_like(x);
+  return median_ms(o, [&] { torch::mul_out(z, x, y); });
+}
+
 void run_benchmarks(const Options& o, Table& table, std::vector<std::string>& rows) {
-  const int64_t n = o.quick ? 256 : 8192, elements = o.quick ? 1 << 16 : int64_t(1) << 28;
+  const auto [n, elements] = block_sizes(o);
   const std::string matmul = str("matrix multiply (n ", n, ")");
   const std::string vector = str("vector multiply (", si_units(double(elements)), " elements)");
   rows = {matmul, vector};
@@ -206,12 +225,8 @@ void run_benchmarks(const Options& o, Table& table, std::vector<std::string>& ro
     const auto options = torch::TensorOptions().dtype(storage_type(dtype)).device(o.device);
     auto tflops = [](double flops, double ms) { return flops / ms / 1e9; };
     try {
-      torch::NoGradGuard no_grad;
-      auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
-      table[matmul][dtype + " fwd"] = tflops(2.0 * double(n * n * n), median_ms(o, [&] { (void)torch::mm(a, b); }));
-      auto x = torch::randn({elements}, options), y = torch::randn({elements}, options);
-      auto z = torch::empty_like(x);
-      table[vector][dtype + " fwd"] = tflops(double(elements), median_ms(o, [&] { torch::mul_out(z, x, y); }));
+      table[matmul][dtype + " fwd"] = tflops(2.0 * double(n * n * n), matmul_ms(o, options, n));
+      table[vector][dtype + " fwd"] = tflops(double(elements), vector_multiply_ms(o, options, elements));
     } catch (const c10::Error& e) {
       std::fprintf(stderr, "bench: %s %s skipped: %s\n", matmul.c_str(), dtype.c_str(), e.what_without_backtrace());
     }
@@ -241,20 +256,13 @@ void run_benchmarks(const Options& o, Table& table, std::vector<std::string>& ro
 DeviceProfile measure_profile(const Options& o) {
   const bool gpu = o.device.is_cuda();
   const auto options = torch::TensorOptions().dtype(gpu ? torch::kBFloat16 : torch::kFloat).device(o.device);
-  const int64_t n = o.quick ? 256 : 8192, elements = o.quick ? 1 << 16 : int64_t(1) << 28;
+  const auto [n, elements] = block_sizes(o);
   DeviceProfile p;
   p.name = str(device_name(o.device), gpu ? " (bf16)" : " (fp32)");
-  torch::NoGradGuard no_grad;
-  {
-    auto a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
-    p.matmul_tflops = 2.0 * double(n * n * n) / median_ms(o, [&] { (void)torch::mm(a, b); }) / 1e9;
-  }
-  {
-    auto x = torch::randn({elements}, options), y = torch::randn({elements}, options), z = torch::empty_like(x);
-    const double bytes = 3.0 * double(elements) * double(x.element_size());
-    p.memory_gbs = bytes / median_ms(o, [&] { torch::mul_out(z, x, y); }) / 1e6;
-    p.memory_efficiency = 1;  // measured, not specified
-  }
+  p.matmul_tflops = 2.0 * double(n * n * n) / matmul_ms(o, options, n) / 1e9;
+  const double bytes = 3.0 * double(elements) * double(torch::elementSize(torch::typeMetaToScalarType(options.dtype())));
+  p.memory_gbs = bytes / vector_multiply_ms(o, options, elements) / 1e6;
+  p.memory_efficiency = 1;  // measured, not specified
 #if TORCH_VERSION_MAJOR >= 2
   {
     const int64_t b = o.quick ? 1 : 4, heads = o.quick ? 2 : 16, s = o.quick ? 128 : 2048, d = o.quick ? 32 : 128;

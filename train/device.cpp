@@ -46,7 +46,7 @@ torch::Dtype weights_dtype(Precision precision) {
 }
 
 std::string set_cpu_threads(int64_t threads, int64_t local_ranks) {
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); threads <= 0 && omp && std::atoi(omp) > 0) threads = std::atoi(omp);
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); threads <= 0 && omp) threads = std::atoi(omp);
   if (threads <= 0) {
     cpu_set_t allowed;
     const int64_t cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;

@@ -137,6 +137,8 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorPara
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   Communicator& tp = *tp_.group;
   auto input = input_ == RowInput::split ? x : scatter_to_tensor_parallel(x, tp);
+  // One rank reduces nothing: the bias goes into the multiply (one pass over the output less).
+  if (tp.size() == 1) return torch::nn::functional::linear(input, weight, bias);
   auto partial = torch::nn::functional::linear(input, weight);
   auto y = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                  : reduce_from_tensor_parallel(partial, tp);
@@ -188,11 +190,12 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto grad = saved[0].clone();  // softmax
-    // Minus one at the target, on the rank whose slice holds it.
+    // (softmax - one-hot of the target) x the incoming gradient, in the saved softmax's place:
+    // backward runs once, and the minus one belongs to the rank whose slice holds the target.
+    auto grad = saved[0];
     auto minus_one = saved[2].logical_not().to(grad.scalar_type()).neg().unsqueeze(-1);
     grad.scatter_add_(-1, saved[1].unsqueeze(-1), minus_one);
-    return {grad * grads[0].unsqueeze(-1), torch::Tensor(), torch::Tensor()};
+    return {grad.mul_(grads[0].unsqueeze(-1)), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -200,6 +203,8 @@ struct VocabParallelCrossEntropy : public torch::autograd::Function<VocabParalle
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            Communicator& tp) {
+  // A whole vocabulary: LibTorch's fused log-softmax and NLL, fewer passes over the logits.
+  if (tp.size() == 1) return at::cross_entropy_loss(logits, targets, {}, at::Reduction::None);
   return VocabParallelCrossEntropy::apply(logits, targets, &tp);
 }
 

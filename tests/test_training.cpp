@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -449,6 +450,24 @@ TEST(Checkpoint, CorruptFilesAreNamed) {
   message = resume();
   EXPECT_NE(message.find("checkpoint '" + folder + "' has no manifest.json; cannot check or load"), std::string::npos)
       << message;
+}
+
+// Host memory training frees stays in the heap for the next iteration: a 16 MiB tensor (above
+// glibc's default 128 KiB threshold) is not a fresh mapping, and its memory stays free in the
+// heap after it is released instead of going back to the kernel (to be page-faulted in again).
+TEST(CpuThreads, FreedHostMemoryIsKeptForTheNextIteration) {
+#ifndef __GLIBC__
+  GTEST_SKIP() << "not glibc";
+#else
+  EXPECT_EQ(keep_freed_host_memory(), "host memory: tensors up to 32 MiB from the heap, up to 1 GiB of it kept when freed");
+  const size_t mapped = mallinfo2().hblkhd;
+  constexpr size_t kBytes = 16 << 20;
+  {
+    auto tensor = torch::ones({int64_t(kBytes / sizeof(float))});
+    EXPECT_EQ(mallinfo2().hblkhd, mapped) << "the tensor was mapped on its own";
+  }
+  EXPECT_GE(mallinfo2().fordblks, kBytes) << "the freed tensor went back to the kernel";
+#endif
 }
 
 // train.threads: trident's programs load OpenBLAS's OpenMP build (CMakeLists.txt), so LibTorch

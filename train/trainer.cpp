@@ -57,6 +57,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);
   if (!device_.is_cuda() || config_.train.threads > 0)
     log::info(set_cpu_threads(config_.train.threads, launch.local_world_size));
+  if (!device_.is_cuda())
+    if (const std::string kept = keep_freed_host_memory(); !kept.empty()) log::info(kept);
 
   std::optional<ResumePoint> resume;
   agree(*cpu_world_, [&] {

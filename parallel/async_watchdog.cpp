@@ -1,5 +1,6 @@
 #include "parallel/async_watchdog.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -53,12 +54,17 @@ void AsyncWatchdog::loop() {
         break;
       }
     }
-    while (!failed_ && !operations_.empty() && operations_.front().done()) operations_.pop_front();
-    if (!failed_ && !operations_.empty() && Clock::now() > operations_.front().deadline) {
-      const Operation& stuck = operations_.front();
-      fail(str(stuck.what, " made no progress for ", stuck.timeout.count(),
-               " s (parallel.timeout_s): a peer is stopped, stuck or lost"));
-    }
+    if (failed_) continue;
+    // Dropping an operation releases what its probe holds (the tensors it reads and writes).
+    operations_.erase(std::remove_if(operations_.begin(), operations_.end(), [](Operation& op) { return op.done(); }),
+                      operations_.end());
+    const auto now = Clock::now();
+    for (const Operation& op : operations_)
+      if (now > op.deadline) {
+        fail(str(op.what, " made no progress for ", op.timeout.count(),
+                 " s (parallel.timeout_s): a peer is stopped, stuck or lost"));
+        break;
+      }
   }
 }
 

@@ -7,9 +7,10 @@
 // waits on a peer any more) and ends the job with the operation, its group and this rank named:
 // the same failure path as the CPU backends' deadlines (parallel/watchdog.h).
 //
-// Operations complete in the order they were enqueued on one stream, so only the oldest needs
-// polling; probes and aborts run on the watchdog's thread (cudaEventQuery,
-// ncclCommGetAsyncError and ncclCommAbort may be called from any thread).
+// Every pending operation is polled each tick (communicators' streams complete in any order
+// relative to one another), and dropped, with whatever its probe holds, once it completed.
+// Probes and aborts run on the watchdog's thread (cudaEventQuery, ncclCommGetAsyncError and
+// ncclCommAbort may be called from any thread).
 #pragma once
 
 #include <chrono>
@@ -39,7 +40,8 @@ class AsyncWatchdog {
   // Returns a key for remove_communicator (before the communicator is destroyed).
   int64_t add_communicator(std::string name, std::function<std::string()> error, std::function<void()> abort);
   void remove_communicator(int64_t key);
-  // An operation enqueued now; `done` says whether it has completed.
+  // An operation enqueued now; `done` says whether it has completed. `done` is destroyed (and
+  // what it captured released) on the watchdog's thread once it returned true.
   void watch(std::string what, std::chrono::seconds timeout, std::function<bool()> done);
   // Operations not yet seen completed.
   size_t pending() const;

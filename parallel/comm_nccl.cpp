@@ -1,8 +1,18 @@
-// NCCL backend: CUDA tensors, collectives enqueued on LibTorch's current CUDA stream, so they
-// are ordered with the kernels around them and need no host synchronisation. The unique id
-// travels from rank 0 over a CPU bootstrap communicator; sub-groups come from ncclCommSplit.
-// Communicators are non-blocking and watched (below): a peer that never answers ends the job
-// after parallel.timeout_s instead of hanging it.
+// NCCL backend: CUDA tensors; each communicator runs its operations on a stream of its own,
+// ordered with LibTorch's current (compute) stream by CUDA events and never by the host:
+//
+//   compute  ──kernels──●ready                       ◆wait(done)──kernels that use the result──
+//                        ╲                          ╱
+//   comm                  ◆wait(ready)──NCCL op──●done
+//
+// so a bucket's reduction runs beside the backward that follows it, a ZeRO-3 prefetch beside
+// the forward, a pipeline receive beside the computation it was posted before. Blocking calls
+// are the same with wait() at once. The tensors an operation reads and writes are held until
+// its `done` event completes (by the watchdog's probe), so that LibTorch's caching allocator
+// cannot give their memory to a kernel on the compute stream while the comm stream still uses it.
+// The unique id travels from rank 0 over a CPU bootstrap communicator; sub-groups come from
+// ncclCommSplit. Communicators are non-blocking and watched (below): a peer that never answers
+// ends the job after parallel.timeout_s instead of hanging it.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -30,14 +40,40 @@ void check(cudaError_t result, const char* operation) {
   if (result != cudaSuccess) fail("CUDA ", operation, " failed: ", cudaGetErrorString(result));
 }
 
-cudaStream_t current_stream(const torch::Tensor& tensor) {
+// LibTorch's current stream on `device`: where the computation around a call runs.
+cudaStream_t compute_stream(int device) {
 #ifdef TRIDENT_TORCH_CUDA
-  return c10::cuda::getCurrentCUDAStream(tensor.device().index()).stream();
+  return c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream();
 #else
-  (void)tensor;
+  (void)device;
   return nullptr;  // the legacy default stream, LibTorch's default when it has no CUDA streams
 #endif
 }
+
+// A CUDA event without timing, destroyed with its last owner (the pending call or the probe).
+using Event = std::shared_ptr<CUevent_st>;
+Event record_event(cudaStream_t stream) {
+  cudaEvent_t event;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event create");
+  Event owned(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  check(cudaEventRecord(event, stream), "event record");
+  return owned;
+}
+
+// An operation on a communication stream; wait() orders the caller's current stream after it
+// (the host does not wait).
+class StreamPending : public PendingCollective {
+ public:
+  StreamPending(Event done, int device) : done_(std::move(done)), device_(device) {}
+  void wait() override {
+    if (done_) check(cudaStreamWaitEvent(compute_stream(device_), done_.get(), 0), "stream wait");
+    done_.reset();
+  }
+
+ private:
+  Event done_;
+  int device_;
+};
 
 ncclDataType_t nccl_type(const torch::Tensor& t, const char* operation) {
   if (!t.is_cuda()) fail(operation, ": the NCCL backend takes CUDA tensors");
@@ -89,6 +125,11 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, std::chrono::seconds timeout)
       : comm_(comm), device_(device), timeout_(timeout) {
+    // Non-blocking: no implicit order with the legacy default stream. The highest priority, so
+    // that a collective's kernels are scheduled ahead of compute kernels queued beside them.
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
+    check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest), "stream create");
     check(ncclCommUserRank(comm_, &rank_), "rank");
     check(ncclCommCount(comm_, &size_), "count");
     watch_key_ = nccl_watchdog().add_communicator(
@@ -103,58 +144,69 @@ class NcclCommunicator : public Communicator {
   }
   ~NcclCommunicator() override {
     nccl_watchdog().remove_communicator(watch_key_);
+    cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
 
-  void all_reduce(torch::Tensor& t, ReduceOp op) override {
-    issue("all_reduce", t, [&](cudaStream_t stream) {
-      return ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t, "all_reduce"), nccl_op(op),
-                           comm_, stream);
+  void all_reduce(torch::Tensor& t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
+  std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& t, ReduceOp op) override {
+    const auto type = nccl_type(t, "all_reduce");
+    return issue("all_reduce", {t}, [&](cudaStream_t stream) {
+      return ncclAllReduce(t.data_ptr(), t.data_ptr(), size_t(t.numel()), type, nccl_op(op), comm_, stream);
     });
   }
 
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    reduce_scatter_async(out, in, op)->wait();
+  }
+  std::unique_ptr<PendingCollective> reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in,
+                                                          ReduceOp op) override {
     require_chunks(in, out, size_, "reduce_scatter");
-    issue("reduce_scatter", out, [&](cudaStream_t stream) {
-      return ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), nccl_type(out, "reduce_scatter"),
-                               nccl_op(op), comm_, stream);
+    const auto type = nccl_type(out, "reduce_scatter");
+    return issue("reduce_scatter", {out, in}, [&](cudaStream_t stream) {
+      return ncclReduceScatter(in.data_ptr(), out.data_ptr(), size_t(out.numel()), type, nccl_op(op), comm_, stream);
     });
   }
 
-  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override { all_gather_async(out, in)->wait(); }
+  std::unique_ptr<PendingCollective> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
     require_chunks(out, in, size_, "all_gather");
-    issue("all_gather", out, [&](cudaStream_t stream) {
-      return ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), nccl_type(in, "all_gather"), comm_,
-                           stream);
+    const auto type = nccl_type(in, "all_gather");
+    return issue("all_gather", {out, in}, [&](cudaStream_t stream) {
+      return ncclAllGather(in.data_ptr(), out.data_ptr(), size_t(in.numel()), type, comm_, stream);
     });
   }
 
   void broadcast(torch::Tensor& t, int root) override {
-    issue("broadcast", t, [&](cudaStream_t stream) {
-      return ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), nccl_type(t, "broadcast"), root, comm_,
-                           stream);
-    });
+    const auto type = nccl_type(t, "broadcast");
+    issue("broadcast", {t}, [&](cudaStream_t stream) {
+      return ncclBroadcast(t.data_ptr(), t.data_ptr(), size_t(t.numel()), type, root, comm_, stream);
+    })->wait();
   }
 
   void send(const torch::Tensor& t, int peer) override {
-    issue("send", t, [&](cudaStream_t stream) {
-      return ncclSend(t.data_ptr(), size_t(t.numel()), nccl_type(t, "send"), peer, comm_, stream);
-    });
+    std::vector<Transfer> transfers = {{t, peer, true}};
+    exchange(transfers);
   }
-
   void recv(torch::Tensor& t, int peer) override {
-    issue("recv", t, [&](cudaStream_t stream) {
-      return ncclRecv(t.data_ptr(), size_t(t.numel()), nccl_type(t, "recv"), peer, comm_, stream);
-    });
+    std::vector<Transfer> transfers = {{t, peer, false}};
+    exchange(transfers);
   }
 
-  void exchange(std::vector<Transfer>& transfers) override {
-    if (transfers.empty()) return;
-    issue("exchange", transfers.front().tensor, [&](cudaStream_t stream) {
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& t : transfers) {
+      nccl_type(t.tensor, t.send ? "send" : "recv");
+      tensors.push_back(t.tensor);
+    }
+    if (tensors.empty()) return std::make_unique<StreamPending>(nullptr, device_);
+    return issue("exchange", std::move(tensors), [&](cudaStream_t stream) {
       ncclResult_t result = ncclGroupStart();
       for (auto& t : transfers) {
         if (result != ncclSuccess) break;
@@ -172,7 +224,7 @@ class NcclCommunicator : public Communicator {
   void barrier() override {
     auto token = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA, device_));
     all_reduce(token, ReduceOp::sum);
-    check(cudaStreamSynchronize(current_stream(token)), "barrier");
+    check(cudaStreamSynchronize(compute_stream(device_)), "barrier");
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
@@ -184,24 +236,23 @@ class NcclCommunicator : public Communicator {
   }
 
  private:
-  // Issues one operation on the tensor's current stream, waits until NCCL has taken it, and
-  // watches it until an event recorded after it completes.
+  // Issues one operation on this communicator's stream after what the compute stream has
+  // queued so far, waits until NCCL has taken it, and watches it (holding `tensors`) until an
+  // event recorded after it completes.
   template <typename Call>
-  void issue(const char* operation, const torch::Tensor& tensor, Call call) {
-    const cudaStream_t stream = current_stream(tensor);
+  std::unique_ptr<PendingCollective> issue(const char* operation, std::vector<torch::Tensor> tensors, Call call) {
     const std::string what = describe_call(operation);
-    settle(comm_, call(stream), what, timeout_);
-    cudaEvent_t done;
-    check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event create");
-    check(cudaEventRecord(done, stream), "event record");
-    nccl_watchdog().watch(str(what, " (rank ", rank_, ")"), timeout_, [done] {
-      if (cudaEventQuery(done) == cudaErrorNotReady) return false;
-      cudaEventDestroy(done);
-      return true;
+    check(cudaStreamWaitEvent(stream_, record_event(compute_stream(device_)).get(), 0), "stream wait");
+    settle(comm_, call(stream_), what, timeout_);
+    Event done = record_event(stream_);
+    nccl_watchdog().watch(str(what, " (rank ", rank_, ")"), timeout_, [done, held = std::move(tensors)] {
+      return cudaEventQuery(done.get()) != cudaErrorNotReady;
     });
+    return std::make_unique<StreamPending>(std::move(done), device_);
   }
 
   ncclComm_t comm_;
+  cudaStream_t stream_ = nullptr;  // this communicator's operations, in the order issued
   int device_;
   std::chrono::seconds timeout_;
   int rank_ = 0, size_ = 1;

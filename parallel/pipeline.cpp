@@ -31,12 +31,6 @@ class StageRunner {
   torch::Tensor recv_backward() { return transfer({}, {}, false, true).from_next; }
   void send_forward(const torch::Tensor& output) { transfer(output, {}, false, false); }
   void send_backward(const torch::Tensor& input_grad) { transfer({}, input_grad, false, false); }
-  torch::Tensor send_forward_recv_backward(const torch::Tensor& output) {
-    return transfer(output, {}, false, true).from_next;
-  }
-  torch::Tensor send_backward_recv_forward(const torch::Tensor& input_grad, bool receive) {
-    return transfer({}, input_grad, receive, false).from_previous;
-  }
   torch::Tensor send_forward_recv_forward(const torch::Tensor& output, bool receive) {
     return transfer(output, {}, receive, false).from_previous;
   }
@@ -81,41 +75,70 @@ class StageRunner {
     return input.defined() ? input.grad() : torch::Tensor();
   }
 
-  // Every forward was backwarded: the schedule ran each micro-batch through both.
-  void check_done() const {
-    TRIDENT_CHECK(in_flight_ == 0, in_flight_, " micro-batches forwarded but never backwarded");
-    for (const auto& stored : chunks_) TRIDENT_CHECK(stored.empty(), "activations left in a chunk");
-  }
-
   const PipelineStats& stats() const { return stats_; }
 
- private:
-  // Sends the defined tensors and receives what is asked for, all in one exchange that cannot
-  // deadlock (two neighbours sending to each other).
-  Received transfer(torch::Tensor to_next, torch::Tensor to_previous, bool receive_from_previous,
-                    bool receive_from_next) {
+  // An exchange posted now, so that it proceeds while this stage computes; complete() waits for
+  // it (on a GPU: orders the compute stream after it) and gives what it received.
+  struct Posted {
+    std::unique_ptr<PendingCollective> pending;  // none when nothing was to be exchanged
+    Received received;
+  };
+  Posted post(torch::Tensor to_next, torch::Tensor to_previous, bool receive_from_previous, bool receive_from_next) {
     if (options_.virtual_stages == 1) {
       if (last()) to_next = torch::Tensor(), receive_from_next = false;
       if (first()) to_previous = torch::Tensor(), receive_from_previous = false;
     }
     const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
     std::vector<Communicator::Transfer> transfers;
-    Received received;
+    Posted posted;
     if (to_next.defined()) transfers.push_back({to_next.detach().contiguous(), next, true});
     if (to_previous.defined()) transfers.push_back({to_previous.detach().contiguous(), previous, true});
     if (receive_from_previous) {
-      received.from_previous = torch::empty(options_.activation_shape, options_.activation_options);
-      transfers.push_back({received.from_previous, previous, false});
+      posted.received.from_previous = torch::empty(options_.activation_shape, options_.activation_options);
+      transfers.push_back({posted.received.from_previous, previous, false});
     }
     if (receive_from_next) {
-      received.from_next = torch::empty(options_.activation_shape, options_.activation_options);
-      transfers.push_back({received.from_next, next, false});
+      posted.received.from_next = torch::empty(options_.activation_shape, options_.activation_options);
+      transfers.push_back({posted.received.from_next, next, false});
     }
-    if (transfers.empty()) return received;
-    Stopwatch stopwatch;
-    group_.exchange(transfers);
-    stats_.transfer_ms += stopwatch.elapsed_ms();
-    return received;
+    if (!transfers.empty()) posted.pending = group_.exchange_async(std::move(transfers));
+    return posted;
+  }
+  Received complete(Posted& posted) {
+    if (posted.pending) {
+      Stopwatch stopwatch;
+      posted.pending->wait();
+      stats_.transfer_ms += stopwatch.elapsed_ms();
+      posted.pending.reset();
+    }
+    return posted.received;
+  }
+  // A send nothing here waits for: completed at the end of the iteration (finish()), its tensor
+  // held until then.
+  void post_send(torch::Tensor to_next, torch::Tensor to_previous) {
+    Posted posted = post(std::move(to_next), std::move(to_previous), false, false);
+    if (posted.pending) sends_.push_back(std::move(posted));
+  }
+  // The end of the iteration on this stage: the sends complete, every forward was backwarded.
+  void finish() {
+    for (auto& send : sends_) complete(send);
+    sends_.clear();
+    check_done();
+  }
+
+ private:
+  // Sends the defined tensors and receives what is asked for, all in one exchange that cannot
+  // deadlock (two neighbours sending to each other).
+  Received transfer(torch::Tensor to_next, torch::Tensor to_previous, bool receive_from_previous,
+                    bool receive_from_next) {
+    Posted posted = post(std::move(to_next), std::move(to_previous), receive_from_previous, receive_from_next);
+    return complete(posted);
+  }
+
+  // Every forward was backwarded: the schedule ran each micro-batch through both.
+  void check_done() const {
+    TRIDENT_CHECK(in_flight_ == 0, in_flight_, " micro-batches forwarded but never backwarded");
+    for (const auto& stored : chunks_) TRIDENT_CHECK(stored.empty(), "activations left in a chunk");
   }
 
   Communicator& group_;
@@ -124,6 +147,7 @@ class StageRunner {
   std::vector<std::deque<std::pair<torch::Tensor, torch::Tensor>>> chunks_;
   const int rank_, size_;
   int64_t in_flight_ = 0;
+  std::vector<Posted> sends_;
   PipelineStats stats_;
 };
 
@@ -136,7 +160,15 @@ void run_gpipe(StageRunner& stage, int64_t m, const std::function<void()>& befor
 }
 
 // 1F1B: the stage p - 1 - rank steps from the end runs that many forwards before its first
-// backward, so at most p micro-batches are in flight on the first stage.
+// backward, so at most p micro-batches are in flight on the first stage. In the steady state
+// the next input is asked for before the backward and the input's gradient sent without
+// waiting, so both travel while this stage computes:
+//
+//   forward i ─ post(send output i, receive its gradient) ─ post(receive input i+1)
+//   wait(gradient i) ─ backward i ─ post(send gradient of input i) ─ wait(input i+1) ─ forward i+1
+//
+// Each link carries one kind of message in micro-batch order (activations r -> r+1, gradients
+// r+1 -> r), so receives posted early still match their sends.
 void run_1f1b(StageRunner& stage, int64_t m, int64_t stages, int64_t rank,
               const std::function<void()>& before_last_backward) {
   const int64_t warmup = std::min<int64_t>(stages - rank - 1, m);
@@ -145,9 +177,12 @@ void run_1f1b(StageRunner& stage, int64_t m, int64_t stages, int64_t rank,
   torch::Tensor input = steady > 0 ? stage.recv_forward() : torch::Tensor();
   for (int64_t i = 0; i < steady; ++i) {
     const bool last_steady = i == steady - 1;
-    auto grad = stage.send_forward_recv_backward(stage.forward_step(0, warmup + i, input));
+    auto gradient = stage.post(stage.forward_step(0, warmup + i, input), {}, false, true);
+    auto next_input = stage.post({}, {}, !last_steady, false);
+    const torch::Tensor grad = stage.complete(gradient).from_next;
     if (last_steady && warmup == 0) before_last_backward();
-    input = stage.send_backward_recv_forward(stage.backward_step(0, grad), /*receive=*/!last_steady);
+    stage.post_send({}, stage.backward_step(0, grad));
+    input = stage.complete(next_input).from_previous;
   }
   for (int64_t i = 0; i < warmup; ++i) {
     if (i == warmup - 1) before_last_backward();
@@ -219,7 +254,6 @@ class Interleaved {
       TRIDENT_CHECK(inputs_[size_t(c)].empty(), "inputs left for chunk ", c);
       TRIDENT_CHECK(output_grads_[size_t(c)].empty(), "output gradients left for chunk ", c);
     }
-    stage_.check_done();
   }
 
  private:
@@ -279,6 +313,7 @@ void run_interleaved(StageRunner& stage, int64_t m, int64_t v, int64_t p, int64_
     if (receive) run.arrived_output_grad(next_chunk, grad);
   }
   run.check_done();
+  stage.finish();
 }
 
 }  // namespace
@@ -290,10 +325,10 @@ PipelineStats run_pipeline(Communicator& group, const PipelineOptions& options,
   const int64_t m = options.micro_batches;
   if (options.schedule == Schedule::gpipe) {
     run_gpipe(stage, m, before_last_backward);
-    stage.check_done();
+    stage.finish();
   } else if (options.schedule == Schedule::one_f_one_b) {
     run_1f1b(stage, m, group.size(), group.rank(), before_last_backward);
-    stage.check_done();
+    stage.finish();
   } else {
     if (m % group.size() != 0)
       fail("interleaved 1F1B needs the micro-batch count (", m, ") to be a multiple of the ",

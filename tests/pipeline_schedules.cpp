@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "parallel/pipeline.h"
 #include "tests/multiprocess.h"
 
@@ -24,7 +28,71 @@ PipelineOptions options(Schedule schedule, int64_t micro_batches, int64_t virtua
   return o;
 }
 
+// The job's communicator, noting when a receive from the previous stage is posted.
+class NotingReceives : public Communicator {
+ public:
+  NotingReceives(Communicator& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  void all_reduce(torch::Tensor& t, ReduceOp op) override { inner_.all_reduce(t, op); }
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    inner_.reduce_scatter(out, in, op);
+  }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override { inner_.all_gather(out, in); }
+  void broadcast(torch::Tensor& t, int root) override { inner_.broadcast(t, root); }
+  void send(const torch::Tensor& t, int peer) override { inner_.send(t, peer); }
+  void recv(torch::Tensor& t, int peer) override { inner_.recv(t, peer); }
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    for (const auto& t : transfers)
+      if (!t.send && t.peer == rank() - 1) log_.push_back("receive");
+    return inner_.exchange_async(std::move(transfers));
+  }
+  void barrier() override { inner_.barrier(); }
+  std::shared_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+
+ private:
+  Communicator& inner_;
+  std::vector<std::string>& log_;
+};
+
 }  // namespace
+
+// 1F1B asks for the next micro-batch's input before the backward that precedes its forward,
+// so that it travels while the stage computes: on every stage but the first, with w = p - r - 1
+// warm-up forwards, the receive of input w + i + 1 is posted before backward i starts, for
+// every steady step i but the last.
+TEST(PipelineSchedules, OneFOneBPostsTheNextReceiveBeforeTheBackward) {
+  const int64_t m = 6;
+  std::vector<std::string> log;
+  NotingReceives noting(group(), log);
+  auto weight = torch::full({4, 4}, 0.5, torch::kDouble).requires_grad_();
+  auto forward = [&](int64_t, int64_t micro, const torch::Tensor& input) {
+    auto x = input.defined() ? input : torch::full({4}, double(micro + 1), torch::kDouble);
+    auto y = torch::matmul(weight, x);
+    // The first thing the backward of this micro-batch computes is the loss's or the output's
+    // gradient flowing into y.
+    y.register_hook([&log, micro](torch::Tensor grad) {
+      log.push_back("backward " + std::to_string(micro));
+      return grad;
+    });
+    return me() == n() - 1 ? y.sum() / double(m) : y;
+  };
+  run_pipeline(noting, options(Schedule::one_f_one_b, m), forward, [] {});
+  if (me() == 0) return;  // the first stage receives nothing
+  std::vector<int64_t> receive_at;
+  for (size_t i = 0; i < log.size(); ++i)
+    if (log[i] == "receive") receive_at.push_back(int64_t(i));
+  ASSERT_EQ(receive_at.size(), size_t(m));
+  const int64_t warmup = n() - me() - 1;
+  for (int64_t i = 0; warmup + i + 1 < m; ++i) {
+    const auto backward = std::find(log.begin(), log.end(), "backward " + std::to_string(i));
+    ASSERT_NE(backward, log.end());
+    EXPECT_LT(receive_at[size_t(warmup + i + 1)], backward - log.begin())
+        << "input " << warmup + i + 1 << " asked for after backward " << i;
+  }
+}
 
 // The scheduler's own counters: 1F1B keeps at most p micro-batches in flight (stage r holds
 // p - r), GPipe all M; both run the same work.

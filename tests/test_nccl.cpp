@@ -34,3 +34,48 @@ TEST(Nccl, CollectivesOnOneGpu) {
   EXPECT_EQ(child->size(), 1);
 #endif
 }
+
+// The communication stream's ordering with the compute stream, at world size 1: an operation
+// sees what the compute stream queued before it, the compute stream after wait() sees its
+// result, and memory the caller dropped stays the operation's until it completes.
+TEST(Nccl, AsyncOperationsAreOrderedWithTheComputeStream) {
+#ifndef TRIDENT_WITH_NCCL
+  GTEST_SKIP() << "built without NCCL";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  CommOptions options;
+  options.backend = "nccl";
+  options.device = torch::Device(torch::kCUDA, 0);
+  auto comm = make_world_communicator(LaunchInfo{}, options);
+  auto cuda = torch::TensorOptions().device(torch::kCUDA, 0);
+  const int64_t n = 1 << 24;
+  for (int round = 0; round < 20; ++round) {
+    // A long computation, then a reduction of its output issued at once.
+    auto x = torch::ones({n}, cuda);
+    for (int i = 0; i < 10; ++i) x = x * 2 - 1 + 1;  // ends at 1024 after ten kernels of 64 MiB
+    auto pending = comm->all_reduce_async(x, ReduceOp::sum);
+    pending->wait();
+    auto y = x + 1;
+    EXPECT_EQ(y.min().item<float>(), 1025.0f);
+
+    // The gather's input dropped before the gather completes: its memory must not be reused.
+    auto out = torch::empty({n}, cuda);
+    std::unique_ptr<PendingCollective> gather;
+    {
+      auto in = torch::full({n}, 7.0, cuda);
+      gather = comm->all_gather_async(out, in);
+    }
+    auto reuse = torch::full({n}, -1.0, cuda);  // the allocator's first candidate: in's block
+    gather->wait();
+    EXPECT_EQ(out.min().item<float>(), 7.0f);
+    EXPECT_EQ(out.max().item<float>(), 7.0f);
+
+    // A pipeline exchange with itself, posted early and waited for later.
+    auto sent = torch::full({1000}, float(round), cuda), received = torch::empty({1000}, cuda);
+    auto exchange = comm->exchange_async({{sent, 0, true}, {received, 0, false}});
+    exchange->wait();
+    EXPECT_TRUE(torch::equal(received, sent));
+  }
+  comm->barrier();
+#endif
+}

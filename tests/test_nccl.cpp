@@ -8,15 +8,30 @@
 
 using namespace trident;
 
-TEST(Nccl, CollectivesOnOneGpu) {
+namespace {
+
+// Why these tests cannot run here; "" where they can.
+std::string without_nccl() {
 #ifndef TRIDENT_WITH_NCCL
-  GTEST_SKIP() << "built without NCCL";
+  return "built without NCCL";
 #else
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  return torch::cuda::is_available() ? "" : "no CUDA device";
+#endif
+}
+
+// NCCL over this process alone, on GPU 0.
+std::shared_ptr<Communicator> nccl_world_of_one() {
   CommOptions options;
   options.backend = "nccl";
   options.device = torch::Device(torch::kCUDA, 0);
-  auto comm = make_world_communicator(LaunchInfo{}, options);
+  return make_world_communicator(LaunchInfo{}, options);
+}
+
+}  // namespace
+
+TEST(Nccl, CollectivesOnOneGpu) {
+  if (const std::string why = without_nccl(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = nccl_world_of_one();
   EXPECT_EQ(comm->backend(), "nccl");
   EXPECT_EQ(comm->size(), 1);
   auto cuda = torch::TensorOptions().device(torch::kCUDA, 0);
@@ -32,21 +47,14 @@ TEST(Nccl, CollectivesOnOneGpu) {
   comm->barrier();
   auto child = comm->split(0, 0);
   EXPECT_EQ(child->size(), 1);
-#endif
 }
 
 // The communication stream's ordering with the compute stream, at world size 1: an operation
 // sees what the compute stream queued before it, the compute stream after wait() sees its
 // result, and memory the caller dropped stays the operation's until it completes.
 TEST(Nccl, AsyncOperationsAreOrderedWithTheComputeStream) {
-#ifndef TRIDENT_WITH_NCCL
-  GTEST_SKIP() << "built without NCCL";
-#else
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  CommOptions options;
-  options.backend = "nccl";
-  options.device = torch::Device(torch::kCUDA, 0);
-  auto comm = make_world_communicator(LaunchInfo{}, options);
+  if (const std::string why = without_nccl(); !why.empty()) GTEST_SKIP() << why;
+  auto comm = nccl_world_of_one();
   auto cuda = torch::TensorOptions().device(torch::kCUDA, 0);
   const int64_t n = 1 << 24;
   for (int round = 0; round < 20; ++round) {
@@ -77,5 +85,4 @@ TEST(Nccl, AsyncOperationsAreOrderedWithTheComputeStream) {
     EXPECT_TRUE(torch::equal(received, sent));
   }
   comm->barrier();
-#endif
 }

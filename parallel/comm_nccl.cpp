@@ -7,9 +7,9 @@
 //
 // so a bucket's reduction runs beside the backward that follows it, a ZeRO-3 prefetch beside
 // the forward, a pipeline receive beside the computation it was posted before. Blocking calls
-// are the same with wait() at once. The tensors an operation reads and writes are held until
-// its `done` event completes (by the watchdog's probe), so that LibTorch's caching allocator
-// cannot give their memory to a kernel on the compute stream while the comm stream still uses it.
+// are the same with wait() at once. The memory an operation reads and writes is recorded on the
+// comm stream (the caching allocator's recordStream), so that freeing it early cannot give it to
+// a kernel on the compute stream while the comm stream still uses it.
 // The unique id travels from rank 0 over a CPU bootstrap communicator; sub-groups come from
 // ncclCommSplit. Communicators are non-blocking and watched (below): a peer that never answers
 // ends the job after parallel.timeout_s instead of hanging it.
@@ -17,6 +17,7 @@
 #include <nccl.h>
 
 #ifdef TRIDENT_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -206,7 +207,7 @@ class NcclCommunicator : public Communicator {
       tensors.push_back(t.tensor);
     }
     if (tensors.empty()) return std::make_unique<StreamPending>(nullptr, device_);
-    return issue("exchange", std::move(tensors), [&](cudaStream_t stream) {
+    return issue("exchange", tensors, [&](cudaStream_t stream) {
       ncclResult_t result = ncclGroupStart();
       for (auto& t : transfers) {
         if (result != ncclSuccess) break;
@@ -237,17 +238,25 @@ class NcclCommunicator : public Communicator {
 
  private:
   // Issues one operation on this communicator's stream after what the compute stream has
-  // queued so far, waits until NCCL has taken it, and watches it (holding `tensors`) until an
-  // event recorded after it completes.
+  // queued so far, waits until NCCL has taken it, and watches it until an event recorded after
+  // it completes. The memory of `tensors` is marked in use by this stream too, so that
+  // LibTorch's caching allocator, should the caller free them first, gives it to no other
+  // kernel before the operation is done.
   template <typename Call>
-  std::unique_ptr<PendingCollective> issue(const char* operation, std::vector<torch::Tensor> tensors, Call call) {
+  std::unique_ptr<PendingCollective> issue(const char* operation, const std::vector<torch::Tensor>& tensors,
+                                           Call call) {
     const std::string what = describe_call(operation);
     check(cudaStreamWaitEvent(stream_, record_event(compute_stream(device_)).get(), 0), "stream wait");
     settle(comm_, call(stream_), what, timeout_);
+#ifdef TRIDENT_TORCH_CUDA
+    const auto stream = c10::cuda::getStreamFromExternal(stream_, c10::DeviceIndex(device_));
+    for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+#else
+    (void)tensors;  // without a CUDA LibTorch there are no CUDA tensors (nccl_type refuses others)
+#endif
     Event done = record_event(stream_);
-    nccl_watchdog().watch(str(what, " (rank ", rank_, ")"), timeout_, [done, held = std::move(tensors)] {
-      return cudaEventQuery(done.get()) != cudaErrorNotReady;
-    });
+    nccl_watchdog().watch(str(what, " (rank ", rank_, ")"), timeout_,
+                          [done] { return cudaEventQuery(done.get()) != cudaErrorNotReady; });
     return std::make_unique<StreamPending>(std::move(done), device_);
   }
 

@@ -55,7 +55,7 @@ void AsyncWatchdog::loop() {
       }
     }
     if (failed_) continue;
-    // Dropping an operation releases what its probe holds (the tensors it reads and writes).
+    // Dropping an operation releases what its probe holds (NCCL: its CUDA event).
     operations_.erase(std::remove_if(operations_.begin(), operations_.end(), [](Operation& op) { return op.done(); }),
                       operations_.end());
     const auto now = Clock::now();

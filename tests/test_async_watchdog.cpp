@@ -47,7 +47,7 @@ TEST(AsyncWatchdog, CompletedOperationsAreDroppedInAnyOrder) {
   Recorder recorder;
   AsyncWatchdog watchdog(10ms, recorder.failure());
   std::atomic<bool> first{false}, second{false};
-  auto held = std::make_shared<int>(0);  // stands for the tensors an operation reads and writes
+  auto held = std::make_shared<int>(0);  // stands for what a probe holds (NCCL: its CUDA event)
   watchdog.watch("all_reduce", 60s, [&] { return first.load(); });
   watchdog.watch("all_gather", 60s, [&, held] { return second.load(); });
   EXPECT_EQ(held.use_count(), 2);

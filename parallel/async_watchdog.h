@@ -8,9 +8,9 @@
 // the same failure path as the CPU backends' deadlines (parallel/watchdog.h).
 //
 // Every pending operation is polled each tick (each NCCL communicator has its own stream, and
-// streams complete in any order relative to one another), and dropped, with whatever its probe holds, once it completed.
-// Probes and aborts run on the watchdog's thread (cudaEventQuery, ncclCommGetAsyncError and
-// ncclCommAbort may be called from any thread).
+// streams complete in any order relative to one another), and dropped, with whatever its probe
+// holds, once it completed. Probes and aborts run on the watchdog's thread (cudaEventQuery,
+// ncclCommGetAsyncError and ncclCommAbort may be called from any thread).
 #pragma once
 
 #include <chrono>

@@ -33,7 +33,9 @@ void wait(const WorkPtr& work, const std::string& call, std::chrono::seconds tim
     work->wait();
   } catch (const std::exception& e) {
     const std::string cause = describe(e);
-    if (cause.find("Timed out") != std::string::npos)
+    // Gloo says "Timed out ..." on the call that waited, and "Application timeout caused pair
+    // closure" on a call whose connection another call's timeout closed (ZeRO-3's prefetch).
+    if (cause.find("Timed out") != std::string::npos || cause.find("timeout caused pair closure") != std::string::npos)
       fail(call, ": no answer from a peer within parallel.timeout_s=", timeout.count(),
            " s: it is stopped, stuck or lost (gloo: ", cause, ")");
     if (cause.find("Connection") != std::string::npos)

@@ -201,19 +201,20 @@ class NcclCommunicator : public Communicator {
 
   void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
   std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    // Checked before the group starts: an error inside ncclGroupStart/End would leave it open.
     std::vector<torch::Tensor> tensors;
+    std::vector<ncclDataType_t> types;
     for (const auto& t : transfers) {
-      nccl_type(t.tensor, t.send ? "send" : "recv");
+      types.push_back(nccl_type(t.tensor, t.send ? "send" : "recv"));
       tensors.push_back(t.tensor);
     }
     if (tensors.empty()) return std::make_unique<StreamPending>(nullptr, device_);
     return issue("exchange", tensors, [&](cudaStream_t stream) {
       ncclResult_t result = ncclGroupStart();
-      for (auto& t : transfers) {
-        if (result != ncclSuccess) break;
-        const auto type = nccl_type(t.tensor, "exchange");
-        result = t.send ? ncclSend(t.tensor.data_ptr(), size_t(t.tensor.numel()), type, t.peer, comm_, stream)
-                        : ncclRecv(t.tensor.data_ptr(), size_t(t.tensor.numel()), type, t.peer, comm_, stream);
+      for (size_t i = 0; i < transfers.size() && result == ncclSuccess; ++i) {
+        const Transfer& t = transfers[i];
+        result = t.send ? ncclSend(t.tensor.data_ptr(), size_t(t.tensor.numel()), types[i], t.peer, comm_, stream)
+                        : ncclRecv(t.tensor.data_ptr(), size_t(t.tensor.numel()), types[i], t.peer, comm_, stream);
       }
       const ncclResult_t end = ncclGroupEnd();
       return result != ncclSuccess ? result : end;

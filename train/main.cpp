@@ -10,12 +10,12 @@
 #include "core/flops.h"
 #include "core/layout.h"
 #include "core/logging.h"
-#include "train/device.h"
 #include "core/plan.h"
 #include "core/text.h"
 #include "parallel/comm.h"
 #include "parallel/failure.h"
 #include "parallel/launch.h"
+#include "train/device.h"
 #include "train/trainer.h"
 
 namespace {

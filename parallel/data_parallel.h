@@ -12,10 +12,12 @@
 //      M reduce-scatters per iteration instead of one, for 1/d of the gradient memory).
 #pragma once
 
+#include <torch/csrc/autograd/variable.h>
 #include <torch/types.h>
 
 #include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -94,7 +96,9 @@ class DataParallelGrads {
   torch::Tensor shard_;    // this rank's reduced slices (stages 1 and 2)
   std::vector<Bucket> buckets_;
   std::deque<Flight> in_flight_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
+  // Keep the hooks alive; held as this LibTorch holds autograd nodes (std::shared_ptr in 1.x,
+  // c10::intrusive_ptr in recent 2.x).
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()))> accumulators_;
   bool armed_ = false;
   size_t started_during_backward_ = 0;
 };

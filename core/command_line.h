@@ -25,8 +25,8 @@ CLI::Validator checked(const Rule<T>& rule) {
       "");
 }
 
-// Parses argv into `app`. Returns false when --help was asked for, after the primary rank
-// printed app.help() (the program then exits 0); throws Error with CLI11's message and a
+// Parses argv into `app`. Returns false when --help (or a program's --version) was asked for,
+// after the primary rank printed the answer (the program then exits 0); throws Error with CLI11's message and a
 // pointer to --help when the arguments are wrong.
 inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
   try {
@@ -34,6 +34,9 @@ inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
     return true;
   } catch (const CLI::CallForHelp&) {
     if (log::primary()) std::fputs(app.help().c_str(), stdout);
+    return false;
+  } catch (const CLI::CallForVersion& e) {
+    if (log::primary()) std::puts(e.what());
     return false;
   } catch (const CLI::ParseError& e) {
     fail(e.what(), " (see ", app.get_name(), " --help)");

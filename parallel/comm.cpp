@@ -98,6 +98,10 @@ std::string available_backends() {
   return out;
 }
 
+#ifndef TRIDENT_WITH_NCCL
+bool nccl_uses_torch_streams() { return false; }
+#endif
+
 namespace {
 bool has_backend(const std::string& name) {
   const auto built = split(available_backends(), ' ');

@@ -109,5 +109,8 @@ std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
 
 // Which backends this build has, e.g. "mpi gloo".
 std::string available_backends();
+// Whether NCCL's operations run on streams of their own, ordered with LibTorch's current CUDA
+// stream by events (the CUDA LibTorch build); false without NCCL.
+bool nccl_uses_torch_streams();
 
 }  // namespace trident

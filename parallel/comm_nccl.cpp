@@ -271,6 +271,14 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
+bool nccl_uses_torch_streams() {
+#ifdef TRIDENT_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::shared_ptr<Communicator> make_nccl_world_communicator(const LaunchInfo& launch, Communicator& bootstrap,
                                                            std::chrono::seconds timeout) {
   int devices = 0;

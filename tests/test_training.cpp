@@ -473,23 +473,31 @@ TEST(CpuThreads, FreedHostMemoryIsKeptForTheNextIteration) {
 // train.threads: trident's programs load OpenBLAS's OpenMP build (CMakeLists.txt), so LibTorch
 // and OpenBLAS share one pool of the threads asked for (two pools of N on N cores ran 2.6x
 // slower); 0 follows OMP_NUM_THREADS, else shares the CPUs among the machine's ranks.
-TEST(CpuThreads, LibTorchAndOpenBlasShareOnePool) {
+// LibTorch's multiplies run on OpenBLAS (Debian's LibTorch) or MKL (pip's), each sharing
+// LibTorch's OpenMP pool: train.threads sets that one pool, and the log says which it is.
+TEST(CpuThreads, LibTorchAndItsBlasShareOnePool) {
   const int before = torch::get_num_threads();
-  const auto blas_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  ASSERT_NE(blas_threads, nullptr) << "LibTorch's BLAS is not OpenBLAS";
-  const auto parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-  if (parallel() != 2) GTEST_SKIP() << "built without libopenblas0-openmp (scripts/setup installs it)";
-  EXPECT_EQ(set_cpu_threads(2, 1), "2 CPU threads, shared by LibTorch and OpenBLAS (OpenMP)");
+  using Count = int (*)();
+  const auto openblas_threads = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const auto mkl_threads = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "mkl_get_max_threads"));
+  ASSERT_TRUE(openblas_threads || mkl_threads) << "LibTorch's BLAS is neither OpenBLAS nor MKL";
+  if (openblas_threads && reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"))() != 2)
+    GTEST_SKIP() << "built without libopenblas0-openmp (scripts/setup installs it)";
+  const Count blas_threads = openblas_threads ? openblas_threads : mkl_threads;
+  const std::string shared = openblas_threads ? ", shared by LibTorch and OpenBLAS (OpenMP)"
+                                              : ", shared by LibTorch and MKL (OpenMP)";
+  EXPECT_EQ(set_cpu_threads(2, 1), "2 CPU threads" + shared);
   EXPECT_EQ(torch::get_num_threads(), 2);
   EXPECT_EQ(blas_threads(), 2);
   // 0: OMP_NUM_THREADS when set (CTest sets 1), else the CPUs shared among the local ranks.
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const std::string saved = omp ? omp : "";
   setenv("OMP_NUM_THREADS", "3", 1);
-  EXPECT_EQ(set_cpu_threads(0, 1), "3 CPU threads, shared by LibTorch and OpenBLAS (OpenMP)");
+  EXPECT_EQ(set_cpu_threads(0, 1), "3 CPU threads" + shared);
   unsetenv("OMP_NUM_THREADS");
-  EXPECT_EQ(set_cpu_threads(0, 1024), "1 CPU thread, shared by LibTorch and OpenBLAS (OpenMP)");
+  EXPECT_EQ(set_cpu_threads(0, 1024), "1 CPU thread" + shared);
   EXPECT_EQ(torch::get_num_threads(), 1);
+  EXPECT_EQ(blas_threads(), 1);
   if (omp) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
   set_cpu_threads(before, 1);
 }

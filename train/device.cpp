@@ -1,5 +1,6 @@
 #include "train/device.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "parallel/comm.h"
 
 #ifdef TRIDENT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -53,7 +55,7 @@ std::string set_cpu_threads(int64_t threads, int64_t local_ranks) {
     const int64_t cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
     threads = std::max<int64_t>(1, cpus / std::max<int64_t>(1, local_ranks));
   }
-  // OpenBLAS's own entry points, when the BLAS LibTorch loaded is OpenBLAS.
+  // OpenBLAS's own entry points, when the BLAS LibTorch loaded is OpenBLAS (Debian's).
   using GetParallel = int (*)();
   using SetThreads = void (*)(int);
   const auto parallel = reinterpret_cast<GetParallel>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
@@ -69,8 +71,9 @@ std::string set_cpu_threads(int64_t threads, int64_t local_ranks) {
     set_blas(n);
     return str(n, n == 1 ? " CPU thread" : " CPU threads", " for OpenBLAS (pthreads: its own pool), 1 for LibTorch's other operations");
   }
-  torch::set_num_threads(n);
-  return str(n, n == 1 ? " CPU thread" : " CPU threads", " (LibTorch)");
+  torch::set_num_threads(n);  // MKL's threads too, when LibTorch has it (pip's: OpenMP-threaded)
+  const bool mkl = dlsym(RTLD_DEFAULT, "mkl_get_max_threads") != nullptr;
+  return str(n, n == 1 ? " CPU thread" : " CPU threads", mkl ? ", shared by LibTorch and MKL (OpenMP)" : " (LibTorch)");
 }
 
 std::string keep_freed_host_memory() {
@@ -89,9 +92,35 @@ Software build_software() {
   return software;
 }
 
+BuildInfo build_info() {
+  BuildInfo info;
+  info.trident_version = TRIDENT_VERSION;
+  info.torch_version = TORCH_VERSION;
+#ifdef TRIDENT_TORCH_CUDA
+  info.torch_cuda_api = true;
+#endif
+  try {  // the CUDA runtime LibTorch was built with; a CPU LibTorch's stub hooks throw
+    const long version = at::detail::getCUDAHooks().versionCUDART();  // 1000 major + 10 minor
+    info.torch_cuda = str(version / 1000, ".", version % 1000 / 10);
+  } catch (const std::exception&) {
+  }
+  info.backends = available_backends();
+  info.nccl_streams = nccl_uses_torch_streams();
+  return info;
+}
+
+std::string describe(const BuildInfo& info) {
+  return str("trident ", info.trident_version, " on LibTorch ", info.torch_version,
+             info.torch_cuda.empty() ? " (CPU only)" : str(" (CUDA ", info.torch_cuda, ")"),
+             ", trident's CUDA code ", info.torch_cuda_api ? "compiled in" : "not compiled in",
+             "; communicators: ", info.backends, info.nccl_streams ? " (NCCL on its own CUDA streams)" : "");
+}
+
 int64_t multiprocessor_count(const torch::Device& device) {
 #ifdef TRIDENT_TORCH_CUDA
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->multiProcessorCount;
+#else
+  (void)device;
 #endif
   return 1;
 }

@@ -23,6 +23,18 @@ std::string device_name(const torch::Device& device);
 // trident's software as this build runs it, for the time model: LibTorch 2.x computes attention
 // in a fused kernel (SDPA), 1.x as matmuls with the softmax through memory.
 Software build_software();
+// What this build of trident is and was compiled with (`train --version`; the CUDA variant's test
+// checks that none of its CUDA code silently dropped out): LibTorch's version and CUDA ("" for
+// a CPU LibTorch), whether trident's code for LibTorch's CUDA API (streams, events, the caching
+// allocator) is compiled in, and the communicators.
+struct BuildInfo {
+  std::string trident_version, torch_version, torch_cuda;
+  bool torch_cuda_api = false;
+  std::string backends;
+  bool nccl_streams = false;  // NCCL on streams ordered with LibTorch's (parallel/comm_nccl.cpp)
+};
+BuildInfo build_info();
+std::string describe(const BuildInfo& info);
 // Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
 int64_t multiprocessor_count(const torch::Device& device);
 // train.threads: the CPU threads of LibTorch's intra-op pool and of OpenBLAS's, set together so

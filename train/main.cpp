@@ -32,6 +32,8 @@ CLI::App& describe(CLI::App& app, Arguments& args) {
   app.add_option("--config", args.config, "YAML config (see configs/)")->required();
   app.add_flag("--dry-run", args.dry_run,
                "check the config and launch, print the layout and FLOPs, train nothing");
+  app.set_version_flag("--version", [] { return trident::describe(trident::build_info()); },
+                       "print what this build has (LibTorch, CUDA, communicators) and exit");
   app.add_option("overrides", args.overrides,
                  "section.key=value config overrides, applied in order, e.g. train.iters=20");
   return app;

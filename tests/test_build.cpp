@@ -1,0 +1,32 @@
+// What the build compiled in. The CUDA variant (configured with TRIDENT_REQUIRE_CUDA, as
+// scripts/setup_torch2 does) must hold every piece of its CUDA code, so that a CUDA-only source
+// or #if branch cannot drop out of it unnoticed on machines where no GPU ever runs it.
+#include <gtest/gtest.h>
+#include <torch/version.h>
+
+#include "core/error.h"
+#include "parallel/comm.h"
+#include "train/device.h"
+
+using namespace trident;
+
+TEST(Build, DescribesWhatItWasBuiltWith) {
+  const BuildInfo info = build_info();
+  EXPECT_EQ(info.torch_version, TORCH_VERSION);
+  EXPECT_EQ(info.backends, available_backends());
+  // trident's CUDA code is compiled exactly when LibTorch has CUDA (CMakeLists.txt's c10_cuda).
+  EXPECT_EQ(info.torch_cuda_api, !info.torch_cuda.empty()) << describe(info);
+  EXPECT_NE(describe(info).find(str("on LibTorch ", TORCH_VERSION)), std::string::npos) << describe(info);
+}
+
+TEST(Build, TheCudaVariantHasItsCudaCode) {
+#ifndef TRIDENT_EXPECT_CUDA_VARIANT
+  GTEST_SKIP() << "not the CUDA variant (configure with -DTRIDENT_REQUIRE_CUDA=ON, as scripts/setup_torch2 does)";
+#else
+  const BuildInfo info = build_info();
+  EXPECT_FALSE(info.torch_cuda.empty()) << describe(info);
+  EXPECT_TRUE(info.torch_cuda_api) << describe(info);
+  EXPECT_NE((" " + info.backends + " ").find(" nccl "), std::string::npos) << describe(info);
+  EXPECT_TRUE(info.nccl_streams) << describe(info);
+#endif
+}

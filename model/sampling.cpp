@@ -44,4 +44,15 @@ std::vector<int64_t> generate_tokens(GPT& model, int64_t vocab_size, const std::
   return added;
 }
 
+torch::Tensor score_tokens(GPT& model, int64_t vocab_size, const std::vector<int64_t>& tokens) {
+  const int64_t context = model->wpe->weight.size(0);
+  if (tokens.empty() || int64_t(tokens.size()) > context)
+    fail("scoring takes 1 to model.seq_length=", context, " tokens, got ", tokens.size());
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto device = model->parameters().front().device();
+  const auto ids = torch::tensor(tokens, torch::kLong).view({1, -1}).to(device);
+  return model->forward(ids)[0].narrow(1, 0, vocab_size).to(torch::kCPU, torch::kFloat).contiguous();
+}
+
 }  // namespace trident

@@ -33,4 +33,8 @@ std::vector<int64_t> generate_tokens(GPT& model, int64_t vocab_size, const std::
                                      const SamplingOptions& options,
                                      const std::function<void(int64_t)>& on_token = {});
 
+// The logits [n, vocab_size] (fp32, on the CPU) `model` gives at each position of `tokens`
+// (1 <= n <= model.seq_length): what another implementation of the same weights must give too.
+torch::Tensor score_tokens(GPT& model, int64_t vocab_size, const std::vector<int64_t>& tokens);
+
 }  // namespace trident

@@ -1,12 +1,14 @@
 // generate: text from a trained model, whatever layout trained it.
 //
 //   generate --checkpoint DIR --prompt TEXT [--max-tokens 100] [--temperature 0.8] [--top-k 40]
-//            [--seed 1234] [--dataset PREFIX] [--device cpu|cuda]
+//            [--seed 1234] [--dataset PREFIX] [--device cpu|cuda] [--logits FILE]
 //
 // DIR is a train.checkpoint_dir (its `latest`) or one iter_NNNNNNN folder. The whole model is
 // assembled in this one process from the checkpoint's pieces; the text goes through the
 // tokenizer of the dataset the run trained on (or of --dataset). Prints the prompt and its
-// continuation, which ends early at the tokenizer's end-of-document token.
+// continuation, which ends early at the tokenizer's end-of-document token. --logits also writes
+// the prompt's ids and the model's logits at each of its positions to a safetensors file, for
+// comparing the model with another implementation of it (the Hugging Face interop tests do).
 #include <chrono>
 #include <cstdio>
 
@@ -17,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_tensors.h"
 #include "train/device.h"
+#include "train/safetensors.h"
 #include "train/tokenizer.h"
 
 using namespace trident;
@@ -24,7 +27,7 @@ using namespace trident;
 namespace {
 
 struct Options {
-  std::string checkpoint, prompt, dataset, device = "cpu";
+  std::string checkpoint, prompt, dataset, device = "cpu", logits;
   SamplingOptions sampling;
 };
 
@@ -46,6 +49,9 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--dataset", o.dataset, "use this dataset's tokenizer instead of the run's data.path");
   app.add_option("--device", o.device, "where the model runs")
       ->check(checked(one_of({"cpu", "cuda"})))->capture_default_str();
+  app.add_option("--logits", o.logits,
+                 "also write the prompt's ids (input_ids, int64 [n]) and the logits at each of its positions "
+                 "(logits, fp32 [n, model.vocab_size]) to this safetensors file");
   return app;
 }
 
@@ -70,14 +76,23 @@ int main(int argc, char** argv) {
       fail("the tokenizer of '", dataset, "' (", tokenizer->describe(), ") does not fit the model's vocabulary of ",
            m.vocab_size);
 
+    std::vector<int64_t> prompt = tokenizer->encode(options.prompt);
+    if (prompt.empty()) prompt = {tokenizer->end_of_document()};
+    if (!options.logits.empty() && int64_t(prompt.size()) > m.seq_length)
+      fail("--logits: the prompt is ", prompt.size(), " tokens, more than the model's model.seq_length=", m.seq_length);
+
     const torch::Device device = training_device(options.device, 0);
     GPT model(m, m.padded_vocab());
     model->to(saved.config.precision == Precision::fp64 ? torch::kDouble : torch::kFloat);
     place_parameters(read_global_weights(folder), parameters_with_roles(*model), 0, 1, str("checkpoint '", folder, "'"));
     model->to(device);
 
-    std::vector<int64_t> prompt = tokenizer->encode(options.prompt);
-    if (prompt.empty()) prompt = {tokenizer->end_of_document()};
+    if (!options.logits.empty()) {
+      Safetensors scores;
+      scores.tensors = {{"input_ids", torch::tensor(prompt, torch::kLong)},
+                        {"logits", score_tokens(model, m.vocab_size, prompt)}};
+      write_safetensors(options.logits, scores);
+    }
     options.sampling.stop_token = tokenizer->end_of_document();
     const auto start = std::chrono::steady_clock::now();
     // Only ids the tokenizer can decode are drawn (model.vocab_size may be larger than its vocabulary).

@@ -14,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/hf_gpt2.h"
 #include "train/indexed_dataset.h"
+#include "train/safetensors.h"
 #include "train/tokenizer.h"
 
 using trident::Config;
@@ -381,6 +382,22 @@ TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
   EXPECT_NE(r.output.find("(iteration 30), byte-level (256 ids)"), std::string::npos) << r.output;
   const std::string sampled = generate + "--seed 9 --checkpoint " + ckpt;
   EXPECT_EQ(text_of(sampled), text_of(sampled));
+
+  // --logits: the prompt's ids (a byte-level model's are its bytes) and a row of logits for
+  // each, whose last row's most likely id is the letter after the prompt.
+  const std::string logits = (dir / "logits.safetensors").string();
+  r = run(generate + "--temperature 0 --checkpoint " + ckpt + " --logits " + logits);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const trident::SafetensorsFile scores(logits);
+  const auto ids = scores.read("input_ids"), rows = scores.read("logits");
+  EXPECT_TRUE(torch::equal(ids, torch::arange(int64_t('a'), int64_t('i'), torch::kLong))) << ids;
+  ASSERT_EQ(rows.sizes(), torch::IntArrayRef({8, 256}));
+  EXPECT_EQ(rows.scalar_type(), torch::kFloat);
+  EXPECT_EQ(rows[7].argmax().item<int64_t>(), int64_t('i'));
+  r = run(kBin + "/generate --prompt " + alphabet.substr(0, 33) + " --checkpoint " + ckpt + " --logits " + logits);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: --logits: the prompt is 33 tokens, more than the model's model.seq_length=32"),
+            std::string::npos) << r.output;
 
   r = run(generate + "--temperature -1 --checkpoint " + ckpt);
   EXPECT_EQ(r.exit_code, 2);

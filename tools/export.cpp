@@ -5,8 +5,9 @@
 // DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
 // model.safetensors (GPT2LMHeadModel's names and layouts, train/hf_gpt2.h; the vocabulary cut
 // to model.vocab_size rows), config.json, and the dataset's tokenizer files under Hugging
-// Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model (SentencePiece); a
-// byte-level model's ids are its bytes and need none. Never overwrites an export.
+// Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model with a
+// tokenizer_config.json naming the class that reads it (SentencePiece); a byte-level model's ids
+// are its bytes and need none. Never overwrites an export.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -52,6 +53,22 @@ std::vector<std::string> hf_tokenizer_names(const TokenizerRecord& record) {
   return {};
 }
 
+// AutoTokenizer takes the tokenizer class of config.json's model_type (gpt2: GPT2Tokenizer) unless
+// tokenizer_config.json names another; given only a tokenizer.model, GPT2Tokenizer loads without
+// error and drops most characters. TokenizersBackend (transformers 5) builds a BPE with byte
+// fallback from the file and turns spaces into "▁", nothing else: SentencePiece's own ids for
+// the models trident trains (tests/hf_interop checks them), not for a --tokenizer-model that adds
+// a dummy prefix or folds spaces (settings it ignores), which gets no tokenizer_config.json.
+constexpr const char* kSentencePieceTokenizerConfig = "{\n  \"tokenizer_class\": \"TokenizersBackend\"\n}\n";
+// Without a dummy prefix, "a" twice decodes to "aa" (with one, to "a a"); without folding, two
+// spaces encode otherwise than one.
+bool keeps_text_as_is(const Tokenizer& sentencepiece) {
+  const std::vector<int64_t> a = sentencepiece.encode("a");
+  std::vector<int64_t> twice = a;
+  twice.insert(twice.end(), a.begin(), a.end());
+  return sentencepiece.decode(twice) == "aa" && sentencepiece.encode("a  b") != sentencepiece.encode("a b");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +103,16 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < names.size(); ++i) {
         write_text_file((out / names[i]).string(), read_text_file(tokenizer->files[i], "tokenizer file"));
         files.push_back(names[i]);
+      }
+      if (tokenizer->type == "sentencepiece") {
+        if (keeps_text_as_is(*load_dataset_tokenizer(config.data.path))) {
+          write_text_file((out / "tokenizer_config.json").string(), kSentencePieceTokenizerConfig);
+          files.push_back("tokenizer_config.json");
+        } else {
+          std::fprintf(stderr, "note: %s adds a dummy prefix or folds spaces, which transformers' TokenizersBackend "
+                       "ignores: no tokenizer_config.json (name the tokenizer's class yourself)\n",
+                       tokenizer->files[0].c_str());
+        }
       }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -153,6 +153,14 @@ TEST(HfGpt2, AConfigThatDoesNotFitIsNamed) {
   write_text_file(dir + "/config.json", config.dump());
   EXPECT_NE(error_of([&] { read_hf_gpt2(dir, m); }).find("has activation_function=\"relu\""), std::string::npos);
   config.erase("activation_function");
+  for (const auto& [key, value] : {std::pair<std::string, bool>{"scale_attn_weights", false},
+                                   {"scale_attn_by_inverse_layer_idx", true}, {"tie_word_embeddings", false}}) {
+    auto variant = config;
+    variant[key] = value;
+    write_text_file(dir + "/config.json", variant.dump());
+    EXPECT_NE(error_of([&] { read_hf_gpt2(dir, m); }).find(str("has ", key, "=", value ? "true" : "false", " but trident's")),
+              std::string::npos) << key;
+  }
   config.erase("n_layer");
   write_text_file(dir + "/config.json", config.dump());
   EXPECT_NE(error_of([&] { read_hf_gpt2(dir, m); }).find("lacks a GPT-2 key"), std::string::npos);

@@ -143,6 +143,13 @@ std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const 
       differs("activation_function", "trident's GELU (the tanh approximation)", "gelu_new");
     if (std::abs(config.value("layer_norm_epsilon", 1e-5) - model.layernorm_epsilon) > 1e-12 * model.layernorm_epsilon)
       differs("layer_norm_epsilon", "model.layernorm_epsilon", model.layernorm_epsilon);
+    // GPT-2 variants trident's GPT does not compute: each would load and train, but as another model.
+    if (!config.value("scale_attn_weights", true))
+      differs("scale_attn_weights", "trident's attention (scores / sqrt(head size))", true);
+    if (config.value("scale_attn_by_inverse_layer_idx", false))
+      differs("scale_attn_by_inverse_layer_idx", "trident's attention (the same scale in every layer)", false);
+    if (!config.value("tie_word_embeddings", true))
+      differs("tie_word_embeddings", "trident's output head (the token embedding)", true);
   } catch (const json::exception& e) {
     fail("train.init_from: '", config_path, "' lacks a GPT-2 key: ", e.what());
   }

@@ -2,13 +2,16 @@
 a careful PyTorch user would: the peer that scripts/pytorch_compare times trident against.
 
 Same shapes and work per iteration as `train --config configs/gpt-tiny.yaml data.type=synthetic
-model.vocab_size=2048`: pre-LayerNorm blocks with a fused QKV projection, the causal softmax
-attention LibTorch 1.x has (no fused kernel), tanh GELU, tied embedding head, fp32 cross-entropy,
+model.vocab_size=2048`: pre-LayerNorm blocks with a fused QKV projection, causal attention as
+trident computes it on the same LibTorch (PyTorch 2.x's fused scaled_dot_product_attention; on
+1.x, which has none, matmuls and a masked softmax), tanh GELU, tied embedding head, fp32 cross-entropy,
 two micro-batches of 8 x 128 tokens accumulated, gradient clipping at 1.0 and AdamW (foreach)
 with weight decay on matrices and embeddings only. Prints one line of JSON: the median
-milliseconds of iterations 3..iters and the last loss.
+milliseconds of iterations 3..iters and the last loss. --compile runs the model's loss (forward
+and backward) through torch.compile (inductor; PyTorch 2.x), its compilation in the first
+iterations, which the median leaves out.
 
-  python3 scripts/pytorch_eager_gpt.py --threads 2 [--iters 12]
+  python3 scripts/pytorch_eager_gpt.py --threads 2 [--iters 12] [--compile]
 """
 import argparse
 import json
@@ -37,6 +40,8 @@ class Block(nn.Module):
         b, s, h = x.shape
         d = h // self.heads
         q, k, v = self.qkv(x).view(b, s, self.heads, 3, d).permute(3, 0, 2, 1, 4)
+        if hasattr(F, "scaled_dot_product_attention"):
+            return self.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
         probs = scores.masked_fill(self.future[:s, :s], float("-inf")).softmax(-1)
         return self.out((probs @ v).transpose(1, 2).reshape(b, s, h))
@@ -78,6 +83,7 @@ def main():
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--micro", type=int, default=8)
     parser.add_argument("--micro-batches", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the loss (PyTorch 2.x)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -87,6 +93,7 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() != 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=3e-3, foreach=True)
+    loss_of = torch.compile(model.loss) if args.compile else model.loss
     tokens = torch.randint(args.vocab, (args.iters, args.micro_batches, args.micro, args.seq + 1))
 
     times, loss = [], float("nan")
@@ -96,14 +103,14 @@ def main():
         total = 0.0
         for m in range(args.micro_batches):
             batch = tokens[it, m]
-            micro_loss = model.loss(batch[:, :-1], batch[:, 1:]) / args.micro_batches
+            micro_loss = loss_of(batch[:, :-1], batch[:, 1:]) / args.micro_batches
             micro_loss.backward()
             total += micro_loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         loss = float(total)
         times.append((time.perf_counter() - start) * 1e3)
-    print(json.dumps({"threads": torch.get_num_threads(), "median_ms": statistics.median(times[2:]), "loss": loss}))
+    print(json.dumps({"threads": torch.get_num_threads(), "compile": args.compile, "median_ms": statistics.median(times[2:]), "loss": loss}))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ class Error : public std::runtime_error {
 };
 
 // An error every rank of the job raised together, knowing what failed where: after the ranks
-// exchanged their outcomes (parallel/failure.h's agree), or for a condition every rank sees
+// exchanged their outcomes (parallel/comm/failure.h's agree), or for a condition every rank sees
 // identically (a non-finite loss). Each distinct message comes with the ranks that had it;
 // rank 0 reports it, once.
 class JobError : public Error {

@@ -4,7 +4,7 @@
 //
 // Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size; a rank's
 // coordinates tp, cp, dp, pp; its groups tp_group(), cp_group(), dp_group(), pp_group()
-// (parallel/process_groups.h).
+// (parallel/comm/process_groups.h).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #include "model/parallel_model.h"
 
-#include "parallel/process_groups.h"
+#include "parallel/comm/process_groups.h"
 
 namespace trident {
 

@@ -1,7 +1,7 @@
 #include "optim/finalize_grads.h"
 
 #include "optim/zero.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/process_groups.h"
 
 namespace trident {
 namespace {

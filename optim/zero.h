@@ -20,7 +20,7 @@
 
 #include "core/config.h"
 #include "optim/adamw.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/flat_buckets.h"
 #include "parallel/flat_parameters.h"

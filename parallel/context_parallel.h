@@ -25,7 +25,7 @@
 
 #include <memory>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/random_stream.h"
 
 namespace trident {

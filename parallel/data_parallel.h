@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/flat_buckets.h"
 
 namespace torch::autograd {

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/flat_buckets.h"
 
 namespace trident {

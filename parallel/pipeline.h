@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 
 namespace trident {
 

@@ -28,7 +28,7 @@
 #include <optional>
 #include <vector>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/flat_parameters.h"
 
 namespace trident {

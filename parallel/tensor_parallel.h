@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/parameter_role.h"
 
 namespace trident {

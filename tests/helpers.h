@@ -12,8 +12,8 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "parallel/comm.h"
-#include "train/indexed_dataset.h"
+#include "parallel/comm/communicator.h"
+#include "train/data/indexed_dataset.h"
 
 namespace trident::testing {
 

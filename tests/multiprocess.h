@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 
 namespace trident::testing {
 

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/logging.h"
-#include "parallel/failure.h"
-#include "parallel/launch.h"
+#include "parallel/comm/failure.h"
+#include "parallel/comm/launch.h"
 #include "tests/multiprocess.h"
 
 namespace trident::testing {

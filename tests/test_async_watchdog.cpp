@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "parallel/async_watchdog.h"
+#include "parallel/comm/async_watchdog.h"
 
 using namespace trident;
 using namespace std::chrono_literals;

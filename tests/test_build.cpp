@@ -5,7 +5,7 @@
 #include <torch/version.h>
 
 #include "core/error.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "train/device.h"
 
 using namespace trident;

@@ -1,10 +1,10 @@
-// train/checkpoint_tensors.h: a global tensor stored as pieces of one layout (tensor-parallel
+// train/checkpoint/tensors.h: a global tensor stored as pieces of one layout (tensor-parallel
 // parts cut into ZeRO segments) comes back whole, and as the parts of other layouts.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "tests/helpers.h"
-#include "train/checkpoint_tensors.h"
+#include "train/checkpoint/tensors.h"
 
 using namespace trident;
 using trident::testing::error_of;

@@ -11,7 +11,7 @@
 #include "core/config.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace trident;
 using namespace trident::testing;

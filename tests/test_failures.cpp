@@ -12,8 +12,8 @@
 #include "core/config.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/data/samples.h"
 
 using namespace trident;
 using namespace trident::testing;

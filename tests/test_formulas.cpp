@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "core/flops.h"
+#include "core/plan/flops.h"
 #include "optim/lr_schedule.h"
-#include "train/indexed_dataset.h"
+#include "train/data/indexed_dataset.h"
 
 using namespace trident;
 

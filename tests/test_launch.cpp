@@ -1,9 +1,9 @@
-// parallel/launch.h: who this process is, from torchrun, Open MPI or SLURM variables.
+// parallel/comm/launch.h: who this process is, from torchrun, Open MPI or SLURM variables.
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "tests/helpers.h"
 
 using namespace trident;

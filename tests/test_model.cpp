@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/flops.h"
+#include "core/plan/flops.h"
 #include "model/gpt.h"
 #include "model/init.h"
 

@@ -3,8 +3,8 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "parallel/comm.h"
-#include "parallel/launch.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/launch.h"
 
 using namespace trident;
 

@@ -1,9 +1,9 @@
-// parallel/process_groups.h: the Megatron process grid as rank lists (the groups themselves are
+// parallel/comm/process_groups.h: the Megatron process grid as rank lists (the groups themselves are
 // tested with real processes in comm_collectives.cpp).
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/process_groups.h"
 
 using namespace trident;
 

@@ -7,15 +7,15 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/device_profile.h"
+#include "core/plan/device_profile.h"
 #include "core/files.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
-#include "train/checkpoint.h"
-#include "train/hf_gpt2.h"
-#include "train/indexed_dataset.h"
-#include "train/safetensors.h"
-#include "train/tokenizer.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_gpt2.h"
+#include "train/data/indexed_dataset.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/data/tokenizer.h"
 
 using trident::Config;
 using trident::testing::scratch_dir;
@@ -201,7 +201,7 @@ TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
 
 // Context parallelism divides the activations: measured on this CPU (bytes in use after one
 // forward pass, tools/activation_memory) at c = 1 and 2 with selective recompute, half the
-// tokens hold half the memory, and the estimate of core/memory.h is within 15% of each.
+// tokens hold half the memory, and the estimate of core/plan/memory.h is within 15% of each.
 TEST(ActivationMemoryProgram, ContextParallelHalvesTheMeasuredActivations) {
   const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
   if (!mpi) GTEST_SKIP() << "needs mpirun";

@@ -1,4 +1,4 @@
-// train/safetensors.h against bytes checked independently of the reader: the header's length
+// train/checkpoint/safetensors.h against bytes checked independently of the reader: the header's length
 // field, its JSON (dtype names, shapes, offsets), the alignment, and a tensor's raw values.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "tests/helpers.h"
-#include "train/safetensors.h"
+#include "train/checkpoint/safetensors.h"
 
 using namespace trident;
 using trident::testing::error_of;

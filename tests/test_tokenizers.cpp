@@ -1,4 +1,4 @@
-// train/tokenizer.h: the three tokenizers, their exact round trips, and the sidecar a dataset
+// train/data/tokenizer.h: the three tokenizers, their exact round trips, and the sidecar a dataset
 // records its tokenizer in.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "tests/helpers.h"
-#include "train/tokenizer.h"
+#include "train/data/tokenizer.h"
 
 using namespace trident;
 using trident::testing::error_of;

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <limits>
 
-#include "core/memory.h"
+#include "core/plan/memory.h"
 #include "optim/zero.h"
 #include "tests/helpers.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/device.h"
 #include "train/trainer.h"
 

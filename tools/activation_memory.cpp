@@ -1,6 +1,6 @@
 // activation_memory: measures the activation memory of one micro-batch's forward pass on the
 // CPU, per rank, under the layout the job is launched with (context parallelism above all),
-// and prints it beside core/memory.h's estimate. The measurement is glibc's count of bytes in
+// and prints it beside core/plan/memory.h's estimate. The measurement is glibc's count of bytes in
 // use (mallinfo2) once the forward pass has built its graph, less the count before: what
 // autograd keeps for backward, the logits and the loss. One row per job:
 //
@@ -20,14 +20,14 @@
 #include "core/config.h"
 #include "core/layout.h"
 #include "core/logging.h"
-#include "core/memory.h"
+#include "core/plan/memory.h"
 #include "core/text.h"
 #include "model/parallel_model.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/context_parallel.h"
-#include "parallel/failure.h"
-#include "parallel/launch.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/failure.h"
+#include "parallel/comm/launch.h"
+#include "parallel/comm/process_groups.h"
 
 using namespace trident;
 

@@ -1,5 +1,5 @@
 // adamw_bench: how fast trident's flat AdamW updates parameters on the CPU, the rate that
-// ZeRO-Offload's step runs at, beside the planner's stated host AdamW rate (core/plan.h).
+// ZeRO-Offload's step runs at, beside the planner's stated host AdamW rate (core/plan/planner.h).
 //
 //   build/adamw_bench [--params 16M,64M] [--threads 1,2] [--iters 5]
 //

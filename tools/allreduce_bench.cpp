@@ -20,9 +20,9 @@
 #include "core/logging.h"
 #include "core/text.h"
 #include "core/timer.h"
-#include "parallel/comm.h"
-#include "parallel/failure.h"
-#include "parallel/launch.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/failure.h"
+#include "parallel/comm/launch.h"
 
 using namespace trident;
 
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   const std::optional<LaunchInfo> detected = detect_launch_or_report();
   if (!detected) return 2;
   const LaunchInfo& launch = *detected;
-  // The arguments are checked on every rank and a mistake reported once (parallel/failure.h).
+  // The arguments are checked on every rank and a mistake reported once (parallel/comm/failure.h).
   Options o;
   std::exception_ptr input_error;
   try {

@@ -12,7 +12,7 @@
 // events on a GPU. --quick shrinks every size (a smoke test on a CPU).
 //
 // --profile FILE measures this device's profile for the planner's time model instead
-// (core/device_profile.h; plan --profile FILE uses it): in bf16 on a GPU, fp32 on the CPU, the
+// (core/plan/device_profile.h; plan --profile FILE uses it): in bf16 on a GPU, fp32 on the CPU, the
 // n x n multiply's rate, memory bandwidth from the vector multiply (reads 2 and writes 1
 // element each), causal attention forward and backward (b 4, 16 heads of 128, s 2048;
 // LibTorch 1.x has no fused kernel: half the multiply's rate, stated) and the SM count; tiles, alignment and link
@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "core/command_line.h"
-#include "core/device_profile.h"
+#include "core/plan/device_profile.h"
 #include "core/files.h"
-#include "core/flops.h"
+#include "core/plan/flops.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "train/device.h"

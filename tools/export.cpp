@@ -3,7 +3,7 @@
 //   export --checkpoint DIR --output OUT [--dtype fp32|bf16|fp16|fp64]
 //
 // DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
-// model.safetensors (GPT2LMHeadModel's names and layouts, train/hf_gpt2.h; the vocabulary cut
+// model.safetensors (GPT2LMHeadModel's names and layouts, train/checkpoint/hf_gpt2.h; the vocabulary cut
 // to model.vocab_size rows), config.json, and the dataset's tokenizer files under Hugging
 // Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model with a
 // tokenizer_config.json naming the class that reads it (SentencePiece); a byte-level model's ids
@@ -16,10 +16,10 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
-#include "train/checkpoint.h"
-#include "train/hf_gpt2.h"
-#include "train/safetensors.h"
-#include "train/tokenizer.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_gpt2.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace trident;

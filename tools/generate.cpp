@@ -16,11 +16,11 @@
 #include "core/error.h"
 #include "model/gpt.h"
 #include "model/sampling.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tensors.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/tensors.h"
 #include "train/device.h"
-#include "train/safetensors.h"
-#include "train/tokenizer.h"
+#include "train/checkpoint/safetensors.h"
+#include "train/data/tokenizer.h"
 
 using namespace trident;
 

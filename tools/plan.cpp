@@ -5,12 +5,12 @@
 //        [--host-link-gbs 25] [--rows 10] [--json FILE] [--explain] [section.key=value ...]
 //   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
 //
-// The device profile (core/device_profile.h) gives the time model its rates: a built-in one
+// The device profile (core/plan/device_profile.h) gives the time model its rates: a built-in one
 // (--device, A100 by default) or a file (--profile; bench --profile measures one). --explain
 // prints the time and memory of the config's own layout term by term.
 // --size takes a row of Megatron's scaling table (1.7b 3.6b 7.5b 18b 39b 76b 145b 310b 530b 1t),
 // with its GPU count unless --gpus says otherwise. Prints a table; --json writes every layout.
-// --largest prints the largest standard GPT each strategy fits (core/largest_model.h), for the
+// --largest prints the largest standard GPT each strategy fits (core/plan/largest_model.h), for the
 // config's sequence, vocabulary, precision and batch (default: seq 2048, vocabulary 51200, bf16,
 // global batch 512).
 #include <cstdio>
@@ -20,10 +20,10 @@
 
 #include "core/command_line.h"
 #include "core/config.h"
-#include "core/device_profile.h"
+#include "core/plan/device_profile.h"
 #include "core/error.h"
-#include "core/largest_model.h"
-#include "core/plan.h"
+#include "core/plan/largest_model.h"
+#include "core/plan/planner.h"
 #include "core/text.h"
 
 using namespace trident;

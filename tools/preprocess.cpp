@@ -7,7 +7,7 @@
 // Each file is one document: its tokens, then the tokenizer's end-of-document id. Directories
 // are walked in sorted order; binary files (holding a NUL byte) and symbolic links are skipped.
 // The dataset records its tokenizer in PREFIX.tokenizer.json with the tokenizer's files beside
-// it (train/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that holds
+// it (train/data/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that holds
 // the vocabulary. Prints the unigram entropy that a model must beat.
 #include <unistd.h>
 
@@ -22,8 +22,8 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
-#include "train/indexed_dataset.h"
-#include "train/tokenizer.h"
+#include "train/data/indexed_dataset.h"
+#include "train/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 using trident::checked;

@@ -13,7 +13,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 
 #ifdef TRIDENT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>

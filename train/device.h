@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/performance.h"
+#include "core/plan/time_model.h"
 
 namespace trident {
 
@@ -31,7 +31,7 @@ struct BuildInfo {
   std::string trident_version, torch_version, torch_cuda;
   bool torch_cuda_api = false;
   std::string backends;
-  bool nccl_streams = false;  // NCCL on streams ordered with LibTorch's (parallel/comm_nccl.cpp)
+  bool nccl_streams = false;  // NCCL on streams ordered with LibTorch's (parallel/comm/nccl.cpp)
 };
 BuildInfo build_info();
 std::string describe(const BuildInfo& info);

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/flops.h"
+#include "core/plan/flops.h"
 #include "core/layout.h"
 
 namespace trident {

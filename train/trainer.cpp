@@ -6,23 +6,23 @@
 #include <optional>
 
 #include "core/error.h"
-#include "core/flops.h"
+#include "core/plan/flops.h"
 #include "core/logging.h"
-#include "core/plan.h"
+#include "core/plan/planner.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
-#include "parallel/comm.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/context_parallel.h"
-#include "parallel/failure.h"
+#include "parallel/comm/failure.h"
 #include "parallel/pipeline.h"
-#include "parallel/process_groups.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_tensors.h"
-#include "train/data.h"
-#include "train/hf_gpt2.h"
+#include "parallel/comm/process_groups.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/tensors.h"
+#include "train/data/samples.h"
+#include "train/checkpoint/hf_gpt2.h"
 #include "train/device.h"
 
 namespace trident {
@@ -36,7 +36,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   log::set_process(int(launch.rank), int(launch.world_size));
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
-  // Setup runs in phases that every rank agrees on (parallel/failure.h): a device, file or
+  // Setup runs in phases that every rank agrees on (parallel/comm/failure.h): a device, file or
   // checkpoint that fails on some ranks only ends all of them, reported once by rank 0. The
   // collectives (groups, publishing loaded weights) run between the phases.
   agree(*cpu_world_, [&] {

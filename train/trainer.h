@@ -10,7 +10,7 @@
 #include "core/layout.h"
 #include "model/gpt.h"
 #include "model/parallel_model.h"
-#include "parallel/launch.h"
+#include "parallel/comm/launch.h"
 #include "train/metrics.h"
 
 namespace trident {
@@ -29,8 +29,8 @@ class Trainer {
   // Checks the config, the launch environment, the data and the checkpoint folder (in that
   // order, before building anything heavy), then builds the model and optimizer, resuming
   // from train.checkpoint_dir when it holds a checkpoint and train.resume is set. Connects to
-  // the job's other processes unless `cpu_world` (parallel/comm.h's connect_world) is given.
-  // A setup error on any rank throws JobError on every rank (parallel/failure.h).
+  // the job's other processes unless `cpu_world` (parallel/comm/communicator.h's connect_world) is given.
+  // A setup error on any rank throws JobError on every rank (parallel/comm/failure.h).
   explicit Trainer(Config config, const LaunchInfo& launch = detect_launch(),
                    std::shared_ptr<Communicator> cpu_world = nullptr);
   ~Trainer();

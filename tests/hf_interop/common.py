@@ -143,7 +143,7 @@ def trident_logits(checkpoint_dir, prompt, file):
 
 
 def read_documents(prefix):
-    """A Megatron indexed dataset (train/indexed_dataset.h) -> each document's tokens, a list."""
+    """A Megatron indexed dataset (train/data/indexed_dataset.h) -> each document's tokens, a list."""
     import numpy as np
 
     index = Path(f"{prefix}.idx").read_bytes()

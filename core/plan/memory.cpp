@@ -1,0 +1,81 @@
+#include "core/plan/memory.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/plan/flops.h"
+
+namespace trident {
+
+StateBytes state_bytes(Precision precision, const std::string& optimizer) {
+  const bool fp64 = precision == Precision::fp64;
+  const double weight = fp64 ? 8 : mixed(precision) ? 2 : 4;
+  const double grad = mixed(precision) ? 4 : weight;  // mixed precision accumulates in fp32
+  const double main_copy = mixed(precision) ? 4 : 0;  // fp32 master weights
+  const double full = fp64 ? 8 : 4;
+  if (optimizer == "adamw") return {weight, grad, main_copy + 2 * full};
+  if (optimizer == "adam8bit") return {weight, grad, main_copy + 2};
+  if (optimizer == "sgd") return {weight, grad, main_copy + full};
+  fail("unknown optimizer '", optimizer, "' (adamw, adam8bit, sgd)");
+}
+
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
+  const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
+               h = double(model.hidden_size), a = double(model.num_attention_heads),
+               t = double(layout.tp_size);
+  const double sbh = s * b * h;
+  if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
+  const bool no_scores = layout.recompute == Recompute::selective || layout.cp_size > 1;
+  const double attention_scores = no_scores ? 0 : 5 * a * s / h;
+  if (layout.sequence_parallel) return sbh * (34 + attention_scores) / t;
+  return sbh * (10 + 24 / t + attention_scores / t);
+}
+
+MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
+                               Precision precision, const std::string& optimizer) {
+  // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
+  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(layout.dp_size * layout.cp_size);
+  MemoryEstimate out;
+
+  // Parameters of the first stage: its layers and the embeddings, split over TP.
+  const int64_t layers_per_stage = model.num_layers / layout.pp_size;
+  ModelConfig stage = model;
+  stage.num_layers = layers_per_stage;
+  out.parameters = double(gpt_parameter_count(stage, vocab)) / t;
+
+  const StateBytes bytes = state_bytes(precision, optimizer);
+  const int64_t zero = layout.zero_stage;
+  out.weights = out.parameters * bytes.weights / (zero >= 3 ? d : 1);
+  if (zero >= 3) {
+    const int64_t gathered_layers = std::min<int64_t>(2, layers_per_stage);
+    const double block = double(gpt_layer_parameter_count(model)) / t;
+    out.gathered = (out.parameters - double(layers_per_stage - gathered_layers) * block) * bytes.weights;
+  }
+  // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
+  out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
+  out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
+  if (layout.offload) {
+    // Main weights exist on the host even when the model trains in their precision.
+    const double main_copy = mixed(precision) ? 0 : bytes.weights;
+    const double host_grads = bytes.grads / (zero >= 1 ? d : 1);
+    out.host = out.optimizer + out.parameters * (main_copy / (zero >= 1 ? d : 1) + host_grads);
+    out.optimizer = 0;
+  }
+
+  double in_flight = double(std::min(layout.pp_size, layout.micro_batches));
+  if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);
+  if (layout.schedule == Schedule::interleaved_1f1b)
+    in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
+  // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
+  const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
+  out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
+  const double logits = 2 * 4.0 * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
+                        double(vocab) / t;
+  if (layout.pp_size == 1) out.activations += logits;
+
+  const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations;
+  out.allowance = double(1 << 30) + 0.05 * rest;
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,300 @@
+#include "core/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "core/error.h"
+#include "core/plan/flops.h"
+#include "core/json_line.h"
+#include "core/text.h"
+
+namespace trident {
+namespace {
+
+std::string describe(const Layout& l) {
+  return str(describe_axes(l), ", micro-batch ", l.micro_batch,
+             ", recompute ", l.recompute);
+}
+
+}  // namespace
+
+std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute) {
+  Config c = config;
+  c.parallel.tensor = tp_size;
+  c.parallel.context = cp_size;
+  c.parallel.pipeline = pp_size;
+  c.parallel.data = 0;
+  c.batch.micro_batch_size = micro_batch;
+  c.recompute = recompute;
+  if (!layout_problem(c, gpus).empty()) return std::nullopt;
+  return resolve_layout(c, gpus);
+}
+
+PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hw) {
+  const auto& m = config.model;
+  const int64_t vocab = m.padded_vocab(layout.tp_size);
+  PlanRow row;
+  row.layout = layout;
+  row.memory = estimate_memory(m, vocab, layout, config.precision);
+  row.fits = row.memory.total() <= hw.memory_gib * kGiB;
+  row.time = estimate_iteration_time(config, layout, hw.device, Links{hw.gpus_per_node, hw.intra_node_gbs, hw.inter_node_gbs},
+                                     hw.software);
+  // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
+  // back once per iteration, and the CPU runs AdamW over the shard.
+  if (layout.offload) {
+    const double shard = row.memory.parameters / double(layout.zero_stage >= 1 ? layout.dp_size * layout.cp_size : 1);
+    row.offload_s = shard * (4.0 + 2.0) / (hw.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
+  }
+  const IterationFlops flops = iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
+  const double gpu_seconds = row.seconds() * double(layout.world_size());
+  row.tflops_per_gpu = flops.model / gpu_seconds / 1e12;
+  row.hardware_tflops_per_gpu = flops.hardware / gpu_seconds / 1e12;
+  return row;
+}
+
+Plan make_plan(const Config& config, const Hardware& hw) {
+  const auto& m = config.model;
+  const int64_t global = config.batch.global_batch_size;
+  Plan plan;
+  plan.hardware = hw;
+  plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
+
+  auto shape = [&](int64_t tp, int64_t cp, int64_t pp, int64_t micro, Recompute recompute) {
+    return candidate(config, hw.gpus, tp, cp, pp, micro, recompute);
+  };
+
+  for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
+    for (int64_t cp = 1; cp <= hw.gpus / tp; cp *= 2)
+      for (int64_t pp = 1; pp <= m.num_layers; ++pp)
+        for (int64_t micro = 1; micro <= global; micro *= 2)
+          for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+            if (auto l = shape(tp, cp, pp, micro, recompute)) {
+              PlanRow row = evaluate_layout(config, *l, hw);
+              if (row.fits) plan.ranked.push_back(row);
+            }
+  std::sort(plan.ranked.begin(), plan.ranked.end(),
+            [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
+
+  // The rule of thumb, for the config's own micro-batch size and recompute.
+  const double memory = hw.memory_gib * kGiB;
+  const double states = plan.parameters * 18;
+  const int64_t micro = config.batch.micro_batch_size;
+  auto& why = plan.reasoning;
+  auto take = [&](int64_t tp, int64_t cp, int64_t pp) {
+    auto l = shape(tp, cp, pp, micro, config.recompute);
+    if (!l) return false;
+    PlanRow row = evaluate_layout(config, *l, hw);
+    if (!row.fits) return false;
+    plan.recommended = row;
+    return true;
+  };
+  if (states < 0.75 * memory) {
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B < 75% of ", hw.memory_gib,
+                      " GiB: no model parallelism, data parallelism over all ", hw.gpus, " GPUs"));
+    if (!take(1, 1, 1)) why.push_back("but TP 1 x PP 1 does not divide the batch or fit; searching");
+  } else {
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B >= 75% of ", hw.memory_gib,
+                      " GiB: model parallelism needed"));
+  }
+  if (!plan.recommended) {
+    int64_t widest = 1;
+    for (int64_t tp = 1; tp <= hw.gpus_per_node && !plan.recommended; tp *= 2) {
+      if (shape(tp, 1, 1, micro, config.recompute)) widest = tp;
+      if (take(tp, 1, 1)) why.push_back(str("TP ", tp, " is the smallest tensor parallelism that fits"));
+    }
+    if (m.seq_length >= kLongSequence)
+      for (int64_t cp = 2; cp <= hw.gpus / widest && !plan.recommended; cp *= 2)
+        if (take(widest, cp, 1))
+          why.push_back(str("sequence ", m.seq_length, " >= ", kLongSequence, ": TP ", widest, " and CP ", cp,
+                            ", the smallest context parallelism that fits"));
+    for (int64_t pp = 2; pp <= m.num_layers && !plan.recommended; ++pp)
+      if (take(widest, 1, pp))
+        why.push_back(str("no TP within a node (<= ", hw.gpus_per_node, ") fits: TP ", widest,
+                          " and PP ", pp, ", the smallest pipeline depth that fits"));
+  }
+  if (!plan.recommended) {
+    why.push_back(str("no layout with micro-batch ", micro, " and recompute=", config.recompute,
+                      " fits in ", hw.memory_gib, " GiB on ", hw.gpus, " GPUs"));
+  } else {
+    const Layout& l = plan.recommended->layout;
+    why.push_back("recommended: " + describe(l));
+    for (const auto& warning : efficiency_warnings(config, l, hw.device)) why.push_back("warning: " + warning);
+  }
+  return plan;
+}
+
+const std::vector<ScalingRow>& megatron_scaling_table() {
+  static const std::vector<ScalingRow> rows = {
+      {"1.7b", 1.7, 24, 2304, 24, 1, 1, 32, 16, 512, 137},
+      {"3.6b", 3.6, 32, 3072, 30, 2, 1, 64, 16, 512, 138},
+      {"7.5b", 7.5, 32, 4096, 36, 4, 1, 128, 16, 512, 142},
+      {"18b", 18.4, 48, 6144, 40, 8, 1, 256, 8, 1024, 135},
+      {"39b", 39.1, 64, 8192, 48, 8, 2, 512, 4, 1536, 138},
+      {"76b", 76.1, 80, 10240, 60, 8, 4, 1024, 2, 1792, 140},
+      {"145b", 145.6, 96, 12288, 80, 8, 8, 1536, 2, 2304, 148},
+      {"310b", 310.1, 128, 16384, 96, 8, 16, 1920, 1, 2160, 155},
+      {"530b", 529.6, 128, 20480, 105, 8, 35, 2520, 1, 2520, 163},
+      {"1t", 1008.0, 160, 25600, 128, 8, 64, 3072, 1, 3072, 163},
+  };
+  return rows;
+}
+
+Config scaling_row_config(const ScalingRow& row) {
+  return Config::parse("", {str("model.num_layers=", row.layers), str("model.hidden_size=", row.hidden),
+                            str("model.num_attention_heads=", row.heads), "model.seq_length=2048",
+                            "model.vocab_size=51200", str("parallel.tensor=", row.tensor),
+                            str("parallel.pipeline=", row.pipeline),
+                            str("batch.micro_batch_size=", row.micro_batch),
+                            str("batch.global_batch_size=", row.global_batch), "precision=bf16",
+                            "recompute=full", "data.type=synthetic"});
+}
+
+std::vector<Validation> validate_time_model() {
+  std::vector<Validation> out;
+  for (const ScalingRow& row : megatron_scaling_table()) {
+    Hardware a100;
+    a100.gpus = row.gpus;
+    a100.software = Software::megatron_2021();
+    const Config config = scaling_row_config(row);
+    const PlanRow estimate = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
+    out.push_back({row.name, str(row.gpus, " x ", a100.device.name), "with recomputation (96)", row.tflops_per_gpu,
+                   estimate.hardware_tflops_per_gpu});
+  }
+  Hardware h100;
+  h100.gpus = 1;
+  h100.device = h100_profile();
+  Config config = scaling_row_config(megatron_scaling_table().front());
+  config.batch.micro_batch_size = 8;
+  config.recompute = Recompute::none;
+  const PlanRow estimate = evaluate_layout(config, resolve_layout(config, 1), h100);
+  out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu});
+  return out;
+}
+
+std::string validation_table(const std::vector<Validation>& rows) {
+  std::string out = "| row | GPUs | FLOPs counted | measured TFLOP/s per GPU | estimated | error |\n| --- | --- | --- | --- | --- | --- |\n";
+  double total = 0;
+  for (const auto& r : rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %s | %s | %.1f | %.1f | %+.1f%% |\n", r.name.c_str(), r.device.c_str(),
+                  r.formula.c_str(), r.measured, r.estimated, 100 * r.error());
+    out += line;
+    total += std::abs(r.error());
+  }
+  return out + str("mean absolute error ", int(1000 * total / double(rows.size()) + 0.5) / 10.0, "% over ", rows.size(), " rows\n");
+}
+
+std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
+  const auto published = candidate(config, row.gpus, row.tensor, 1, row.pipeline, row.micro_batch, config.recompute);
+  if (!published) return str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " does not fit this config");
+  const PlanRow theirs = evaluate_layout(config, *published, plan.hardware);
+  const std::string table = str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " needs ",
+                                int(theirs.memory.total() / kGiB), " GiB");
+  if (!plan.recommended) return table + "; the rule of thumb found no layout that fits";
+  const Layout& ours = plan.recommended->layout;
+  if (ours.tp_size == row.tensor && ours.pp_size == row.pipeline)
+    return table + ": the rule of thumb picks the same TP and PP";
+  return str(table, theirs.fits ? " and fits too" : " and does not fit",
+             "; the rule of thumb stops at the smallest layout that fits, TP ", ours.tp_size, " x PP ",
+             ours.pp_size, " (", int(plan.recommended->memory.total() / kGiB), " GiB)");
+}
+
+std::string plan_table(const Plan& plan, size_t max_rows) {
+  const DeviceProfile& d = plan.hardware.device;
+  std::string out = str("# ", plan.hardware.gpus, " GPUs (", plan.hardware.gpus_per_node, " per node, ",
+                        plan.hardware.memory_gib, " GiB, ", d.name, ": ", d.peak_tflops, " TFLOP/s peak, multiplies at ",
+                        d.matmul_tflops, "), ", si_units(plan.parameters), " parameters\n");
+  for (const auto& line : plan.reasoning) out += "# " + line + "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s %9s\n", "TP",
+                "CP", "PP", "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble",
+                "tp-comm", "cp-comm", "dp-comm", "pp-comm", "TFLOPS/GPU");
+  out += line;
+  auto row_line = [&](const PlanRow& r, const char* mark) {
+    const auto& l = r.layout;
+    std::snprintf(line, sizeof line,
+                  "%4lld %4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
+                  (long long)l.tp_size, (long long)l.cp_size, (long long)l.pp_size, (long long)l.dp_size,
+                  (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
+                  r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.time.bubble_s,
+                  r.time.tensor_comm_s, r.time.context_comm_s, r.time.data_comm_s, r.time.pipeline_comm_s,
+                  r.tflops_per_gpu, mark);
+    out += line;
+  };
+  if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
+  for (size_t i = 0; i < plan.ranked.size() && i < max_rows; ++i) row_line(plan.ranked[i], "");
+  return out;
+}
+
+std::string describe_row(const PlanRow& r) {
+  const auto& m = r.memory;
+  const auto& t = r.time;
+  char time[320];
+  std::snprintf(time, sizeof time,
+                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + CP %.3g + DP %.3g + "
+                "PP %.3g + optimizer %.3g + offload %.3g; %.3g TFLOPS per GPU (%.3g with recomputation)",
+                r.seconds(), t.compute_s, t.bubble_s, t.tensor_comm_s, t.context_comm_s, t.data_comm_s,
+                t.pipeline_comm_s, t.optimizer_s, r.offload_s, r.tflops_per_gpu, r.hardware_tflops_per_gpu);
+  const std::string gathered = m.gathered > 0 ? str(" + ", binary_bytes(m.gathered), " gathered") : "";
+  const std::string host = m.host > 0 ? str(", host ", binary_bytes(m.host)) : "";
+  return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), gathered, ", grads ",
+             binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), host, ", activations ",
+             binary_bytes(m.activations), ", allowance ", binary_bytes(m.allowance), ", total ",
+             binary_bytes(m.total()), " (", si_units(m.parameters),
+             " parameters on the busiest rank)\n", time);
+}
+
+std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hw) {
+  const PlanRow row = evaluate_layout(config, layout, hw);
+  std::string out = str("# ", describe(layout), " on ", hw.gpus, " x ", hw.device.name, "\n# time per iteration\n");
+  for (const auto& line : row.time.explanation) out += line + "\n";
+  if (layout.offload) out += str("offload    ", row.offload_s, " s  host copies and the CPU's AdamW\n");
+  out += str("# ", row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",
+             row.hardware_tflops_per_gpu, " counting recomputation (Megatron 2021's count)\n# memory per GPU\n");
+  const MemoryEstimate& m = row.memory;
+  const std::pair<const char*, double> parts[] = {{"weights", m.weights},     {"gathered", m.gathered},
+                                                  {"grads", m.grads},         {"optimizer", m.optimizer},
+                                                  {"activations", m.activations}, {"allowance", m.allowance},
+                                                  {"total", m.total()},       {"host", m.host}};
+  for (const auto& [what, bytes] : parts) {
+    char line[96];
+    std::snprintf(line, sizeof line, "%-11s %10s\n", what, binary_bytes(bytes).c_str());
+    out += line;
+  }
+  out += str("# ", row.fits ? "fits" : "does not fit", " in ", hw.memory_gib, " GiB\n");
+  for (const auto& warning : efficiency_warnings(config, layout, hw.device)) out += "# warning: " + warning + "\n";
+  return out;
+}
+
+std::string plan_json(const Plan& plan) {
+  auto row_json = [](const PlanRow& r) {
+    const auto& l = r.layout;
+    JsonLine j;
+    j.add("tensor", l.tp_size).add("context", l.cp_size).add("pipeline", l.pp_size).add("data", l.dp_size)
+        .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
+        .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
+        .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
+        .add("gathered_bytes", r.memory.gathered).add("host_bytes", r.memory.host)
+        .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
+        .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
+        .add("iteration_s", r.seconds()).add("compute_s", r.time.compute_s).add("bubble_s", r.time.bubble_s)
+        .add("tensor_comm_s", r.time.tensor_comm_s).add("context_comm_s", r.time.context_comm_s)
+        .add("data_comm_s", r.time.data_comm_s).add("pipeline_comm_s", r.time.pipeline_comm_s)
+        .add("optimizer_s", r.time.optimizer_s).add("offload_s", r.offload_s)
+        .add("tflops_per_gpu", r.tflops_per_gpu).add("hardware_tflops_per_gpu", r.hardware_tflops_per_gpu);
+    return j.str();
+  };
+  std::string out = str("{\"parameters\": ", plan.parameters, ", \"recommended\": ",
+                        plan.recommended ? row_json(*plan.recommended) : std::string("null"),
+                        ", \"reasoning\": [");
+  for (size_t i = 0; i < plan.reasoning.size(); ++i)
+    out += (i ? ", " : "") + JsonLine().add("line", plan.reasoning[i]).str();
+  out += "], \"ranked\": [";
+  for (size_t i = 0; i < plan.ranked.size(); ++i) out += (i ? ",\n  " : "\n  ") + row_json(plan.ranked[i]);
+  return out + "]}\n";
+}
+
+}  // namespace trident

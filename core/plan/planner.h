@@ -1,0 +1,105 @@
+// Layout planning: every valid (TP, CP, PP, DP, micro-batch, recompute) for a model on a cluster,
+// its memory per GPU and an explained time estimate, plus the rule-of-thumb choice.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/layout.h"
+#include "core/plan/device_profile.h"
+#include "core/plan/memory.h"
+#include "core/plan/time_model.h"
+
+namespace trident {
+
+constexpr double kGiB = double(1 << 30);
+
+struct Hardware {
+  int64_t gpus = 8;
+  int64_t gpus_per_node = 8;
+  double memory_gib = 80;        // per GPU
+  DeviceProfile device = a100_profile();  // what each GPU achieves (core/plan/device_profile.h)
+  double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
+  double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
+  double host_link_gbs = 25;     // GB/s per GPU to host memory (PCIe 4.0 x16, one direction): offload
+  Software software = Software::trident();  // core/plan/time_model.h
+  double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)
+};
+
+struct PlanRow {
+  Layout layout;
+  MemoryEstimate memory;
+  // Iteration time, term by term (core/plan/time_model.h), and offload_s: the host copies and the
+  // CPU's AdamW with optimizer.offload=cpu.
+  IterationTime time;
+  double offload_s = 0;
+  double seconds() const { return time.seconds() + offload_s; }
+  double tflops_per_gpu = 0;           // model FLOPs (no recompute) / time / GPUs
+  double hardware_tflops_per_gpu = 0;  // FLOPs computed, recomputation included (Megatron 2021's count)
+  bool fits = false;
+};
+
+struct Plan {
+  Hardware hardware;
+  double parameters = 0;
+  std::vector<PlanRow> ranked;          // every valid layout that fits, fastest first
+  std::optional<PlanRow> recommended;   // the rule of thumb's choice for the config's batch
+  std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
+};
+
+// `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
+// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
+// when that layout does not fit the model or the batch.
+std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute);
+
+// Estimates one layout (the config's model, global batch and precision).
+PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hardware);
+
+// The rule of thumb (Narayanan et al. 2021, section 3): data parallelism as far as
+// possible; no model parallelism when parameters x 18 bytes < 75% of GPU memory; else the
+// smallest TP (within a node), then for long sequences (>= kLongSequence tokens) the smallest
+// context parallelism beside it, then the smallest PP whose estimate fits; warn when
+// global / micro batch is close to DP (few micro-batches: a large pipeline bubble).
+// Uses the config's micro-batch size and recompute; ranks every layout besides.
+Plan make_plan(const Config& config, const Hardware& hardware);
+// Where the rule of thumb turns to context parallelism before pipelining: activations grow
+// with s (and the attention scores with s^2), which only CP divides.
+constexpr int64_t kLongSequence = 8192;
+
+// Rows of the scaling table of Narayanan et al. 2021 (A100 80 GB, seq 2048, vocabulary 51200).
+struct ScalingRow {
+  const char* name;  // "1.7b" ... "1t", as in configs/gpt<name>.yaml
+  double billions;
+  int64_t heads, hidden, layers, tensor, pipeline, gpus, micro_batch, global_batch;
+  double tflops_per_gpu;
+};
+const std::vector<ScalingRow>& megatron_scaling_table();
+// The config of a row (bf16, full recompute, its TP and PP), as configs/ holds it.
+Config scaling_row_config(const ScalingRow& row);
+
+// The time model against measurements: every row of the scaling table at its own layout on
+// A100s (estimated TFLOPS per GPU counting the recomputed forward, as the table does), and the
+// 1.7B row on one H100 (micro-batch 8, no recomputation, global batch 512: 448 TFLOP/s
+// measured by the model FLOPs, docs/gpu-h100).
+struct Validation {
+  std::string name, device, formula;
+  double measured = 0, estimated = 0;
+  double error() const { return estimated / measured - 1; }
+};
+std::vector<Validation> validate_time_model();
+std::string validation_table(const std::vector<Validation>& rows);
+
+// How the plan's recommendation relates to the row's published layout, in one sentence.
+std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config);
+
+std::string plan_table(const Plan& plan, size_t max_rows);
+// Memory, time and TFLOPS of one row, several lines, for `train --dry-run` and logs.
+std::string describe_row(const PlanRow& row);
+std::string plan_json(const Plan& plan);
+// plan --explain: one layout's time and memory, term by term, and the efficiency warnings.
+std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hardware);
+
+}  // namespace trident

@@ -1,0 +1,179 @@
+#include "parallel/comm/communicator.h"
+
+#include <algorithm>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "parallel/comm/backends.h"
+#include "parallel/comm/launch.h"
+
+namespace trident {
+namespace {
+
+class CompletedCollective : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+class SelfCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "self"; }
+  void all_reduce(torch::Tensor&, ReduceOp) override {}
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp) override {
+    require_chunks(in, out, 1, "reduce_scatter");
+    out.copy_(in);
+  }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    require_chunks(out, in, 1, "all_gather");
+    out.copy_(in);
+  }
+  void broadcast(torch::Tensor&, int) override {}
+  void send(const torch::Tensor&, int) override { fail("send: a group of one has no peer"); }
+  void recv(torch::Tensor&, int) override { fail("recv: a group of one has no peer"); }
+  void exchange(std::vector<Transfer>& transfers) override {
+    if (!transfers.empty()) fail("exchange: a group of one has no peer");
+  }
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int, int) override {
+    return std::make_shared<SelfCommunicator>();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::all_reduce_async(torch::Tensor& tensor,
+                                                                  ReduceOp op) {
+  all_reduce(tensor, op);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
+  all_gather(out, in);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::exchange_async(std::vector<Transfer> transfers) {
+  exchange(transfers);
+  return std::make_unique<CompletedCollective>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::reduce_scatter_async(torch::Tensor& out,
+                                                                      const torch::Tensor& in,
+                                                                      ReduceOp op) {
+  reduce_scatter(out, in, op);
+  return std::make_unique<CompletedCollective>();
+}
+
+void require_contiguous(const torch::Tensor& tensor, const char* operation) {
+  if (!tensor.is_contiguous()) fail(operation, ": the tensor must be contiguous");
+}
+
+void require_chunks(const torch::Tensor& big, const torch::Tensor& small, int parts,
+                    const char* operation) {
+  require_contiguous(big, operation);
+  require_contiguous(small, operation);
+  if (big.numel() != parts * small.numel() || big.scalar_type() != small.scalar_type())
+    fail(operation, ": expected ", parts, " x ", small.numel(), " elements of ",
+         small.scalar_type(), ", got ", big.numel(), " of ", big.scalar_type());
+}
+
+std::shared_ptr<Communicator> make_self_communicator() {
+  return std::make_shared<SelfCommunicator>();
+}
+
+std::string available_backends() {
+  std::string out = "self";
+#ifdef TRIDENT_WITH_MPI
+  out += " mpi";
+#endif
+#ifdef TRIDENT_WITH_GLOO
+  out += " gloo";
+#endif
+#ifdef TRIDENT_WITH_NCCL
+  out += " nccl";
+#endif
+  return out;
+}
+
+#ifndef TRIDENT_WITH_NCCL
+bool nccl_uses_torch_streams() { return false; }
+#endif
+
+namespace {
+bool has_backend(const std::string& name) {
+  const auto built = split(available_backends(), ' ');
+  return std::find(built.begin(), built.end(), name) != built.end();
+}
+}  // namespace
+
+CommOptions comm_options(const Config& config) {
+  CommOptions options;
+  options.backend = config.parallel.backend;
+  options.timeout = std::chrono::seconds(config.parallel.timeout_s);
+  options.device = config.train.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  return options;
+}
+
+void check_backend(const LaunchInfo& launch, const CommOptions& options) {
+  const std::string& backend = options.backend;
+  const bool cuda = options.device.is_cuda(), torchrun = launch.launcher == "torchrun";
+  const bool several = launch.world_size > 1;
+  if (backend != "auto" && backend != "mpi" && backend != "gloo" && backend != "nccl")
+    fail("parallel.backend=", backend, " is unknown; expected auto, mpi, gloo or nccl");
+  if (backend != "auto" && !has_backend(backend))
+    fail("parallel.backend=", backend, " is not built into this trident (it has: ", available_backends(), ")");
+  if (backend == "nccl" && !cuda) fail("parallel.backend=nccl needs train.device=cuda");
+  if (cuda && (backend == "mpi" || backend == "gloo"))
+    fail("train.device=cuda needs parallel.backend=nccl or auto, not ", backend, " (which moves CPU tensors)");
+  if (backend == "mpi" && torchrun)
+    fail("parallel.backend=mpi needs a launch by mpirun or srun, but this job was launched with ",
+         "torchrun-style variables; use parallel.backend=gloo");
+  if (backend == "gloo" && !torchrun)
+    fail("parallel.backend=gloo needs MASTER_ADDR/MASTER_PORT (a torchrun-style launch); this job ",
+         "was launched by ", launch.launcher);
+  if (cuda && backend == "auto" && !has_backend("nccl"))
+    fail("train.device=cuda needs the NCCL backend, which is not built into this trident (it has: ",
+         available_backends(), ")");
+  const std::string cpu = torchrun ? "gloo" : "mpi";
+  if (several && !has_backend(cpu))
+    fail("processes launched by ", launch.launcher, " connect through ", cpu,
+         ", which is not built into this trident (it has: ", available_backends(), ")");
+}
+
+std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const CommOptions& options) {
+  check_backend(launch, options);
+  if (launch.world_size == 1 && options.backend != "mpi") return make_self_communicator();
+#ifdef TRIDENT_WITH_GLOO
+  if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
+#endif
+#ifdef TRIDENT_WITH_MPI
+  return make_mpi_world_communicator(options.timeout);
+#endif
+  TRIDENT_CHECK(false, "check_backend let through a launch that no backend can connect");
+  return nullptr;
+}
+
+std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_world,
+                                           const LaunchInfo& launch, const CommOptions& options) {
+  if (!options.device.is_cuda()) return cpu_world;
+#ifdef TRIDENT_WITH_NCCL
+  return make_nccl_world_communicator(launch, *cpu_world, options.timeout);
+#else
+  (void)launch;
+  fail("train.device=cuda needs the NCCL backend, which is not built into this trident");
+#endif
+}
+
+std::shared_ptr<Communicator> make_world_communicator(const LaunchInfo& launch,
+                                                      const CommOptions& options) {
+  return device_world(connect_world(launch, options), launch, options);
+}
+
+std::string Communicator::describe_call(const char* operation) const {
+  return str(backend(), " ", operation, " on the ", name(), " group");
+}
+
+}  // namespace trident

@@ -1,0 +1,74 @@
+// The Megatron process grid: tensor-parallel ranks vary fastest, then context-parallel, then
+// data-parallel, then pipeline:
+//   rank = ((pp * dp_size + dp) * cp_size + cp) * tp_size + tp
+// and the groups cut from it.
+//
+//   16 ranks, tp_size 2, pp_size 4 (dp_size 2):    pp 0     pp 1     pp 2      pp 3
+//                                         dp 0   [0 1]    [4 5]    [8 9]    [12 13]
+//                                         dp 1   [2 3]    [6 7]   [10 11]   [14 15]
+//   a tp group is a [pair]; a dp group a column within a pp stage ({0, 2}); a pp group a row
+//   across stages ({0, 4, 8, 12}); the embedding group a pp group's ends ({0, 12}).
+//
+//   16 ranks, tp 2, cp 2, pp 2 (dp 2):   pp 0                 pp 1
+//                                 dp 0   cp0 [0 1] cp1 [2 3]     [8 9]  [10 11]
+//                                 dp 1   cp0 [4 5] cp1 [6 7]   [12 13]  [14 15]
+//   a cp group holds the same tp rank of each cp block ({0, 2}); dp groups skip over the cp
+//   blocks ({0, 4}); the dp-cp group, over which gradients are reduced and ZeRO shards, is
+//   both ({0, 2, 4, 6}, ranked cp fastest).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/layout.h"
+#include "parallel/comm/communicator.h"
+
+namespace trident {
+
+// The rank lists of every group, for a world of tp_size * cp_size * dp_size * pp_size ranks,
+// each kind ordered by its groups' first ranks. Pure arithmetic.
+struct GridGroups {
+  std::vector<std::vector<int>> tp;         // same (cp, dp, pp): tp_size consecutive ranks
+  std::vector<std::vector<int>> cp;         // same (tp, dp, pp)
+  std::vector<std::vector<int>> dp;         // same (tp, cp, pp)
+  std::vector<std::vector<int>> dp_cp;      // same (tp, pp): the ranks holding copies of a weight
+  std::vector<std::vector<int>> pp;         // same (tp, cp, dp): one rank per stage
+  std::vector<std::vector<int>> embedding;  // first and last stage of each pp group
+  std::vector<std::vector<int>> mp;         // same (cp, dp): the tp_size * pp_size ranks of one replica
+};
+GridGroups grid_groups(int world_size, int tp_size, int cp_size, int pp_size);
+
+// A rank's place in the grid.
+struct GridCoordinates {
+  int tp = 0, cp = 0, dp = 0, pp = 0;
+};
+GridCoordinates grid_coordinates(int rank, int tp_size, int cp_size, int dp_size);
+
+class ProcessGroups {
+ public:
+  // Collective over `world`: every rank splits out its groups.
+  ProcessGroups(std::shared_ptr<Communicator> world, const Layout& layout);
+
+  Communicator& world() const { return *world_; }
+  Communicator& tp_group() const { return *tp_; }
+  Communicator& cp_group() const { return *cp_; }
+  Communicator& dp_group() const { return *dp_; }
+  Communicator& dp_cp_group() const { return *dp_cp_; }
+  Communicator& pp_group() const { return *pp_; }
+  Communicator& embedding_group() const { return *embedding_; }
+  Communicator& mp_group() const { return *mp_; }
+  // Shared ownership for layers that keep their group (tensor- and context-parallel layers).
+  std::shared_ptr<Communicator> shared_tp_group() const { return tp_; }
+  std::shared_ptr<Communicator> shared_cp_group() const { return cp_; }
+
+  const GridCoordinates& coordinates() const { return coordinates_; }
+  bool first_stage() const { return coordinates_.pp == 0; }
+  bool last_stage() const { return coordinates_.pp == layout_.pp_size - 1; }
+
+ private:
+  Layout layout_;
+  GridCoordinates coordinates_;
+  std::shared_ptr<Communicator> world_, tp_, cp_, dp_, dp_cp_, pp_, embedding_, mp_;
+};
+
+}  // namespace trident

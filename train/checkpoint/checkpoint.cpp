@@ -1,0 +1,361 @@
+#include "train/checkpoint/checkpoint.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/files.h"
+#include "core/layout.h"
+#include "optim/zero.h"
+#include "parallel/comm/failure.h"
+#include "train/checkpoint/tensors.h"
+#include "train/checkpoint/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+namespace {
+
+constexpr const char* kPrefix = "iter_";
+constexpr const char* kStagingPrefix = ".staging-";
+
+std::string folder_name(int64_t iteration) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%s%07lld", kPrefix, static_cast<long long>(iteration));
+  return name;
+}
+
+// Iteration of a folder named iter_NNNNNNN, or -1.
+int64_t parse_folder_name(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0 || name.size() == std::strlen(kPrefix)) return -1;
+  int64_t value = 0;
+  for (size_t i = std::strlen(kPrefix); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    value = value * 10 + (name[i] - '0');
+  }
+  return value;
+}
+
+FileRecord write_text(const fs::path& path, const std::string& text) {
+  return {path.filename().string(), write_text_file(path.string(), text)};
+}
+
+// Whether this rank stores the parameter: each element of the model once per checkpoint.
+bool stores(const ParameterRole& role, int64_t tp_rank) { return role.tied != Tied::copy && (!role.replicated() || tp_rank == 0); }
+
+TensorPiece piece_of(const RoledParameter& p, StateKind kind, const PartPlace& place, int64_t offset, int64_t numel) {
+  return {p.name, kind, place.dim, place.part, place.parts, p.tensor.sizes().vec(), offset, numel, "", ""};
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
+
+void CheckpointStore::probe_writable(int rank) const {
+  std::error_code error;
+  fs::create_directories(dir_, error);
+  if (error) fail("train.checkpoint_dir '", dir_, "' cannot be created: ", error.message());
+  if (!fs::is_directory(dir_)) fail("train.checkpoint_dir '", dir_, "' is not a directory");
+  const fs::path probe = fs::path(dir_) / str(".write-test-rank", rank);
+  try {
+    FileWriter writer(probe.string());
+    writer.write("trident", 7);
+    writer.finish();
+  } catch (const Error& e) {
+    fs::remove(probe, error);
+    fail("train.checkpoint_dir '", dir_, "' is not writable: ", e.what());
+  }
+  fs::remove(probe, error);
+}
+
+std::string CheckpointStore::path(int64_t iteration) const {
+  return (fs::path(dir_) / folder_name(iteration)).string();
+}
+
+std::vector<int64_t> CheckpointStore::iterations() const {
+  std::vector<int64_t> out;
+  if (!fs::is_directory(dir_)) return out;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    int64_t iteration = parse_folder_name(entry.path().filename().string());
+    if (iteration >= 0 && entry.is_directory()) out.push_back(iteration);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t CheckpointStore::latest() const {
+  const fs::path pointer = fs::path(dir_) / "latest";
+  if (!fs::exists(pointer)) return -1;
+  std::ifstream in(pointer);
+  std::string name;
+  in >> name;
+  const int64_t iteration = parse_folder_name(name);
+  if (iteration < 0)
+    fail("checkpoint pointer '", pointer.string(), "' should name a folder iter_NNNNNNN, but reads '",
+         name, "'");
+  if (!fs::is_directory(path(iteration)))
+    fail("checkpoint pointer '", pointer.string(), "' names '", name, "', which does not exist");
+  return iteration;
+}
+
+std::string CheckpointStore::staging_path(int64_t iteration) const {
+  return (fs::path(dir_) / (kStagingPrefix + folder_name(iteration))).string();
+}
+
+void CheckpointStore::begin(int64_t iteration) const {
+  fs::create_directories(dir_);
+  const fs::path target = path(iteration);
+  if (fs::exists(target)) fail("checkpoint '", target.string(), "' already exists; not overwriting it");
+  // Folders left by saves that were killed: never published, safe to drop.
+  for (const auto& entry : fs::directory_iterator(dir_))
+    if (entry.path().filename().string().rfind(kStagingPrefix, 0) == 0) remove_tree(entry.path().string());
+  fs::create_directory(staging_path(iteration));
+}
+
+void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss) const {
+  const std::string staging = staging_path(iteration);
+  write_manifest(staging, iteration, loss);  // every file in it is already on disk
+  sync_path(staging);
+  fs::rename(staging, path(iteration));
+  sync_path(dir_);
+  replace_file((fs::path(dir_) / "latest").string(), folder_name(iteration) + "\n");
+  sync_path(dir_);
+
+  const auto saved = iterations();
+  const int64_t proven = newest_proven(iteration);
+  for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
+    if (saved[i] != iteration && saved[i] != proven) remove_tree(path(saved[i]));
+}
+
+int64_t CheckpointStore::newest_proven(int64_t newest) const {
+  const auto saved = iterations();
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
+    if (*it < newest && Manifest::read(path(*it)).finite_loss()) return *it;
+  return -1;
+}
+
+void CheckpointStore::abandon(int64_t iteration) const noexcept {
+  // Best effort, after an error that is being reported already: the staging folder, and the
+  // published folder when `latest` was not moved to it (a commit that failed half-way).
+  try {
+    remove_tree(staging_path(iteration));
+    if (latest() != iteration) remove_tree(path(iteration));
+  } catch (const std::exception&) {
+  }
+}
+
+void CheckpointStore::save(int64_t iteration,
+                           const std::function<std::vector<FileRecord>(const std::string& folder)>& fill,
+                           int64_t keep, double loss) const {
+  try {
+    begin(iteration);
+    write_manifest_part(staging_path(iteration), 0, fill(staging_path(iteration)));
+    commit(iteration, keep, loss);
+  } catch (...) {
+    abandon(iteration);
+    throw;
+  }
+}
+
+std::string model_file(int64_t tp_rank, int64_t pp_rank) { return str("model_tp", tp_rank, "_pp", pp_rank, ".safetensors"); }
+std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
+  return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".safetensors");
+}
+
+FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index) {
+  std::vector<StoredPiece> pieces;
+  for (const auto& p : params)
+    if (stores(p.role, at.tp))
+      pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, at.tp, tp_size), 0, p.tensor.numel()), p.tensor});
+  return write_pieces(folder, model_file(at.tp, at.pp), std::move(pieces), index);
+}
+
+// `shard`: this rank's place in the group the optimizer shards over (data x context parallel).
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
+                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
+                                 std::vector<TensorPiece>& index) {
+  std::vector<StoredPiece> pieces;
+  for (const auto& s : optimizer.state_pieces()) {
+    const RoledParameter& p = params[s.param];
+    if (!stores(p.role, at.tp)) continue;
+    const PartPlace place = part_place(p.role, at.tp, tp_size);
+    if (optimizer.sharded_weights()) pieces.push_back({piece_of(p, StateKind::weight, place, s.offset, s.numel), s.weight});
+    // Main parameters that are the weights themselves are stored once, as weights.
+    if (optimizer.separate_main()) pieces.push_back({piece_of(p, StateKind::main, place, s.offset, s.numel), s.main});
+    pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
+    pieces.push_back({piece_of(p, StateKind::exp_avg_sq, place, s.offset, s.numel), s.exp_avg_sq});
+  }
+  return write_pieces(folder, optimizer_file(at.tp, at.pp, shard), std::move(pieces), index);
+}
+
+std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                                           const Config& config) {
+  const fs::path dir(folder);
+  std::vector<FileRecord> files;
+  YAML::Node progress_yaml;
+  progress_yaml["iteration"] = progress.iteration;
+  progress_yaml["consumed_samples"] = progress.consumed_samples;
+  progress_yaml["optimizer_steps"] = progress.optimizer_steps;
+  progress_yaml["loss_scale"]["scale"] = progress.loss_scale.scale;  // yaml-cpp writes doubles exactly
+  progress_yaml["loss_scale"]["good_steps"] = progress.loss_scale.good_steps;
+  progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
+  progress_yaml["config"] = YAML::Load(config.to_yaml());
+  files.push_back(write_text(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n"));
+  return files;
+}
+
+std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
+  const int64_t latest = store.latest();
+  if (latest >= 0 && !config.train.resume)
+    fail("train.checkpoint_dir '", store.dir(), "' already holds checkpoints (latest: iteration ", latest,
+         "); set train.resume=true to continue from it or choose another directory");
+  for (int64_t saved : store.iterations())
+    if (saved > latest)
+      fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(saved), "', newer than its ",
+           "`latest` pointer; this run would overwrite it. Move it away or choose another directory");
+  if (latest < 0) return std::nullopt;
+  return ResumePoint{store.path(latest), read_progress(store.path(latest), config)};
+}
+
+std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
+  const int64_t latest = store.latest();
+  if (latest < 0) return "no checkpoint was saved";
+  if (latest + 1 < iteration) return str("the newest checkpoint, ", store.path(latest), ", trained on with finite losses");
+  std::string advice = str("the newest checkpoint, ", store.path(latest), ", holds the weights that gave this loss");
+  const int64_t proven = store.newest_proven(latest);
+  if (proven >= 0)
+    advice += str("; the one before, ", store.path(proven), ", trained on with finite losses: to resume ",
+                  "from it, move the newer ones out of ", store.dir(), " and write ",
+                  fs::path(store.path(proven)).filename().string(), " into its `latest`");
+  return advice;
+}
+
+bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer) {
+  return groups.world().rank() == 0 || groups.dp_cp_group().rank() == 0 || sharded_optimizer;
+}
+
+void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
+                     const Layout& layout, const std::vector<RoledParameter>& params,
+                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
+                     double loss) {
+  const int64_t iteration = progress.iteration;
+  const int world_rank = groups.world().rank();
+  const bool leader = world_rank == 0;
+  const auto& at = groups.coordinates();
+  try {
+    agree(cpu_world, [&] {
+      if (leader) store.begin(iteration);
+    });
+    agree(cpu_world, [&] {
+      if (!writes_checkpoint_files(groups, optimizer.sharded())) return;
+      const std::string folder = store.staging_path(iteration);
+      std::vector<FileRecord> files;
+      std::vector<TensorPiece> pieces;
+      const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
+      if (shard == 0 && !optimizer.sharded_weights())
+        files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
+      if (shard == 0 || optimizer.sharded())
+        files.push_back(write_optimizer_shard(folder, at, shard, layout.tp_size, params, optimizer, pieces));
+      if (leader) {
+        auto shared = write_shared_state(folder, progress, config);
+        files.insert(files.end(), shared.begin(), shared.end());
+      }
+      write_manifest_part(folder, world_rank, files, pieces);
+    });
+    agree(cpu_world, [&] {
+      if (leader) store.commit(iteration, config.train.keep_checkpoints, loss);
+    });
+  } catch (const JobError&) {
+    if (leader) store.abandon(iteration);
+    throw;
+  }
+}
+
+SavedRun read_saved_run(const std::string& folder) {
+  const fs::path progress_path = fs::path(folder) / "progress.yaml";
+  Manifest::read(folder).verify("progress.yaml");
+  SavedRun saved;
+  TrainingProgress& progress = saved.progress;
+  try {
+    YAML::Node root = YAML::LoadFile(progress_path.string());
+    progress.iteration = root["iteration"].as<int64_t>();
+    progress.consumed_samples = root["consumed_samples"].as<int64_t>();
+    progress.optimizer_steps = root["optimizer_steps"].as<int64_t>();
+    progress.loss_scale = {root["loss_scale"]["scale"].as<double>(), root["loss_scale"]["good_steps"].as<int64_t>(),
+                           root["loss_scale"]["skipped"].as<int64_t>()};
+    saved.config = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
+  } catch (const YAML::Exception& e) {
+    fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());
+  }
+  return saved;
+}
+
+TrainingProgress read_progress(const std::string& folder, const Config& config) {
+  const SavedRun saved = read_saved_run(folder);
+  // The model and its arithmetic must be the same; the layout may change.
+  for (const auto& key : Config::keys()) {
+    const bool must_match = key.rfind("model.", 0) == 0 || key == "precision";
+    if (must_match && saved.config.get(key) != config.get(key))
+      fail("checkpoint '", folder, "' was saved with ", key, "=", saved.config.get(key), " but this run has ", key,
+           "=", config.get(key));
+  }
+  return saved.progress;
+}
+
+std::string checkpoint_folder(const std::string& path, const std::string& option) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  if (!fs::is_directory(path)) fail(option, " '", path, "' is not a directory");
+  const CheckpointStore store(path);
+  const int64_t latest = store.latest();
+  if (latest < 0)
+    fail(option, " '", path, "' is neither a checkpoint (no manifest.json) nor a checkpoint directory (no `latest`)");
+  return store.path(latest);
+}
+
+void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                  const std::vector<RoledParameter>& params) {
+  torch::NoGradGuard no_grad;
+  const CheckpointTensors saved(folder);
+  for (const auto& p : params) {
+    torch::Tensor local = p.tensor;
+    saved.read_part(p.name, StateKind::weight, part_place(p.role, tp_rank, tp_size), local);
+  }
+}
+
+void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+                          ZeroOptimizer& optimizer) {
+  torch::NoGradGuard no_grad;
+  const CheckpointTensors saved(folder);
+  // Per piece, the parameter's state in this rank's shape; rows the saving layout did not have
+  // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
+  // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
+  for (auto& piece : optimizer.state_pieces()) {
+    const RoledParameter& p = params[piece.param];
+    auto read = [&](StateKind kind, torch::Tensor& target) {
+      auto value = torch::zeros(p.tensor.sizes(), target.options());
+      if (kind == StateKind::main) value.view({-1}).narrow(0, piece.offset, piece.numel).copy_(piece.weight);
+      saved.read_part(p.name, kind, part_place(p.role, tp_rank, tp_size), value);
+      target.copy_(value.view({-1}).narrow(0, piece.offset, piece.numel));
+    };
+    if (optimizer.separate_main()) read(StateKind::main, piece.main);
+    read(StateKind::exp_avg, piece.exp_avg);
+    read(StateKind::exp_avg_sq, piece.exp_avg_sq);
+  }
+  optimizer.restore_steps(progress.optimizer_steps);
+}
+
+std::map<std::string, torch::Tensor> read_global_weights(const std::string& folder) {
+  const CheckpointTensors saved(folder);
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& name : saved.names(StateKind::weight)) weights[name] = saved.global(name, StateKind::weight);
+  return weights;
+}
+
+}  // namespace trident

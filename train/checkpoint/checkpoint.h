@@ -1,0 +1,165 @@
+// Checkpoints: a directory of iter_NNNNNNN/ folders and a `latest` pointer.
+//
+// A save fills a private staging folder (every file checked as it is written and flushed to
+// disk), records every file's checksum and the iteration's loss in manifest.json, renames the
+// folder into place and only then moves `latest`; a save that fails or is killed at any point
+// leaves the previous checkpoint and `latest` untouched. Only the newest `keep` checkpoints
+// survive a successful save, and the newest proven one (newest_proven) besides.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "optim/loss_scaler.h"
+#include "parallel/parameter_role.h"
+#include "parallel/comm/process_groups.h"
+#include "train/checkpoint/manifest.h"
+
+namespace trident {
+
+class Communicator;
+class ZeroOptimizer;
+struct Layout;
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::string dir);
+
+  // Creates the directory when missing and checks that this process can write there (a probe
+  // file written, flushed and removed), so that a bad train.checkpoint_dir is found before
+  // training, not at the first save. Throws Error naming it and the cause.
+  void probe_writable(int rank) const;
+
+  const std::string& dir() const { return dir_; }
+  std::string path(int64_t iteration) const;
+  // Iterations that have a published folder, ascending.
+  std::vector<int64_t> iterations() const;
+  // The iteration `latest` names, -1 when there is no `latest`; Error if it is unreadable or
+  // names a folder that does not exist.
+  int64_t latest() const;
+
+  // A save in three steps, so that several processes can fill one checkpoint:
+  // begin() (one process) makes the empty staging folder; every writer fills
+  // staging_path(iteration) and records its files (write_manifest_part); commit() (the same
+  // process, after all writers) writes the manifest with the iteration's training loss,
+  // publishes the folder and prunes to `keep`. After a failure in any step, abandon() removes
+  // what the save left.
+  std::string staging_path(int64_t iteration) const;
+  void begin(int64_t iteration) const;
+  void commit(int64_t iteration, int64_t keep, double loss) const;
+  void abandon(int64_t iteration) const noexcept;
+  // The newest checkpoint older than `newest` that recorded a finite loss, -1 for none. Its
+  // weights are proven: the training that saved `newest` went on from them through iterations
+  // the divergence guard passed, whereas the weights of `newest` come from a step whose result
+  // no forward pass has seen yet (a step that diverges still records the finite loss computed
+  // before it).
+  int64_t newest_proven(int64_t newest) const;
+  // All three in one process; `fill` returns the files it wrote.
+  void save(int64_t iteration,
+            const std::function<std::vector<FileRecord>(const std::string& folder)>& fill,
+            int64_t keep, double loss) const;
+
+ private:
+  std::string dir_;
+};
+
+// What besides weights and optimizer state a run needs to continue exactly; the same on every
+// rank, so rank 0 saves it (progress.yaml).
+struct TrainingProgress {
+  int64_t iteration = 0;         // iterations completed
+  int64_t consumed_samples = 0;  // position in the shuffled sample order
+  int64_t optimizer_steps = 0;   // AdamW's bias correction (steps skipped by the loss scaler excluded)
+  LossScaler::State loss_scale;
+};
+
+// Where a run resumes: the checkpoint `latest` names.
+struct ResumePoint {
+  std::string folder;
+  TrainingProgress progress;
+};
+// Checks that `store` can take this run (train.resume set when it holds checkpoints, none newer
+// than `latest`, saved model keys equal to `config`'s) and returns where it resumes,
+// nothing for an empty directory. Reads progress.yaml only.
+std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config);
+
+// After a divergence at `iteration`: which checkpoint to resume from, in words for the error.
+// The newest one holds the weights that gave the bad loss when it was saved the iteration
+// before; then the one before it (newest_proven) is named, with how to resume from it.
+std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
+
+// Whether this rank writes files when a checkpoint is saved: world rank 0, the first
+// data-parallel replica, and every rank when ZeRO shards the optimizer.
+bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer);
+
+// Saves every rank's part of a run as the checkpoint of `progress.iteration`, in three steps all
+// ranks agree on (parallel/comm/failure.h): rank 0 begins it, the writers write their files and
+// record them and their tensor pieces in the manifest, rank 0 commits it with `loss`. A failure
+// on any rank removes the partial checkpoint and throws JobError on every rank. Collective
+// over `cpu_world`.
+void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
+                     const Layout& layout, const std::vector<RoledParameter>& params,
+                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
+                     double loss);
+
+// Files of one checkpoint, every tensor stored by its global name as pieces of the layout that
+// saved it (train/checkpoint/tensors.h), so that any layout can load it:
+//  - model_tp<t>_pp<p>.safetensors: the weights of the rank at tensor-parallel position t of
+//    pipeline stage p, every chunk, from the first copy over data x context parallelism (a
+//    tensor that is whole on every TP rank from TP rank 0 only; the tied embedding from its
+//    owner);
+//  - optimizer_tp<t>_pp<p>_dp<d>.safetensors: the main parameters and AdamW moments that rank d
+//    of the data x context-parallel group holds (every rank under ZeRO, else the first), by the
+//    same rule; at ZeRO-3, where no rank holds whole weights, also its shard of the weights
+//    (and no model_ files);
+//  - progress.yaml (TrainingProgress and the full config), from rank 0. No random state: the
+//    dropout masks follow from the seed and the iteration (model/dropout.h).
+std::string model_file(int64_t tp_rank, int64_t pp_rank);
+std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
+
+// This rank's files; each returns the record of the file it wrote and adds its tensor pieces
+// to `index`. A failed write (a full disk, an I/O error) throws Error naming the file.
+FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
+                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index);
+FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
+                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
+                                 std::vector<TensorPiece>& index);
+std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
+                                           const Config& config);
+
+// The readers check every file against the checkpoint's manifest before loading it.
+// What progress.yaml holds: how far the run got and its whole config.
+struct SavedRun {
+  TrainingProgress progress;
+  Config config;
+};
+SavedRun read_saved_run(const std::string& folder);
+// read_saved_run after checking that the saved model.* and precision keys equal `config`'s
+// (the layout may differ); throws Error naming the first that differs. Cheap: call it before
+// building.
+TrainingProgress read_progress(const std::string& folder, const Config& config);
+
+// The checkpoint folder `path` names, for the tools: `path` itself when it holds a
+// manifest.json (iter_NNNNNNN), else the folder its `latest` names (a train.checkpoint_dir).
+// `option` names the command-line option in errors.
+std::string checkpoint_folder(const std::string& path, const std::string& option);
+
+// Loads this rank's part of every weight, whatever layout saved them, and the RNG state; call
+// before the optimizer is built. `tp_rank` of `tp_size` is this rank's tensor-parallel place.
+void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                  const std::vector<RoledParameter>& params);
+// Loads the main parameters and AdamW moments this rank holds, whatever layout and ZeRO stage
+// saved them, and the step count. Local: publish() the optimizer after it.
+void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
+                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+                          ZeroOptimizer& optimizer);
+
+// Every weight of a checkpoint, whole (the padded vocabulary included), by global name: for
+// export, generation and tests.
+std::map<std::string, torch::Tensor> read_global_weights(const std::string& folder);
+
+}  // namespace trident

@@ -14,6 +14,30 @@
 
 namespace trident {
 
+// What a ZeRO stage shards over the `replicas` ranks that hold the same parameters (DP x CP), in
+// one place: the optimizer, its gradient buffer, checkpoints, the trainer and the estimates ask
+// these instead of comparing stage numbers. The stage is validated once, by the config.
+struct ZeroSharding {
+  int64_t stage = 0;     // parallel.zero_stage, 0 to 3
+  int64_t replicas = 1;  // dp_size x cp_size
+
+  // Gradients are reduce-scattered (each rank reduces its slice) rather than all-reduced.
+  bool reduce_scatters() const { return stage >= 1; }
+  // Only this rank's slice of the gradient buffer is kept (stages 2 and 3).
+  bool shards_grads() const { return stage >= 2; }
+  // Only this rank's slice of the weights is kept; units are gathered when used (stage 3).
+  bool shards_weights() const { return stage == 3; }
+  // The slices buckets are padded to: the replicas from stage 1 on, else one.
+  int64_t shards() const { return reduce_scatters() ? replicas : 1; }
+  // Ranks hold different parts of the optimizer state (and each writes its own to a checkpoint).
+  bool sharded() const { return shards() > 1; }
+};
+
+// A rank's place along tensor parallelism: part `rank` of `size`.
+struct TensorParallelPlace {
+  int64_t rank = 0, size = 1;
+};
+
 struct Layout {
   int64_t tp_size = 1, cp_size = 1, dp_size = 1, pp_size = 1;
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
@@ -28,6 +52,7 @@ struct Layout {
   Recompute recompute = Recompute::none;
 
   int64_t world_size() const { return tp_size * cp_size * dp_size * pp_size; }
+  ZeroSharding zero() const { return {zero_stage, dp_size * cp_size}; }
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).
   int64_t local_sequence(int64_t seq_length) const {

@@ -41,27 +41,29 @@ std::vector<torch::Tensor> tensors_of(const std::vector<RoledParameter>& params)
 
 // Which parameters may share a bucket: at stage 3 those of one unit; the tied embedding always
 // alone (make_flat_buckets).
-std::vector<int64_t> bucket_groups(const std::vector<RoledParameter>& params, const ZeroOptions& options) {
+std::vector<int64_t> bucket_groups(const std::vector<RoledParameter>& params, const ZeroSharding& zero,
+                                   const std::vector<int64_t>& units) {
   constexpr int64_t kTied = std::numeric_limits<int64_t>::min();
   std::vector<int64_t> groups;
   for (size_t i = 0; i < params.size(); ++i)
-    groups.push_back(params[i].role.tied != Tied::no ? kTied : options.zero_stage == 3 ? options.units[i] : 0);
+    groups.push_back(params[i].role.tied != Tied::no ? kTied : zero.shards_weights() ? units[i] : 0);
   return groups;
 }
 
 FlatBuckets make_buckets(const std::vector<torch::Tensor>& params, const std::vector<RoledParameter>& roled,
-                         const ZeroOptions& options, int64_t dp_size) {
-  if (options.zero_stage < 0 || options.zero_stage > 3) fail("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.zero_stage);
-  if (options.zero_stage == 3)
+                         const ZeroOptions& options, const ZeroSharding& zero) {
+  TRIDENT_CHECK(zero.stage >= 0 && zero.stage <= 3, "ZeRO stage ", zero.stage);
+  if (zero.shards_weights())
     TRIDENT_CHECK(options.units.size() == params.size(), "ZeRO-3 needs the unit of each of the ", params.size(),
                   " parameters, got ", options.units.size());
-  const int64_t bytes = options.zero_stage == 3 ? std::numeric_limits<int64_t>::max() : options.bucket_bytes;
-  return make_grad_buckets(params, bytes, options.main_dtype, options.zero_stage, dp_size, bucket_groups(roled, options));
+  const int64_t bytes = zero.shards_weights() ? std::numeric_limits<int64_t>::max() : options.bucket_bytes;
+  return make_grad_buckets(params, bytes, options.main_dtype, zero, bucket_groups(roled, zero, options.units));
 }
 
 std::shared_ptr<FlatParameters> make_weights(const std::vector<torch::Tensor>& params, const FlatBuckets& flat,
-                                             Communicator& group, const ZeroOptions& options) {
-  if (options.zero_stage == 3) return std::make_shared<ShardedParameters>(params, flat, options.units, group);
+                                             Communicator& group, const ZeroSharding& zero,
+                                             const std::vector<int64_t>& units) {
+  if (zero.shards_weights()) return std::make_shared<ShardedParameters>(params, flat, units, group);
   return std::make_shared<ReplicatedParameters>(params, flat, group);
 }
 
@@ -70,12 +72,12 @@ std::shared_ptr<FlatParameters> make_weights(const std::vector<torch::Tensor>& p
 ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communicator& dp_group,
                              const OptimizerConfig& config, ZeroOptions options)
     : group_(dp_group),
+      zero_{options.stage, dp_group.size()},
       config_(config),
       params_(tensors_of(params)),
-      flat_(make_buckets(params_, params, options, dp_group.size())),
-      weights_(make_weights(params_, flat_, dp_group, options)),
-      // Stage 3 shards the gradients as stage 2 does.
-      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, std::min<int64_t>(options.zero_stage, 2)}),
+      flat_(make_buckets(params_, params, options, zero_)),
+      weights_(make_weights(params_, flat_, dp_group, zero_, options.units)),
+      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, zero_}),
       rank_(sharded() ? group_.rank() : 0) {
   // Step 4 of the header's order: main weights and moments for this rank's shard, in host
   // memory with offload.

@@ -30,7 +30,7 @@
 namespace trident {
 
 struct ZeroOptions {
-  int64_t zero_stage = 0;
+  int64_t stage = 0;  // parallel.zero_stage; over the data-parallel group given (ZeroSharding)
   int64_t bucket_bytes = 25 << 20;
   torch::Dtype main_dtype = torch::kFloat;
   // ZeRO-Offload (Ren et al. 2021): main weights and moments in host memory (pinned when the
@@ -78,7 +78,9 @@ class ZeroOptimizer {
   void scale_grads(const torch::Tensor& factor);
   // AdamW on this rank's shard, then the updated parameters all-gathered into every rank's model.
   void step(double lr);
-  bool sharded() const { return flat_.shards > 1; }
+  // What the stage shards over the data-parallel group (core/layout.h).
+  const ZeroSharding& zero() const { return zero_; }
+  bool sharded() const { return zero_.sharded(); }
   // Stage 3: the weights the model gathers unit by unit (null at stages 0-2).
   std::shared_ptr<ShardedParameters> sharded_weights() const { return std::dynamic_pointer_cast<ShardedParameters>(weights_); }
   // Whether main parameters differ from the weights (bf16/fp16 models); otherwise they are the
@@ -105,6 +107,7 @@ class ZeroOptimizer {
  private:
 
   Communicator& group_;
+  ZeroSharding zero_;
   OptimizerConfig config_;
   std::vector<torch::Tensor> params_;
   // The construction order above, as members are built in declaration order.

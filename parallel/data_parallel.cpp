@@ -29,40 +29,39 @@ class DataParallelGrads::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                              torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
+                              torch::Dtype dtype, const ZeroSharding& zero,
                               const std::vector<int64_t>& groups) {
   std::vector<int64_t> numels;
   for (const auto& p : params) numels.push_back(p.numel());
   const int64_t elements = std::max<int64_t>(1, bucket_bytes / int64_t(torch::elementSize(dtype)));
-  return make_flat_buckets(numels, elements, zero_stage == 0 ? 1 : dp_size, groups);
+  return make_flat_buckets(numels, elements, zero.shards(), groups);
 }
 
 DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuckets flat,
                                      Communicator& dp_group, GradBufferOptions options)
     : group_(dp_group), options_(options), flat_(std::move(flat)), params_(std::move(params)) {
-  if (options_.zero_stage < 0 || options_.zero_stage > 2)
-    fail("parallel.zero_stage must be 0, 1 or 2, got ", options_.zero_stage);
-  TRIDENT_CHECK(flat_.shards == (options_.zero_stage == 0 ? 1 : group_.size()), "buckets padded for ",
-                flat_.shards, " shards at ZeRO stage ", options_.zero_stage, " over ", group_.size(), " ranks");
+  const ZeroSharding& zero = options_.zero;
+  TRIDENT_CHECK(zero.replicas == group_.size() && flat_.shards == zero.shards(), "buckets padded for ",
+                flat_.shards, " shards at ZeRO stage ", zero.stage, " over ", group_.size(), " ranks");
   TRIDENT_CHECK(flat_.numel.size() == params_.size(), "buckets for ", flat_.numel.size(), " of ",
                 params_.size(), " parameters");
   buckets_.resize(flat_.buckets.size());
 
   const auto on = params_.front().options().dtype(options_.dtype).requires_grad(false);
-  if (options_.zero_stage < 2) {
+  if (!options_.zero.shards_grads()) {
     buffer_ = torch::zeros({flat_.total}, on);
     for (size_t b = 0; b < buckets_.size(); ++b)
       buckets_[b].storage = buffer_.narrow(0, flat_.buckets[b].start, flat_.buckets[b].numel);
   }
-  if (options_.zero_stage > 0) shard_ = torch::zeros({flat_.shard_numel()}, on);
+  if (options_.zero.reduce_scatters()) shard_ = torch::zeros({flat_.shard_numel()}, on);
   grads_are_views_ = buffer_.defined() && params_.front().scalar_type() == options_.dtype;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].scalar_type() != params_.front().scalar_type())
-      fail("data-parallel gradients need parameters of one dtype");
+    TRIDENT_CHECK(params_[i].scalar_type() == params_.front().scalar_type(),
+                  "data-parallel gradients need parameters of one dtype");
     if (grads_are_views_) params_[i].mutable_grad() = storage_of(i).view_as(params_[i]);
   }
   // One process without ZeRO and gradients accumulated in place: nothing to add or reduce.
-  unreduced_ = options_.zero_stage == 0 && grads_are_views_ && group_.size() == 1;
+  unreduced_ = !options_.zero.reduce_scatters() && grads_are_views_ && group_.size() == 1;
   if (unreduced_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
@@ -91,7 +90,7 @@ void DataParallelGrads::zero() {
 void DataParallelGrads::arm() {
   armed_ = true;
   started_during_backward_ = 0;
-  if (options_.zero_stage < 2)
+  if (!options_.zero.shards_grads())
     for (auto& bucket : buckets_) bucket.ready = 0;
 }
 
@@ -101,7 +100,7 @@ void DataParallelGrads::on_ready(size_t param) {
     storage_of(param).view_as(grad).add_(grad);
     grad.reset();
   }
-  if (!armed_ && options_.zero_stage < 2) return;
+  if (!armed_ && !options_.zero.shards_grads()) return;
   const size_t b = flat_.bucket_of[param];
   Bucket& bucket = buckets_[b];
   if (++bucket.ready == flat_.buckets[b].params.size()) {
@@ -114,7 +113,7 @@ void DataParallelGrads::on_ready(size_t param) {
 void DataParallelGrads::start(size_t b) {
   Bucket& bucket = buckets_[b];
   Flight flight{b, bucket.storage, torch::Tensor(), nullptr};
-  if (options_.zero_stage == 0) {
+  if (!options_.zero.reduce_scatters()) {
     flight.pending = group_.all_reduce_async(flight.sent, ReduceOp::avg);
   } else {
     flight.received = torch::empty({flat_.slice_numel(b)}, flight.sent.options());
@@ -122,7 +121,7 @@ void DataParallelGrads::start(size_t b) {
   }
   bucket.started = true;
   in_flight_.push_back(std::move(flight));
-  if (options_.zero_stage == 2) {
+  if (options_.zero.shards_grads()) {
     bucket.storage = torch::Tensor();  // the next micro-batch fills a fresh one
     if (in_flight_.size() > kMaxInFlight) complete_oldest();
   }
@@ -132,14 +131,14 @@ void DataParallelGrads::complete_oldest() {
   Flight& flight = in_flight_.front();
   flight.pending->wait();
   // Stage 2 adds one micro-batch's share at a time; stage 1 adds into a zeroed shard once.
-  if (options_.zero_stage > 0) reduced(flight.bucket).add_(flight.received);
+  if (options_.zero.reduce_scatters()) reduced(flight.bucket).add_(flight.received);
   in_flight_.pop_front();
 }
 
 void DataParallelGrads::finish() {
   if (!unreduced_) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      const bool unreduced = options_.zero_stage == 2 ? buckets_[b].storage.defined() : !buckets_[b].started;
+      const bool unreduced = options_.zero.shards_grads() ? buckets_[b].storage.defined() : !buckets_[b].started;
       if (unreduced) start(b);
     }
     while (!in_flight_.empty()) complete_oldest();
@@ -148,7 +147,7 @@ void DataParallelGrads::finish() {
   // transient bucket it filled.
   TRIDENT_CHECK(in_flight_.empty(), in_flight_.size(), " bucket reductions still in flight");
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (options_.zero_stage == 2)
+    if (options_.zero.shards_grads())
       TRIDENT_CHECK(!buckets_[b].storage.defined(), "stage 2 left bucket ", b, " unreduced");
     else
       TRIDENT_CHECK(unreduced_ || buckets_[b].started, "bucket ", b, " was not reduced");
@@ -158,7 +157,7 @@ void DataParallelGrads::finish() {
 }
 
 torch::Tensor DataParallelGrads::reduced(size_t b) const {
-  if (options_.zero_stage == 0) return buckets_[b].storage;
+  if (!options_.zero.reduce_scatters()) return buckets_[b].storage;
   return shard_.narrow(0, flat_.buckets[b].shard_start, flat_.slice_numel(b));
 }
 

@@ -7,7 +7,7 @@
 // each micro-batch's .grad into the buffer and frees it). ZeRO stages:
 //   0  every bucket is all-reduced (averaged): every rank holds every mean gradient;
 //   1  the buffer is kept whole, each bucket reduce-scattered: rank r keeps the mean of its slice;
-//   2  only the shard is kept: a bucket's storage lives while a micro-batch's backward fills
+//   2  (and 3) only the shard is kept: a bucket's storage lives while a micro-batch's backward fills
 //      it and is reduce-scattered and freed right after, every micro-batch (as DeepSpeed does;
 //      M reduce-scatters per iteration instead of one, for 1/d of the gradient memory).
 #pragma once
@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/layout.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/flat_buckets.h"
 
@@ -31,13 +32,13 @@ namespace trident {
 
 struct GradBufferOptions {
   torch::Dtype dtype = torch::kFloat;  // accumulation dtype
-  int64_t zero_stage = 0;              // 0, 1 or 2
+  ZeroSharding zero;                   // over the data-parallel group
 };
 
 // Buckets of about `bucket_bytes` of gradients in `dtype` for `params` (model order), padded for
-// the shards of a ZeRO stage over `dp_size` ranks, each of one of `groups` (make_flat_buckets).
+// `zero`'s shards, each of one of `groups` (make_flat_buckets).
 FlatBuckets make_grad_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                              torch::Dtype dtype, int64_t zero_stage, int64_t dp_size,
+                              torch::Dtype dtype, const ZeroSharding& zero,
                               const std::vector<int64_t>& groups = {});
 
 class DataParallelGrads {

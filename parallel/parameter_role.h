@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/layout.h"
+
 namespace trident {
 
 // How a parameter's initial values are drawn: whole, then this rank's slice (model/init.h).
@@ -79,6 +81,14 @@ struct RoledParameter {
   std::string name;  // as named_parameters() names it
   torch::Tensor tensor;
   ParameterRole role;
+};
+
+// A rank's parameters and its tensor-parallel place: together they say which part of each
+// global tensor the rank holds (what checkpoints and weight imports read and write). A view:
+// the parameters outlive it.
+struct PlacedParameters {
+  const std::vector<RoledParameter>& params;
+  TensorParallelPlace tp;
 };
 
 // Every parameter of `module` (in named_parameters() order) with its role. Throws InternalError

@@ -169,9 +169,9 @@ TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
     auto a = torch::zeros({300}, torch::requires_grad()), b = torch::zeros({500}, torch::requires_grad()),
          c = torch::zeros({70}, torch::requires_grad());
     GradBufferOptions options;
-    options.zero_stage = stage;
+    options.zero = ZeroSharding{stage, n()};
     const std::vector<torch::Tensor> params = {a, b, c};
-    DataParallelGrads grads(params, make_grad_buckets(params, 4 * 400, torch::kFloat, stage, n()),
+    DataParallelGrads grads(params, make_grad_buckets(params, 4 * 400, torch::kFloat, options.zero),
                             trident::testing::world(), options);
     // Reverse order: c (70) and b (500) fill the first 400-element bucket, a the second.
     ASSERT_EQ(grads.num_buckets(), 2u);

@@ -116,7 +116,7 @@ TEST(HfGpt2, ImportGivesBackTheWeightsAtAnyTensorParallelLayout) {
       shard->initialize(3);
       const auto fresh = weights_of(*shard);
       const auto params = parameters_with_roles(*shard);
-      place_parameters(read, params, rank, 2, "test export");
+      place_parameters(read, {params, {rank, 2}}, "test export");
       for (const auto& p : params) {
         const int64_t dim = p.role.partition_dim;
         const auto& whole = original.at(p.name);

@@ -122,7 +122,7 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
                                           {"b", torch::zeros({32}, dtype).requires_grad_(), ParameterRole::whole()}};
     FakeGroup group(1, int(d));
     ZeroOptions options;
-    options.zero_stage = stage;
+    options.stage = stage;
     options.main_dtype = torch::kFloat;
     options.units = {0, 0};
     ZeroOptimizer optimizer(params, group, OptimizerConfig{}, options);

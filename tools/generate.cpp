@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     const torch::Device device = training_device(options.device, 0);
     GPT model(m, m.padded_vocab());
     model->to(saved.config.precision == Precision::fp64 ? torch::kDouble : torch::kFloat);
-    place_parameters(read_global_weights(folder), parameters_with_roles(*model), 0, 1, str("checkpoint '", folder, "'"));
+    place_parameters(read_global_weights(folder), {parameters_with_roles(*model), {}}, str("checkpoint '", folder, "'"));
     model->to(device);
 
     if (!options.logits.empty()) {

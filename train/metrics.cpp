@@ -68,7 +68,7 @@ void RunLog::memory(const StateMemory& held, const torch::Device& device) const 
   }
   const std::string host =
       layout_.offload ? str(", offloaded to host memory ", mib(double(held.host)), " (", mib(estimate.host), ")") : "";
-  const std::string gathered = layout_.zero_stage == 3 ? str(" + at most ", mib(double(held.gathered)), " (",
+  const std::string gathered = layout_.zero().shards_weights() ? str(" + at most ", mib(double(held.gathered)), " (",
                                                               mib(estimate.gathered), ") gathered")
                                                         : "";
   log::info(str("memory on rank 0, measured (estimate): weights ", mib(double(held.weights)), " (",

@@ -66,20 +66,20 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     if (!config_.train.checkpoint_dir.empty()) {
       checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
       // The ranks that will write find out now, not after the run, if they cannot.
-      if (writes_checkpoint_files(*groups_, layout_.zero_stage > 0 && layout_.dp_size * layout_.cp_size > 1))
+      if (writes_checkpoint_files(*groups_, layout_.zero().sharded()))
         checkpoints_->probe_writable(groups_->world().rank());
       resume = find_resume_point(*checkpoints_, config_);
     }
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
-    const auto& at = groups_->coordinates();
+    const PlacedParameters local{model_.params, groups_->tp_place()};
     // The weights are final before the optimizer takes them over into its flat buffer.
     if (resume)
-      read_weights(resume->folder, at.tp, layout_.tp_size, model_.params);
+      read_weights(resume->folder, local);
     else if (!config_.train.init_from.empty())
-      place_parameters(read_hf_gpt2(config_.train.init_from, config_.model), model_.params, at.tp, layout_.tp_size,
+      place_parameters(read_hf_gpt2(config_.train.init_from, config_.model), local,
                        str("train.init_from '", config_.train.init_from, "'"));
     ZeroOptions zero;
-    zero.zero_stage = layout_.zero_stage;
+    zero.stage = layout_.zero_stage;
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     zero.offload = layout_.offload;
@@ -91,7 +91,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
       for (auto& chunk : model_.chunks) chunk->gather_weights_through(sharded);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);
     if (resume) {
-      read_optimizer_state(resume->folder, at.tp, layout_.tp_size, model_.params, resume->progress, *optimizer_);
+      read_optimizer_state(resume->folder, local, resume->progress, *optimizer_);
       scaler_->restore(resume->progress.loss_scale);
     }
   });
@@ -256,8 +256,8 @@ torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state()};
-  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, layout_, model_.params, *optimizer_, progress,
-                           config_, last_loss_);
+  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_,
+                           {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_});
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
 }

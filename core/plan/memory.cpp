@@ -34,7 +34,8 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const std::string& optimizer) {
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
-  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(layout.dp_size * layout.cp_size);
+  const ZeroSharding zero = layout.zero();
+  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(zero.replicas);
   MemoryEstimate out;
 
   // Parameters of the first stage: its layers and the embeddings, split over TP.
@@ -44,21 +45,20 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   out.parameters = double(gpt_parameter_count(stage, vocab)) / t;
 
   const StateBytes bytes = state_bytes(precision, optimizer);
-  const int64_t zero = layout.zero_stage;
-  out.weights = out.parameters * bytes.weights / (zero >= 3 ? d : 1);
-  if (zero >= 3) {
+  out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);
+  if (zero.shards_weights()) {
     const int64_t gathered_layers = std::min<int64_t>(2, layers_per_stage);
     const double block = double(gpt_layer_parameter_count(model)) / t;
     out.gathered = (out.parameters - double(layers_per_stage - gathered_layers) * block) * bytes.weights;
   }
   // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
-  out.grads = out.parameters * bytes.grads * (zero >= 2 ? 1 / d : zero == 1 ? 1 + 1 / d : 1);
-  out.optimizer = out.parameters * bytes.optimizer / (zero >= 1 ? d : 1);
+  out.grads = out.parameters * bytes.grads * (zero.shards_grads() ? 1 / d : zero.reduce_scatters() ? 1 + 1 / d : 1);
+  out.optimizer = out.parameters * bytes.optimizer / (zero.reduce_scatters() ? d : 1);
   if (layout.offload) {
     // Main weights exist on the host even when the model trains in their precision.
     const double main_copy = mixed(precision) ? 0 : bytes.weights;
-    const double host_grads = bytes.grads / (zero >= 1 ? d : 1);
-    out.host = out.optimizer + out.parameters * (main_copy / (zero >= 1 ? d : 1) + host_grads);
+    const double host_grads = bytes.grads / (zero.reduce_scatters() ? d : 1);
+    out.host = out.optimizer + out.parameters * (main_copy / (zero.reduce_scatters() ? d : 1) + host_grads);
     out.optimizer = 0;
   }
 

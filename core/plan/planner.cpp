@@ -45,7 +45,7 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
   if (layout.offload) {
-    const double shard = row.memory.parameters / double(layout.zero_stage >= 1 ? layout.dp_size * layout.cp_size : 1);
+    const double shard = row.memory.parameters / double(layout.zero().shards());
     row.offload_s = shard * (4.0 + 2.0) / (hw.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
   }
   const IterationFlops flops = iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);

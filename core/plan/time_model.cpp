@@ -256,7 +256,8 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
-  const int64_t replicas = layout.dp_size * layout.cp_size;
+  const ZeroSharding zero = layout.zero();
+  const int64_t replicas = zero.replicas;
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
   // worth, up to what NVLink carries.
   const int64_t members_per_node =
@@ -271,19 +272,19 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // ZeRO-0 all-reduces the gradients, the sharded stages reduce-scatter them: once per
   // iteration, or after every micro-batch from ZeRO-2 on.
   auto reduce = [&](double b) {
-    return layout.zero_stage == 0 ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
+    return !zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
   };
-  const double reductions = layout.zero_stage >= 2 ? M : 1;
+  const double reductions = zero.shards_grads() ? M : 1;
   out.data_comm_s = replicas > 1 ? reductions * overlapped(reduce(grads), work.backward, reduce(bucket)) : 0;
-  if (layout.zero_stage >= 1 && layout.zero_stage <= 2) out.data_comm_s += half_collective_seconds(weights, replicas, dp_gbs);
-  if (layout.zero_stage == 3) {
+  if (zero.reduce_scatters() && !zero.shards_weights()) out.data_comm_s += half_collective_seconds(weights, replicas, dp_gbs);
+  if (zero.shards_weights()) {
     const double gather = half_collective_seconds(weights, replicas, dp_gbs);
     out.data_comm_s += M * (std::max(0.0, gather - work.forward) + std::max(0.0, gather - work.backward));
   }
 
   // AdamW over the shard: gradient, main weight and moments read, written back, the 16-bit
   // weight written, the norm and the clipping's scale: 42 bytes per parameter.
-  const double shard = memory.parameters / double(layout.zero_stage >= 1 ? replicas : 1);
+  const double shard = memory.parameters / double(zero.shards());
   if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard * (config.precision == Precision::fp64 ? 2 : 1), d);
 
   const double gpus = double(layout.world_size());

@@ -62,6 +62,7 @@ class ProcessGroups {
   std::shared_ptr<Communicator> shared_cp_group() const { return cp_; }
 
   const GridCoordinates& coordinates() const { return coordinates_; }
+  TensorParallelPlace tp_place() const { return {coordinates_.tp, layout_.tp_size}; }
   bool first_stage() const { return coordinates_.pp == 0; }
   bool last_stage() const { return coordinates_.pp == layout_.pp_size - 1; }
 

@@ -167,31 +167,29 @@ std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
   return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".safetensors");
 }
 
-FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
-                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index) {
+FileRecord write_model_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank,
+                             std::vector<TensorPiece>& index) {
   std::vector<StoredPiece> pieces;
-  for (const auto& p : params)
-    if (stores(p.role, at.tp))
-      pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, at.tp, tp_size), 0, p.tensor.numel()), p.tensor});
-  return write_pieces(folder, model_file(at.tp, at.pp), std::move(pieces), index);
+  for (const auto& p : local.params)
+    if (stores(p.role, local.tp.rank))
+      pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, local.tp), 0, p.tensor.numel()), p.tensor});
+  return write_pieces(folder, model_file(local.tp.rank, pp_rank), std::move(pieces), index);
 }
 
-// `shard`: this rank's place in the group the optimizer shards over (data x context parallel).
-FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
-                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
-                                 std::vector<TensorPiece>& index) {
+FileRecord write_optimizer_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank, int shard,
+                                 const ZeroOptimizer& optimizer, std::vector<TensorPiece>& index) {
   std::vector<StoredPiece> pieces;
   for (const auto& s : optimizer.state_pieces()) {
-    const RoledParameter& p = params[s.param];
-    if (!stores(p.role, at.tp)) continue;
-    const PartPlace place = part_place(p.role, at.tp, tp_size);
+    const RoledParameter& p = local.params[s.param];
+    if (!stores(p.role, local.tp.rank)) continue;
+    const PartPlace place = part_place(p.role, local.tp);
     if (optimizer.sharded_weights()) pieces.push_back({piece_of(p, StateKind::weight, place, s.offset, s.numel), s.weight});
     // Main parameters that are the weights themselves are stored once, as weights.
     if (optimizer.separate_main()) pieces.push_back({piece_of(p, StateKind::main, place, s.offset, s.numel), s.main});
     pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
     pieces.push_back({piece_of(p, StateKind::exp_avg_sq, place, s.offset, s.numel), s.exp_avg_sq});
   }
-  return write_pieces(folder, optimizer_file(at.tp, at.pp, shard), std::move(pieces), index);
+  return write_pieces(folder, optimizer_file(local.tp.rank, pp_rank, shard), std::move(pieces), index);
 }
 
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
@@ -241,13 +239,11 @@ bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer
 }
 
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
-                     const Layout& layout, const std::vector<RoledParameter>& params,
-                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
-                     double loss) {
-  const int64_t iteration = progress.iteration;
+                     const CheckpointRequest& request) {
+  const ZeroOptimizer& optimizer = request.optimizer;
+  const int64_t iteration = request.progress.iteration, pp_rank = groups.coordinates().pp;
   const int world_rank = groups.world().rank();
   const bool leader = world_rank == 0;
-  const auto& at = groups.coordinates();
   try {
     agree(cpu_world, [&] {
       if (leader) store.begin(iteration);
@@ -259,17 +255,17 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
       std::vector<TensorPiece> pieces;
       const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
       if (shard == 0 && !optimizer.sharded_weights())
-        files.push_back(write_model_shard(folder, at, layout.tp_size, params, pieces));
+        files.push_back(write_model_shard(folder, request.local, pp_rank, pieces));
       if (shard == 0 || optimizer.sharded())
-        files.push_back(write_optimizer_shard(folder, at, shard, layout.tp_size, params, optimizer, pieces));
+        files.push_back(write_optimizer_shard(folder, request.local, pp_rank, shard, optimizer, pieces));
       if (leader) {
-        auto shared = write_shared_state(folder, progress, config);
+        auto shared = write_shared_state(folder, request.progress, request.config);
         files.insert(files.end(), shared.begin(), shared.end());
       }
       write_manifest_part(folder, world_rank, files, pieces);
     });
     agree(cpu_world, [&] {
-      if (leader) store.commit(iteration, config.train.keep_checkpoints, loss);
+      if (leader) store.commit(iteration, request.config.train.keep_checkpoints, request.loss);
     });
   } catch (const JobError&) {
     if (leader) store.abandon(iteration);
@@ -318,18 +314,16 @@ std::string checkpoint_folder(const std::string& path, const std::string& option
   return store.path(latest);
 }
 
-void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
-                  const std::vector<RoledParameter>& params) {
+void read_weights(const std::string& folder, const PlacedParameters& local) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
-  for (const auto& p : params) {
-    torch::Tensor local = p.tensor;
-    saved.read_part(p.name, StateKind::weight, part_place(p.role, tp_rank, tp_size), local);
+  for (const auto& p : local.params) {
+    torch::Tensor part = p.tensor;
+    saved.read_part(p.name, StateKind::weight, part_place(p.role, local.tp), part);
   }
 }
 
-void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
-                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+void read_optimizer_state(const std::string& folder, const PlacedParameters& local, const TrainingProgress& progress,
                           ZeroOptimizer& optimizer) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
@@ -337,11 +331,11 @@ void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp
   // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
   // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
   for (auto& piece : optimizer.state_pieces()) {
-    const RoledParameter& p = params[piece.param];
+    const RoledParameter& p = local.params[piece.param];
     auto read = [&](StateKind kind, torch::Tensor& target) {
       auto value = torch::zeros(p.tensor.sizes(), target.options());
       if (kind == StateKind::main) value.view({-1}).narrow(0, piece.offset, piece.numel).copy_(piece.weight);
-      saved.read_part(p.name, kind, part_place(p.role, tp_rank, tp_size), value);
+      saved.read_part(p.name, kind, part_place(p.role, local.tp), value);
       target.copy_(value.view({-1}).narrow(0, piece.offset, piece.numel));
     };
     if (optimizer.separate_main()) read(StateKind::main, piece.main);

@@ -24,7 +24,6 @@ namespace trident {
 
 class Communicator;
 class ZeroOptimizer;
-struct Layout;
 
 class CheckpointStore {
  public:
@@ -96,15 +95,23 @@ std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
 // data-parallel replica, and every rank when ZeRO shards the optimizer.
 bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer);
 
-// Saves every rank's part of a run as the checkpoint of `progress.iteration`, in three steps all
-// ranks agree on (parallel/comm/failure.h): rank 0 begins it, the writers write their files and
-// record them and their tensor pieces in the manifest, rank 0 commits it with `loss`. A failure
-// on any rank removes the partial checkpoint and throws JobError on every rank. Collective
-// over `cpu_world`.
+// What a rank saves: its parameters and optimizer state, how far the run got, the config it ran
+// with and the training loss of the saved iteration (the manifest records it).
+struct CheckpointRequest {
+  PlacedParameters local;
+  const ZeroOptimizer& optimizer;
+  TrainingProgress progress;
+  const Config& config;
+  double loss = 0;
+};
+
+// Saves every rank's part of a run as the checkpoint of `request.progress.iteration`, in three
+// steps all ranks agree on (parallel/comm/failure.h): rank 0 begins it, the writers write their
+// files and record them and their tensor pieces in the manifest, rank 0 commits it with the
+// loss. A failure on any rank removes the partial checkpoint and throws JobError on every rank.
+// Collective over `cpu_world`.
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
-                     const Layout& layout, const std::vector<RoledParameter>& params,
-                     const ZeroOptimizer& optimizer, const TrainingProgress& progress, const Config& config,
-                     double loss);
+                     const CheckpointRequest& request);
 
 // Files of one checkpoint, every tensor stored by its global name as pieces of the layout that
 // saved it (train/checkpoint/tensors.h), so that any layout can load it:
@@ -121,13 +128,14 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
 std::string model_file(int64_t tp_rank, int64_t pp_rank);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 
-// This rank's files; each returns the record of the file it wrote and adds its tensor pieces
-// to `index`. A failed write (a full disk, an I/O error) throws Error naming the file.
-FileRecord write_model_shard(const std::string& folder, const GridCoordinates& at, int64_t tp_size,
-                             const std::vector<RoledParameter>& params, std::vector<TensorPiece>& index);
-FileRecord write_optimizer_shard(const std::string& folder, const GridCoordinates& at, int shard, int64_t tp_size,
-                                 const std::vector<RoledParameter>& params, const ZeroOptimizer& optimizer,
-                                 std::vector<TensorPiece>& index);
+// This rank's files, of pipeline stage `pp_rank`; each returns the record of the file it wrote
+// and adds its tensor pieces to `index`. A failed write (a full disk, an I/O error) throws Error
+// naming the file. `shard`: this rank's place in the group the optimizer shards over (data x
+// context parallel).
+FileRecord write_model_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank,
+                             std::vector<TensorPiece>& index);
+FileRecord write_optimizer_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank, int shard,
+                                 const ZeroOptimizer& optimizer, std::vector<TensorPiece>& index);
 std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
                                            const Config& config);
 
@@ -148,14 +156,12 @@ TrainingProgress read_progress(const std::string& folder, const Config& config);
 // `option` names the command-line option in errors.
 std::string checkpoint_folder(const std::string& path, const std::string& option);
 
-// Loads this rank's part of every weight, whatever layout saved them, and the RNG state; call
-// before the optimizer is built. `tp_rank` of `tp_size` is this rank's tensor-parallel place.
-void read_weights(const std::string& folder, int64_t tp_rank, int64_t tp_size,
-                  const std::vector<RoledParameter>& params);
+// Loads this rank's part of every weight, whatever layout saved them; call before the optimizer
+// is built.
+void read_weights(const std::string& folder, const PlacedParameters& local);
 // Loads the main parameters and AdamW moments this rank holds, whatever layout and ZeRO stage
 // saved them, and the step count. Local: publish() the optimizer after it.
-void read_optimizer_state(const std::string& folder, int64_t tp_rank, int64_t tp_size,
-                          const std::vector<RoledParameter>& params, const TrainingProgress& progress,
+void read_optimizer_state(const std::string& folder, const PlacedParameters& local, const TrainingProgress& progress,
                           ZeroOptimizer& optimizer);
 
 // Every weight of a checkpoint, whole (the padded vocabulary included), by global name: for

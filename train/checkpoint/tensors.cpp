@@ -128,18 +128,18 @@ void place_part(const torch::Tensor& global, const PartPlace& place, torch::Tens
   if (available > 0) local.narrow(dim, 0, available).copy_(global.narrow(dim, begin, available));
 }
 
-PartPlace part_place(const ParameterRole& role, int64_t tp_rank, int64_t tp_size) {
+PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp) {
   if (role.replicated()) return {};
-  return {role.partition_dim, tp_rank, tp_size, role.layout_padded};
+  return {role.partition_dim, tp.rank, tp.size, role.layout_padded};
 }
 
-void place_parameters(const std::map<std::string, torch::Tensor>& weights, const std::vector<RoledParameter>& params,
-                      int64_t tp_rank, int64_t tp_size, const std::string& source) {
-  for (const auto& p : params) {
+void place_parameters(const std::map<std::string, torch::Tensor>& weights, const PlacedParameters& local,
+                      const std::string& source) {
+  for (const auto& p : local.params) {
     const auto found = weights.find(p.name);
     if (found == weights.end()) fail(source, " has no weight '", p.name, "'");
-    torch::Tensor local = p.tensor;
-    place_part(found->second, part_place(p.role, tp_rank, tp_size), local, str(source, ": '", p.name, "'"));
+    torch::Tensor part = p.tensor;
+    place_part(found->second, part_place(p.role, local.tp), part, str(source, ": '", p.name, "'"));
   }
 }
 

@@ -67,8 +67,8 @@ class CheckpointTensors {
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;  // verified, opened
 };
 
-// Where a parameter of `role` sits on TP rank `tp_rank` of `tp_size`.
-PartPlace part_place(const ParameterRole& role, int64_t tp_rank, int64_t tp_size);
+// Where a parameter of `role` sits on the tensor-parallel place `tp`.
+PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp);
 
 // Copies into `local` its part of `global`. Shapes must fit, except along a padded dim: rows
 // global lacks (padding of a layout with more TP ranks) are left as they are, rows past this
@@ -77,7 +77,7 @@ void place_part(const torch::Tensor& global, const PartPlace& place, torch::Tens
 
 // Sets every parameter to its part of the global weight of the same name in `weights` (from
 // `source`, which errors name).
-void place_parameters(const std::map<std::string, torch::Tensor>& weights, const std::vector<RoledParameter>& params,
-                      int64_t tp_rank, int64_t tp_size, const std::string& source);
+void place_parameters(const std::map<std::string, torch::Tensor>& weights, const PlacedParameters& local,
+                      const std::string& source);
 
 }  // namespace trident

@@ -104,9 +104,8 @@ torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
                  Recompute recompute, ContextParallel cp)
     : config_(config), tp_(std::move(tp)), stage_(stage), cp_(std::move(cp)) {
-  if (config.num_attention_heads % tp_.group->size() != 0)
-    fail("model.num_attention_heads (", config.num_attention_heads,
-         ") must be divisible by the tensor-parallel size ", tp_.group->size());
+  TRIDENT_CHECK(config.num_attention_heads % tp_.group->size() == 0, "model.num_attention_heads (",
+                config.num_attention_heads, ") must be divisible by the tensor-parallel size ", tp_.group->size());
   if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
   if (stage_.embedding || stage_.head)
     wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, tp_, stage_.tied_embedding()));
@@ -144,7 +143,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets) {
-  if (!stage_.head) fail("loss() needs the stage that holds the head");
+  TRIDENT_CHECK(stage_.head, "loss() needs the stage that holds the head");
   auto logits = forward(input);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
   return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();

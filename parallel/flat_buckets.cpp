@@ -8,8 +8,8 @@ namespace trident {
 
 FlatBuckets make_flat_buckets(const std::vector<int64_t>& numels, int64_t bucket_elements,
                               int64_t shards, const std::vector<int64_t>& groups) {
-  if (numels.empty()) fail("a flat buffer needs at least one parameter");
-  if (shards < 1) fail("a flat buffer needs at least one shard");
+  TRIDENT_CHECK(!numels.empty(), "a flat buffer needs at least one parameter");
+  TRIDENT_CHECK(shards >= 1, "a flat buffer needs at least one shard");
   TRIDENT_CHECK(groups.empty() || groups.size() == numels.size(), groups.size(), " groups for ", numels.size(),
                 " parameters");
   FlatBuckets flat;

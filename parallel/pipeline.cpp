@@ -330,9 +330,8 @@ PipelineStats run_pipeline(Communicator& group, const PipelineOptions& options,
     run_1f1b(stage, m, group.size(), group.rank(), before_last_backward);
     stage.finish();
   } else {
-    if (m % group.size() != 0)
-      fail("interleaved 1F1B needs the micro-batch count (", m, ") to be a multiple of the ",
-           "pipeline size (", group.size(), ")");
+    TRIDENT_CHECK(m % group.size() == 0, "interleaved 1F1B needs the micro-batch count (", m,
+                  ") to be a multiple of the pipeline size (", group.size(), ")");
     run_interleaved(stage, m, options.virtual_stages, group.size(), group.rank(), before_last_backward);
   }
   return stage.stats();

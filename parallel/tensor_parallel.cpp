@@ -15,9 +15,8 @@ enum class Op { identity, all_reduce, split_last, gather_last, split_sequence, g
                 reduce_scatter_sequence };
 
 torch::Tensor split(const torch::Tensor& x, int64_t dim, Communicator& tp) {
-  if (x.size(dim) % tp.size() != 0)
-    fail("tensor parallelism: dimension ", dim, " of size ", x.size(dim), " does not split into ",
-         tp.size(), " parts");
+  TRIDENT_CHECK(x.size(dim) % tp.size() == 0, "tensor parallelism: dimension ", dim, " of size ", x.size(dim),
+                " does not split into ", tp.size(), " parts");
   return x.chunk(tp.size(), dim)[size_t(tp.rank())].contiguous();
 }
 
@@ -78,7 +77,7 @@ torch::Tensor map(const torch::Tensor& x, Communicator& tp) {
 }
 
 int64_t divide(int64_t value, int64_t parts, const char* what) {
-  if (value % parts != 0) fail(what, " (", value, ") is not divisible by the tensor-parallel size ", parts);
+  TRIDENT_CHECK(value % parts == 0, what, " (", value, ") is not divisible by the tensor-parallel size ", parts);
   return value / parts;
 }
 
@@ -125,8 +124,8 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init,
                                              RowInput input)
     : tp_(std::move(tp)), input_(input) {
-  if (tp_.sequence_parallel && input_ == RowInput::whole)
-    fail("a row-parallel layer with sequence parallelism needs its input already split");
+  TRIDENT_CHECK(!tp_.sequence_parallel || input_ != RowInput::whole,
+                "a row-parallel layer with sequence parallelism needs its input already split");
   const int64_t local = divide(in, tp_.group->size(), "a row-parallel layer's input size");
   weight = register_parameter("weight", torch::empty({out, local}), ParameterRole::split(1).with_init(init));
   bias = register_parameter(

@@ -67,9 +67,8 @@ GridCoordinates grid_coordinates(int rank, int tp_size, int cp_size, int dp_size
 }
 
 GridGroups grid_groups(int world_size, int tp_size, int cp_size, int pp_size) {
-  if (world_size % (tp_size * cp_size * pp_size) != 0)
-    fail("world size ", world_size, " is not divisible by tp_size * cp_size * pp_size = ",
-         tp_size * cp_size * pp_size);
+  TRIDENT_CHECK(world_size % (tp_size * cp_size * pp_size) == 0, "world size ", world_size,
+                " is not divisible by tp_size * cp_size * pp_size = ", tp_size * cp_size * pp_size);
   const Sizes sizes = {tp_size, cp_size, world_size / (tp_size * cp_size * pp_size), pp_size};
   GridGroups g;
   g.tp = groups_along(sizes, {kTp});
@@ -86,8 +85,8 @@ GridGroups grid_groups(int world_size, int tp_size, int cp_size, int pp_size) {
 
 ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& layout)
     : layout_(layout), world_(std::move(world)) {
-  if (world_->size() != layout.world_size())
-    fail("the communicator has ", world_->size(), " ranks but the layout expects ", layout.world_size());
+  TRIDENT_CHECK(world_->size() == layout.world_size(), "the communicator has ", world_->size(),
+                " ranks but the layout expects ", layout.world_size());
   const int rank = world_->rank();
   coordinates_ = grid_coordinates(rank, int(layout.tp_size), int(layout.cp_size), int(layout.dp_size));
   const GridGroups groups =

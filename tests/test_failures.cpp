@@ -173,8 +173,8 @@ TEST(JobFailure, ABrokenShardOfOneRankIsReportedOnceBeforeTraining) {
   }
 }
 
-// A mistake every rank finds (config, layout) is printed once, whichever rank exits first:
-// mpirun used to kill rank 0 before it printed (4 runs in 51).
+// A mistake every rank finds (config, layout) is printed once, whichever rank exits first
+// (mpirun may kill rank 0 before it prints: repeated, since a race shows only sometimes).
 TEST(JobFailure, InputErrorsArePrintedOnceUnderEveryLauncher) {
   for (int attempt = 0; attempt < 5; ++attempt) {
     for (const std::string launcher : {kMpirun + "4 ", kEnvLaunch + "2 -- "}) {

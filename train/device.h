@@ -37,21 +37,19 @@ BuildInfo build_info();
 std::string describe(const BuildInfo& info);
 // Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
 int64_t multiprocessor_count(const torch::Device& device);
-// train.threads: the CPU threads of LibTorch's intra-op pool and of OpenBLAS's, set together so
-// that two pools never compete for the cores. OpenBLAS's OpenMP build (which trident's programs
-// load, see CMakeLists.txt) shares LibTorch's pool: both get `threads`. A pthreads OpenBLAS
-// gets them and LibTorch one (its multiplies are most of the work). Another BLAS: LibTorch's
-// pool only. 0: OMP_NUM_THREADS when it is set, else the CPUs this process may run on, shared
-// among the `local_ranks` processes of its machine (processes that share cores otherwise, like
-// tests run side by side, should say so: OpenMP threads that wait spin, and spinning pools on
-// shared cores slow each other down several times). Returns what was set, for the log.
+// train.threads: the CPU threads of LibTorch's intra-op pool and of its BLAS's, set together so
+// that two pools never compete for the cores: OpenBLAS's OpenMP build and MKL share LibTorch's
+// pool (both get `threads`); a pthreads OpenBLAS gets them and LibTorch one (its multiplies are
+// most of the work); another BLAS: LibTorch's pool only. 0: OMP_NUM_THREADS when set, else the CPUs this process may run on shared
+// among the `local_ranks` processes of its machine (waiting OpenMP threads spin, so pools on
+// shared cores slow each other down). Returns what was set, for the log.
 std::string set_cpu_threads(int64_t threads, int64_t local_ranks);
 // Keeps the host memory training frees for the next iteration instead of giving it back to the
-// kernel: glibc maps tensors above its threshold fresh on each allocation and trims the heap's
-// top after frees, so every iteration page-faulted its activations in again (a tenth of the
-// quickstart model's CPU time). Tensors up to 32 MiB now come from the heap, and up to 1 GiB of
-// free heap stays mapped: a caching allocator's trade, as LibTorch's CUDA allocator makes.
-// Returns what was set, for the log (nothing where the C library is not glibc).
+// kernel: glibc would map large tensors fresh on each allocation and trim the heap after frees,
+// so every iteration would page-fault its activations in again (docs/measurements.md has the
+// cost). Tensors up to 32 MiB come from the heap, and up to 1 GiB of free heap stays mapped: a
+// caching allocator's trade, as LibTorch's CUDA allocator makes. Returns what was set, for the
+// log (nothing where the C library is not glibc).
 std::string keep_freed_host_memory();
 
 // The dtype of the model's weights and activations for a precision.

@@ -98,11 +98,16 @@ def write_text_files(folder, texts):
     return paths
 
 
+# This repository's README and documentation pages: English prose with code, tables and
+# symbols, enough to train a SentencePiece tokenizer on.
+DOCUMENTS = [SOURCE / "README.md", *sorted((SOURCE / "docs").glob("*.md"))]
+
+
 def corpus(folder):
-    """The multilingual and whitespace texts and this repository's README.md (enough text to train
-    a SentencePiece tokenizer on): {path: text}, one document each, in preprocess's order."""
+    """The multilingual and whitespace texts and DOCUMENTS: {path: text}, one document each, in
+    preprocess's order."""
     paths = write_text_files(folder, {"multilingual.txt": MULTILINGUAL, "whitespace.txt": WHITESPACE})
-    paths.append(SOURCE / "README.md")
+    paths += DOCUMENTS
     return {path: path.read_bytes().decode("utf-8") for path in paths}
 
 

@@ -1,6 +1,6 @@
 """(c) The tokenizer files `export` writes load in transformers and give trident's ids.
 
-Two datasets of the same documents (common.MULTILINGUAL, common.WHITESPACE and README.md): one
+Two datasets of the same documents (common.MULTILINGUAL, common.WHITESPACE, common.DOCUMENTS): one
 through the tests' GPT-2 BPE (exported as vocab.json + merges.txt), one through a SentencePiece
 BPE that `preprocess` trains on them (tokenizer.model and tokenizer_config.json). A tiny model
 trained one iteration on each is exported, and AutoTokenizer.from_pretrained(export), with
@@ -17,7 +17,7 @@ tokenizer from tokenizer.model (without it GPT2Tokenizer loads and drops most ch
 Where the two differ by design (checked as such): transformers reads the text of a special token
 in the input ("<|endoftext|>", "</s>", "<unk>") as that token, while trident's tokenizers encode
 all text as text (a document's end is an id no text encodes to); split_special_tokens=True gives
-trident's ids, and the documents are compared with it (README.md names "<|endoftext|>"). Python
+trident's ids, and the documents are compared with it (the docs name "<|endoftext|>"). Python
 strings are Unicode, so the invalid UTF-8 that trident's byte-level tokenizers also take is not
 compared here.
 """
@@ -139,7 +139,7 @@ class TokenizerFilesInTransformers(unittest.TestCase):
             with self.subTest(model=name):
                 model = self.dir / name
                 sentencepiece.SentencePieceTrainer.train(
-                    input=str(common.SOURCE / "README.md"), model_prefix=str(model), model_type="bpe",
+                    input=",".join(map(str, common.DOCUMENTS)), model_prefix=str(model), model_type="bpe",
                     vocab_size=SENTENCEPIECE_VOCAB, minloglevel=2, **settings)
                 prefix, _, exported, output = self.train_and_export(
                     name, ("--tokenizer", "sentencepiece", "--tokenizer-model", f"{model}.model"), SENTENCEPIECE_VOCAB)

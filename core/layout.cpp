@@ -17,6 +17,9 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   if (interleaved != (p.virtual_stages > 1))
     return str("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
                p.schedule, " with ", p.virtual_stages, " virtual stages)");
+  // Config::set checks this for files and --set; a Config built in C++ reaches here unchecked.
+  if (p.zero_stage < 0 || p.zero_stage > 3)
+    return str("parallel.zero_stage must be 0, 1, 2 or 3 (got ", p.zero_stage, ")");
   for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
                              std::pair{"model.hidden_size", m.hidden_size},
                              std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})

@@ -32,7 +32,7 @@ namespace trident {
 
 struct GradBufferOptions {
   torch::Dtype dtype = torch::kFloat;  // accumulation dtype
-  ZeroSharding zero;                   // over the data-parallel group
+  ZeroSharding zero;                   // replicas: the data-parallel group's size, at every stage
 };
 
 // Buckets of about `bucket_bytes` of gradients in `dtype` for `params` (model order), padded for

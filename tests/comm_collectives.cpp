@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "parallel/comm/communicator.h"
-#include "parallel/data_parallel.h"
-#include "parallel/comm/launch.h"
 #include "core/layout.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/launch.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/data_parallel.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;

@@ -5,8 +5,8 @@
 #include <set>
 
 #include "tests/helpers.h"
-#include "train/data/samples.h"
 #include "train/data/indexed_dataset.h"
+#include "train/data/samples.h"
 
 using namespace trident;
 using trident::testing::error_of;

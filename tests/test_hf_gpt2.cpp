@@ -10,9 +10,9 @@
 #include "core/files.h"
 #include "model/gpt.h"
 #include "tests/helpers.h"
-#include "train/checkpoint/tensors.h"
 #include "train/checkpoint/hf_gpt2.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/tensors.h"
 
 using namespace trident;
 using trident::testing::error_of;

@@ -67,6 +67,12 @@ TEST(Layout, ErrorsNameTheKeys) {
   EXPECT_NE(message.find("world size 6 is not divisible by parallel.tensor * parallel.context * parallel.pipeline "
                          "= 2 * 2 * 1 = 4"),
             std::string::npos) << message;
+  message = error_of([] {  // a Config built in C++ has not passed Config::set's range check
+    Config built = config({});
+    built.parallel.zero_stage = 4;
+    resolve_layout(built, 1);
+  });
+  EXPECT_NE(message.find("parallel.zero_stage must be 0, 1, 2 or 3 (got 4)"), std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"batch.global_batch_size=8"}), 4); });
   EXPECT_NE(message.find("must be a multiple of batch.micro_batch_size * data-parallel size = 4 * 4"),
             std::string::npos) << message;

@@ -4,14 +4,14 @@
 #include <cmath>
 #include <map>
 
-#include "core/plan/device_profile.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/plan/device_profile.h"
 #include "core/plan/flops.h"
 #include "core/plan/largest_model.h"
 #include "core/plan/memory.h"
-#include "core/plan/time_model.h"
 #include "core/plan/planner.h"
+#include "core/plan/time_model.h"
 #include "tests/helpers.h"
 
 using namespace trident;

@@ -7,14 +7,14 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/plan/device_profile.h"
 #include "core/files.h"
+#include "core/plan/device_profile.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/hf_gpt2.h"
-#include "train/data/indexed_dataset.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
 
 using trident::Config;

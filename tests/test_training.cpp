@@ -11,6 +11,7 @@
 
 #include "core/plan/memory.h"
 #include "optim/zero.h"
+#include "parallel/comm/communicator.h"
 #include "tests/helpers.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/device.h"
@@ -108,6 +109,17 @@ TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
   auto pa = accumulated.model()->named_parameters(), pb = single.model()->named_parameters();
   for (const auto& item : pa)
     EXPECT_TRUE(torch::allclose(item.value(), pb[item.key()], 1e-10, 1e-12)) << item.key();
+}
+
+// A library user's own communicator must span the launch's processes.
+TEST(Training, RefusesACommunicatorOfAnotherSize) {
+  LaunchInfo launch;
+  launch.world_size = 2;
+  const std::string message = error_of([&] {
+    Trainer trainer(small_config("unused", {"data.type=synthetic"}), launch, make_self_communicator());
+  });
+  EXPECT_NE(message.find("Trainer was given a communicator of size 1 but the launch has WORLD_SIZE=2"),
+            std::string::npos) << message;
 }
 
 // In one process ZeRO's shard is everything: stages 1, 2 and 3 train exactly as stage 0.

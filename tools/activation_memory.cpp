@@ -24,10 +24,10 @@
 #include "core/text.h"
 #include "model/parallel_model.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/context_parallel.h"
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/context_parallel.h"
 
 using namespace trident;
 

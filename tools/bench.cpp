@@ -33,10 +33,10 @@
 #include <vector>
 
 #include "core/command_line.h"
-#include "core/plan/device_profile.h"
-#include "core/files.h"
-#include "core/plan/flops.h"
 #include "core/error.h"
+#include "core/files.h"
+#include "core/plan/device_profile.h"
+#include "core/plan/flops.h"
 #include "core/text.h"
 #include "train/device.h"
 

@@ -17,10 +17,10 @@
 #include "model/gpt.h"
 #include "model/sampling.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/tensors.h"
-#include "train/device.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/tensors.h"
 #include "train/data/tokenizer.h"
+#include "train/device.h"
 
 using namespace trident;
 

@@ -20,8 +20,8 @@
 
 #include "core/command_line.h"
 #include "core/config.h"
-#include "core/plan/device_profile.h"
 #include "core/error.h"
+#include "core/plan/device_profile.h"
 #include "core/plan/largest_model.h"
 #include "core/plan/planner.h"
 #include "core/text.h"

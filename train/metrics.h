@@ -11,8 +11,8 @@
 #include <string>
 
 #include "core/config.h"
-#include "core/plan/flops.h"
 #include "core/layout.h"
+#include "core/plan/flops.h"
 
 namespace trident {
 

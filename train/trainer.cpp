@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "core/error.h"
-#include "core/plan/flops.h"
 #include "core/logging.h"
+#include "core/plan/flops.h"
 #include "core/plan/planner.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
@@ -15,14 +15,14 @@
 #include "optim/lr_schedule.h"
 #include "optim/zero.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/context_parallel.h"
 #include "parallel/comm/failure.h"
-#include "parallel/pipeline.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/context_parallel.h"
+#include "parallel/pipeline.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/hf_gpt2.h"
 #include "train/checkpoint/tensors.h"
 #include "train/data/samples.h"
-#include "train/checkpoint/hf_gpt2.h"
 #include "train/device.h"
 
 namespace trident {
@@ -33,6 +33,9 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
       vocab_(config_.model.padded_vocab(layout_.tp_size)),
       device_(torch::kCPU),
       dtype_(weights_dtype(config_.precision)) {
+  if (cpu_world && cpu_world->size() != launch.world_size)
+    fail("Trainer was given a communicator of size ", cpu_world->size(), " but the launch has WORLD_SIZE=",
+         launch.world_size);
   log::set_process(int(launch.rank), int(launch.world_size));
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);

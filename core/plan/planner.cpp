@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "core/error.h"
-#include "core/plan/flops.h"
 #include "core/json_line.h"
+#include "core/plan/flops.h"
 #include "core/text.h"
 
 namespace trident {

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "core/config.h"
-#include "core/plan/device_profile.h"
 #include "core/layout.h"
+#include "core/plan/device_profile.h"
 
 namespace trident {
 

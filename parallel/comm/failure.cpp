@@ -8,8 +8,8 @@
 
 #include "core/error.h"
 #include "core/logging.h"
-#include "parallel/comm/communicator.h"
 #include "parallel/comm/backends.h"
+#include "parallel/comm/communicator.h"
 
 namespace trident {
 

@@ -13,8 +13,8 @@
 #include "core/layout.h"
 #include "optim/zero.h"
 #include "parallel/comm/failure.h"
-#include "train/checkpoint/tensors.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/tensors.h"
 
 namespace fs = std::filesystem;
 

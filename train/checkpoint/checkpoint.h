@@ -16,8 +16,8 @@
 
 #include "core/config.h"
 #include "optim/loss_scaler.h"
-#include "parallel/parameter_role.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/parameter_role.h"
 #include "train/checkpoint/manifest.h"
 
 namespace trident {

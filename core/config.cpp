@@ -54,6 +54,27 @@ const std::vector<Recompute>& values_of() {
   return values;
 }
 
+template <>
+const std::vector<Normalization>& values_of() {
+  static const std::vector<Normalization> values = {Normalization::layernorm, Normalization::rmsnorm};
+  return values;
+}
+template <>
+const std::vector<PositionEmbeddingType>& values_of() {
+  static const std::vector<PositionEmbeddingType> values = {PositionEmbeddingType::learned, PositionEmbeddingType::rope};
+  return values;
+}
+template <>
+const std::vector<Activation>& values_of() {
+  static const std::vector<Activation> values = {Activation::gelu, Activation::swiglu};
+  return values;
+}
+template <>
+const std::vector<RopeScaling>& values_of() {
+  static const std::vector<RopeScaling> values = {RopeScaling::none, RopeScaling::llama3};
+  return values;
+}
+
 // ---- The schema. ----
 
 // Upper bounds on the model's shape: far beyond any real model, and low enough that parameter
@@ -121,6 +142,17 @@ const std::vector<Field>& schema() {
             fraction_below_one()),
       field("model.init_method_std", TRIDENT_MEMBER(model.init_method_std), positive_number()),
       field("model.layernorm_epsilon", TRIDENT_MEMBER(model.layernorm_epsilon), positive_number()),
+      enum_field<Normalization>("model.normalization", TRIDENT_MEMBER(model.normalization)),
+      enum_field<PositionEmbeddingType>("model.position_embedding_type", TRIDENT_MEMBER(model.position_embedding_type)),
+      field("model.rope_theta", TRIDENT_MEMBER(model.rope_theta), positive_number()),
+      enum_field<RopeScaling>("model.rope_scaling", TRIDENT_MEMBER(model.rope_scaling)),
+      enum_field<Activation>("model.activation", TRIDENT_MEMBER(model.activation)),
+      field("model.num_query_groups", TRIDENT_MEMBER(model.num_query_groups),
+            Rule<int64_t>{"a positive integer, or 0 for one per attention head",
+                          [](const int64_t& v) { return v >= 0 && v <= kMaxWidth; }}),
+      field("model.add_bias_linear", TRIDENT_MEMBER(model.add_bias_linear), any<bool>("true or false")),
+      field("model.untie_embeddings_and_output_weights", TRIDENT_MEMBER(model.untie_embeddings_and_output_weights),
+            any<bool>("true or false")),
 
       field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), between(1, kMaxWidth)),
       field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
@@ -178,7 +210,7 @@ const std::vector<Field>& schema() {
       field("train.keep_checkpoints", TRIDENT_MEMBER(train.keep_checkpoints), at_least(1)),
       field("train.resume", TRIDENT_MEMBER(train.resume), any<bool>("true or false")),
       field("train.init_from", TRIDENT_MEMBER(train.init_from),
-            any<std::string>("a folder with a Hugging Face GPT-2 model.safetensors and config.json")),
+            any<std::string>("a Hugging Face GPT-2 or Llama folder (config.json and safetensors)")),
       field("train.metrics_file", TRIDENT_MEMBER(train.metrics_file), any<std::string>("a file")),
       field("train.device", TRIDENT_MEMBER(train.device), one_of({"cpu", "cuda"})),
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
@@ -251,13 +283,41 @@ const char* name(Recompute value) {
   return "?";
 }
 
+const char* name(Normalization value) { return value == Normalization::layernorm ? "layernorm" : "rmsnorm"; }
+const char* name(PositionEmbeddingType value) { return value == PositionEmbeddingType::learned ? "learned" : "rope"; }
+const char* name(Activation value) { return value == Activation::gelu ? "gelu" : "swiglu"; }
+const char* name(RopeScaling value) { return value == RopeScaling::none ? "none" : "llama3"; }
+
 std::ostream& operator<<(std::ostream& out, Precision value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, Normalization value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, Activation value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, RopeScaling value) { return out << name(value); }
 
 int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
   int64_t multiple = make_vocab_size_divisible_by * tp_size;
   return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+std::string ModelConfig::non_gpt2_setting() const {
+  if (normalization != Normalization::layernorm) return str("model.normalization=", normalization);
+  if (position_embedding_type != PositionEmbeddingType::learned)
+    return str("model.position_embedding_type=", position_embedding_type);
+  if (activation != Activation::gelu) return str("model.activation=", activation);
+  if (query_groups() != num_attention_heads) return str("model.num_query_groups=", num_query_groups);
+  if (!add_bias_linear) return "model.add_bias_linear=false";
+  if (untie_embeddings_and_output_weights) return "model.untie_embeddings_and_output_weights=true";
+  return "";
+}
+
+std::string ModelConfig::non_llama_setting() const {
+  if (normalization != Normalization::rmsnorm) return str("model.normalization=", normalization);
+  if (position_embedding_type != PositionEmbeddingType::rope)
+    return str("model.position_embedding_type=", position_embedding_type);
+  if (activation != Activation::swiglu) return str("model.activation=", activation);
+  return "";
 }
 
 std::vector<std::string> Config::keys() {
@@ -309,6 +369,18 @@ void Config::validate() const {
   if (m.hidden_size % m.num_attention_heads != 0)
     fail("model.hidden_size (", m.hidden_size, ") must be divisible by model.num_attention_heads (",
          m.num_attention_heads, ")");
+  if (m.num_attention_heads % m.query_groups() != 0)
+    fail("model.num_attention_heads (", m.num_attention_heads, ") must be divisible by model.num_query_groups (",
+         m.num_query_groups, ")");
+  const bool rope = m.position_embedding_type == PositionEmbeddingType::rope;
+  if (rope && m.head_dim() % 2 != 0)
+    fail("model.position_embedding_type=rope rotates pairs of channels: the head size (model.hidden_size / ",
+         "model.num_attention_heads = ", m.head_dim(), ") must be even");
+  if (!rope && m.rope_scaling != RopeScaling::none)
+    fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
+  if (!train.init_from.empty() && !m.non_gpt2_setting().empty() && !m.non_llama_setting().empty())
+    fail("train.init_from reads Hugging Face GPT-2 and Llama models, but ", m.non_gpt2_setting(),
+         " is not GPT-2's architecture and ", m.non_llama_setting(), " not Llama's");
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

@@ -18,12 +18,25 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
 enum class Recompute { none, selective, full };
+// The architecture's choices: GPT-2 is the first of each, Llama the second.
+enum class Normalization { layernorm, rmsnorm };
+enum class PositionEmbeddingType { learned, rope };  // learned absolute positions, or rotary (Su et al. 2021)
+enum class Activation { gelu, swiglu };          // MLP: down(gelu(up x)), or down(silu(gate x) * up x)
+enum class RopeScaling { none, llama3 };          // Llama 3.1's frequency scaling of RoPE
 const char* name(Precision value);
 const char* name(Schedule value);
 const char* name(Recompute value);
+const char* name(Normalization value);
+const char* name(PositionEmbeddingType value);
+const char* name(Activation value);
+const char* name(RopeScaling value);
 std::ostream& operator<<(std::ostream& out, Precision value);
 std::ostream& operator<<(std::ostream& out, Schedule value);
 std::ostream& operator<<(std::ostream& out, Recompute value);
+std::ostream& operator<<(std::ostream& out, Normalization value);
+std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value);
+std::ostream& operator<<(std::ostream& out, Activation value);
+std::ostream& operator<<(std::ostream& out, RopeScaling value);
 // 16-bit weights and activations beside fp32 main weights and fp32 gradient accumulation.
 inline bool mixed(Precision precision) { return precision == Precision::bf16 || precision == Precision::fp16; }
 
@@ -38,10 +51,28 @@ struct ModelConfig {
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   double init_method_std = 0.02;
-  double layernorm_epsilon = 1e-5;
+  double layernorm_epsilon = 1e-5;  // of either normalization
+  // The architecture (Megatron's names); the defaults are GPT-2's.
+  Normalization normalization = Normalization::layernorm;
+  PositionEmbeddingType position_embedding_type = PositionEmbeddingType::learned;
+  double rope_theta = 10000;  // RoPE's base: inv_freq[i] = theta^(-2i / head_dim)
+  RopeScaling rope_scaling = RopeScaling::none;
+  Activation activation = Activation::gelu;
+  int64_t num_query_groups = 0;  // key/value heads (grouped-query attention); 0: one per query head
+  bool add_bias_linear = true;   // biases on the attention and MLP projections
+  bool untie_embeddings_and_output_weights = false;  // an output head of its own
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  // Rows of the fused QKV projection: the query heads, then one key and one value head per group.
+  int64_t qkv_rows() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
+  // The first architecture key set otherwise than GPT-2 has it ("model.activation=swiglu"), or ""
+  // for a GPT-2: what Hugging Face's GPT2LMHeadModel can hold.
+  std::string non_gpt2_setting() const;
+  // The same for what LlamaForCausalLM can hold: RMSNorm, RoPE and SwiGLU (grouped-query
+  // attention, biases and tying as they are).
+  std::string non_llama_setting() const;
   // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tp_size.
   int64_t padded_vocab(int64_t tp_size = 1) const;
 };
@@ -104,7 +135,7 @@ struct TrainConfig {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
   bool resume = true;          // continue from checkpoint_dir/latest when it exists
-  std::string init_from;       // a Hugging Face GPT-2 folder to start from (unless resuming)
+  std::string init_from;       // a Hugging Face GPT-2 or Llama folder to start from (unless resuming)
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string device = "cpu";  // cpu | cuda
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU

@@ -21,6 +21,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   if (p.zero_stage < 0 || p.zero_stage > 3)
     return str("parallel.zero_stage must be 0, 1, 2 or 3 (got ", p.zero_stage, ")");
   for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
+                             std::pair{"model.num_query_groups", m.query_groups()},
                              std::pair{"model.hidden_size", m.hidden_size},
                              std::pair{"model.ffn_hidden_size (effective)", m.ffn()}})
     if (value % p.tensor != 0)

@@ -12,13 +12,17 @@
 namespace trident {
 namespace {
 
-LayerNorm layer_norm(const ModelConfig& config, const TensorParallel& tp) {
-  return LayerNorm(config.hidden_size, config.layernorm_epsilon, tp);
+Norm norm(const ModelConfig& config, const TensorParallel& tp) {
+  return Norm(config.normalization, config.hidden_size, config.layernorm_epsilon, tp);
 }
 
-// Causal attention over [b, heads, s, d].
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, double dropout) {
+// Causal attention of queries [b, heads, s, d] over keys and values [b, groups, s, d], each
+// group shared by heads / groups consecutive query heads.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& grouped_k,
+                               const torch::Tensor& grouped_v, double dropout) {
+  const int64_t per_group = q.size(1) / grouped_k.size(1);
+  const auto k = per_group == 1 ? grouped_k : grouped_k.repeat_interleave(per_group, 1);
+  const auto v = per_group == 1 ? grouped_v : grouped_v.repeat_interleave(per_group, 1);
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, {}, dropout, /*is_causal=*/true);
 #else
@@ -32,11 +36,27 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
 #endif
 }
 
+// Attention of new queries [b, heads, n, d] at the last n positions of keys and values
+// [b, groups, cached + n, d]: query i sees the keys up to its own position.
+torch::Tensor attention_after_cache(const torch::Tensor& q, const torch::Tensor& grouped_k,
+                                    const torch::Tensor& grouped_v) {
+  const int64_t n = q.size(2), total = grouped_k.size(2), per_group = q.size(1) / grouped_k.size(1);
+  const auto k = per_group == 1 ? grouped_k : grouped_k.repeat_interleave(per_group, 1);
+  const auto v = per_group == 1 ? grouped_v : grouped_v.repeat_interleave(per_group, 1);
+  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  if (n > 1) {  // query i (position total - n + i) sees keys 0 .. total - n + i
+    auto future = torch::ones({n, total}, q.options().dtype(torch::kBool)).triu(total - n + 1);
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  }
+  return at::matmul(scores.softmax(-1), v);
+}
+
 }  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
                                      Recompute recompute, ContextParallel cp, std::shared_ptr<DropoutStreams> streams)
-    : local_heads_(config.num_attention_heads / tp.group->size()),
+    : local_groups_(config.query_groups() / tp.group->size()),
+      heads_per_group_(config.num_attention_heads / config.query_groups()),
       head_dim_(config.head_dim()),
       dropout_(config.attention_dropout),
       recompute_core_(recompute == Recompute::selective),
@@ -50,26 +70,62 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
     return streams_->model_parallel.fork(qkv[0].device(),
                                          [&] { return causal_attention(qkv[0], qkv[1], qkv[2], p); });
   };
+  if (config.position_embedding_type == PositionEmbeddingType::rope) rotary_.emplace(config);
   const int64_t h = config.hidden_size;
-  qkv = register_module("qkv", ColumnParallelLinear(h, 3 * h, tp));
-  out = register_module("out", RowParallelLinear(h, h, tp, Init::residual));
+  const bool bias = config.add_bias_linear;
+  qkv = register_module("qkv", ColumnParallelLinear(h, config.qkv_rows(), tp, Init::normal, ColumnOutput::split, bias));
+  out = register_module("out", RowParallelLinear(h, h, tp, Init::residual, RowInput::split, bias));
+}
+
+SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, const torch::Tensor& positions) {
+  auto qkv_local = qkv(x);  // [b, s, (a + 2g) d / t]: the whole sequence, this rank's groups
+  const int64_t b = qkv_local.size(0), s = qkv_local.size(1), per_group = heads_per_group_;
+  const auto groups = qkv_local.view({b, s, local_groups_, per_group + 2, head_dim_});
+  // [b, heads or groups, s, d]; with a group per head, views of qkv_local.
+  Heads heads{groups.narrow(3, 0, per_group).flatten(2, 3).transpose(1, 2), groups.select(3, per_group).transpose(1, 2),
+              groups.select(3, per_group + 1).transpose(1, 2)};
+  if (rotary_) {
+    // Training: the tokens' places in the whole sequence, this rank's context-parallel chunks of it.
+    const auto at = positions.defined() ? positions
+                                        : context_parallel_positions(s * cp_.size(), cp_.rank(), cp_.size(),
+                                                                     qkv_local.options().dtype(torch::kLong));
+    const auto tables = rotary_->tables(at, qkv_local.scalar_type());
+    heads.q = Rotary::rotate(heads.q, tables);
+    heads.k = Rotary::rotate(heads.k, tables);
+  }
+  return heads;
+}
+
+torch::Tensor SelfAttentionImpl::output(const torch::Tensor& context) {
+  return out(context.transpose(1, 2).flatten(2, 3));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  auto qkv_local = qkv(x);  // [b, s, 3h/t]: the whole sequence, this rank's heads
-  const int64_t b = qkv_local.size(0), s = qkv_local.size(1);
-  auto heads = qkv_local.view({b, s, local_heads_, 3, head_dim_}).permute({3, 0, 2, 1, 4});
-  const std::vector<torch::Tensor> qkv_heads = {heads[0], heads[1], heads[2]};
-  auto context = recompute_core_ && is_training() ? recompute(core_, qkv_heads, *streams_) : core_(qkv_heads);
-  return out(context.transpose(1, 2).reshape({b, s, local_heads_ * head_dim_}));
+  const Heads h = project(x, torch::Tensor());
+  const std::vector<torch::Tensor> qkv_heads = {h.q, h.k, h.v};
+  return output(recompute_core_ && is_training() ? recompute(core_, qkv_heads, *streams_) : core_(qkv_heads));
+}
+
+torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& positions,
+                                                torch::Tensor& keys, torch::Tensor& values) {
+  const Heads h = project(x, positions);
+  const bool first = !keys.defined();
+  keys = first ? h.k : torch::cat({keys, h.k}, 2);
+  values = first ? h.v : torch::cat({values, h.v}, 2);
+  return output(first ? causal_attention(h.q, keys, values, 0.0) : attention_after_cache(h.q, keys, values));
 }
 
 MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
-  up = register_module("up", ColumnParallelLinear(config.hidden_size, config.ffn(), tp));
-  down = register_module("down", RowParallelLinear(config.ffn(), config.hidden_size, tp, Init::residual));
+  const int64_t h = config.hidden_size, f = config.ffn();
+  const bool bias = config.add_bias_linear;
+  if (config.activation == Activation::swiglu)
+    gate = register_module("gate", ColumnParallelLinear(h, f, tp, Init::normal, ColumnOutput::split, bias));
+  up = register_module("up", ColumnParallelLinear(h, f, tp, Init::normal, ColumnOutput::split, bias));
+  down = register_module("down", RowParallelLinear(f, h, tp, Init::residual, RowInput::split, bias));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (gate) return down(at::silu(gate(x)) * up(x));
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
@@ -86,14 +142,21 @@ BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recomp
       recompute_(recompute == Recompute::full),
       streams_(std::move(streams)) {
   compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
-  ln_1 = register_module("ln_1", layer_norm(config, tp));
+  ln_1 = register_module("ln_1", norm(config, tp));
   attn = register_module("attn", SelfAttention(config, tp, recompute, cp, streams_));
-  ln_2 = register_module("ln_2", layer_norm(config, tp));
+  ln_2 = register_module("ln_2", norm(config, tp));
   mlp = register_module("mlp", MLP(config, tp));
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
   return recompute_ && is_training() ? trident::recompute(compute_, {x}, *streams_) : compute(x);
+}
+
+torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch::Tensor& positions,
+                                        torch::Tensor& keys, torch::Tensor& values) {
+  TRIDENT_CHECK(!is_training(), "a cached forward is for inference, in eval mode (no dropout)");
+  auto x = input + attn->forward_cached(ln_1(input), positions, keys, values);
+  return x + mlp(ln_2(x));
 }
 
 torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
@@ -104,15 +167,19 @@ torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
                  Recompute recompute, ContextParallel cp)
     : config_(config), tp_(std::move(tp)), stage_(stage), cp_(std::move(cp)) {
-  TRIDENT_CHECK(config.num_attention_heads % tp_.group->size() == 0, "model.num_attention_heads (",
-                config.num_attention_heads, ") must be divisible by the tensor-parallel size ", tp_.group->size());
+  TRIDENT_CHECK(config.query_groups() % tp_.group->size() == 0, "model.num_query_groups (", config.query_groups(),
+                ") must be divisible by the tensor-parallel size ", tp_.group->size());
   if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
-  if (stage_.embedding || stage_.head)
-    wte = register_module("wte", VocabParallelEmbedding(vocab, config.hidden_size, tp_, stage_.tied_embedding()));
-  if (stage_.embedding) wpe = register_module("wpe", PositionEmbedding(config.seq_length, config.hidden_size));
+  const int64_t h = config.hidden_size;
+  const bool tied = !config.untie_embeddings_and_output_weights;
+  if (stage_.embedding || (stage_.head && tied))
+    wte = register_module("wte", VocabParallelEmbedding(vocab, h, tp_, tied ? stage_.tied_embedding() : Tied::no));
+  if (stage_.embedding && config.position_embedding_type == PositionEmbeddingType::learned)
+    wpe = register_module("wpe", PositionEmbedding(config.seq_length, h));
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
     blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute, cp_, streams_)));
-  if (stage_.head) ln_f = register_module("ln_f", layer_norm(config, tp_));
+  if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));
+  if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
@@ -120,8 +187,8 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   torch::Tensor x = input;
   if (gathered_) gathered_->acquire(rest_unit());
   if (stage_.embedding) {
-    auto positions = context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options());
-    x = wte(input) + wpe(positions);
+    x = wte(input);
+    if (wpe) x = x + wpe(context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options()));
     if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
     x = dropout(x, config_.hidden_dropout, is_training(), hidden_stream(*streams_, tp_));
   }
@@ -137,9 +204,26 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   }
   if (!stage_.head) return x;
   x = ln_f(x);
-  // The head is the vocabulary-parallel embedding again: each rank scores its slice.
+  // The head is vocabulary-parallel (the embedding again when tied): each rank scores its slice.
   x = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
-  return torch::nn::functional::linear(x, wte->weight);
+  return torch::nn::functional::linear(x, lm_head ? lm_head->weight : wte->weight);
+}
+
+torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache) {
+  TRIDENT_CHECK(tp_.group->size() == 1 && cp_.size() == 1 && stage_.embedding && stage_.head && !gathered_,
+                "a cached forward runs a whole model in one process");
+  const int64_t n = input.size(1);
+  if (cache.tokens + n > config_.seq_length)
+    fail("a cached forward of ", n, " tokens after ", cache.tokens, " would take positions up to ", cache.tokens + n,
+         ", which exceed model.seq_length=", config_.seq_length);
+  const auto positions = torch::arange(cache.tokens, cache.tokens + n, input.options());
+  cache.keys.resize(blocks.size());
+  cache.values.resize(blocks.size());
+  auto x = wte(input);
+  if (wpe) x = x + wpe(positions);
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward_cached(x, positions, cache.keys[i], cache.values[i]);
+  cache.tokens += n;
+  return torch::nn::functional::linear(ln_f(x), lm_head ? lm_head->weight : wte->weight);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets) {

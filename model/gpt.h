@@ -1,22 +1,33 @@
-// GPT-2 / Megatron-style decoder: learned positions, pre-LayerNorm blocks, causal attention,
-// GELU MLP, final LayerNorm, output head tied to the token embedding; tensor- and
-// sequence-parallel over a given group (a group of one is the plain model).
+// A pre-norm decoder, GPT-2's or Llama's (model.* chooses, core/config.h): learned positions or
+// RoPE, LayerNorm or RMSNorm, causal attention with one key/value head per query head or per
+// group of them, a GELU or SwiGLU MLP, biases or none, an output head tied to the token
+// embedding or its own; tensor- and sequence-parallel over a given group (a group of one is the
+// plain model).
 #pragma once
 
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/config.h"
 #include "model/dropout.h"
 #include "model/layers.h"
 #include "model/recompute.h"
+#include "model/rotary.h"
 #include "parallel/context_parallel.h"
 #include "parallel/sharded_parameters.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
+
+// The keys and values of the tokens a model has seen, layer by layer, for generation one token
+// at a time: each new token's forward attends to them instead of recomputing them.
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // per block: [b, groups, tokens, head_dim]
+  int64_t tokens = 0;                       // positions 0 .. tokens - 1 are held
+};
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:
@@ -26,14 +37,32 @@ class SelfAttentionImpl : public torch::nn::Module {
   SelfAttentionImpl(const SelfAttentionImpl&) = delete;
   SelfAttentionImpl& operator=(const SelfAttentionImpl&) = delete;
   torch::Tensor forward(const torch::Tensor& x);  // [b, s/c(/t with SP), h] -> same
+  // New tokens [b, n, h] at `positions` [n], following the cached ones, whose keys and values
+  // ([b, g, cached, d], undefined when none) gain theirs. One rank, no context parallelism.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& keys,
+                               torch::Tensor& values);
 
-  // QKV output rows are laid out [head][q|k|v][head_dim], so a contiguous slice of rows is a
-  // contiguous group of whole heads: column-parallel gives each rank heads / t heads.
+  // QKV output rows are laid out by key/value group, each group its query heads, then its key
+  // head, then its value head (Megatron's layout):
+  //
+  //   [ group 0: q_0 .. q_{a/g-1} | k | v ][ group 1: ... ] ...   each slot head_dim rows
+  //
+  // so a contiguous slice of rows is whole groups: column-parallel gives each rank g / t groups
+  // and their a / t query heads. With a group per head (g = a) this is [head][q|k|v].
   ColumnParallelLinear qkv{nullptr};
   RowParallelLinear out{nullptr};
 
  private:
-  int64_t local_heads_, head_dim_;
+  struct Heads {
+    torch::Tensor q, k, v;  // [b, heads, s, d] and [b, groups, s, d]
+  };
+  // x's queries, keys and values, the queries and keys rotated with RoPE at `positions`
+  // (undefined: this rank's context-parallel chunks of the sequence, as in training).
+  Heads project(const torch::Tensor& x, const torch::Tensor& positions);
+  torch::Tensor output(const torch::Tensor& context);  // [b, heads, s, d] -> [b, s, h]
+
+  int64_t local_groups_, heads_per_group_, head_dim_;
+  std::optional<Rotary> rotary_;
   double dropout_;
   bool recompute_core_;
   ContextParallel cp_;
@@ -42,11 +71,13 @@ class SelfAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SelfAttention);
 
+// GELU: down(gelu(up x)). SwiGLU (Shazeer 2020): down(silu(gate x) * up x), gate and up each
+// column-parallel (ffn / t rows per rank).
 class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& config, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x);
-  ColumnParallelLinear up{nullptr};
+  ColumnParallelLinear gate{nullptr}, up{nullptr};  // gate: SwiGLU only
   RowParallelLinear down{nullptr};
 };
 TORCH_MODULE(MLP);
@@ -59,7 +90,10 @@ class BlockImpl : public torch::nn::Module {
   BlockImpl(const BlockImpl&) = delete;
   BlockImpl& operator=(const BlockImpl&) = delete;
   torch::Tensor forward(torch::Tensor x);
-  LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  // In eval mode, with the attention's cache (SelfAttentionImpl::forward_cached).
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& keys,
+                               torch::Tensor& values);
+  Norm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};
 
@@ -74,9 +108,9 @@ class BlockImpl : public torch::nn::Module {
 TORCH_MODULE(Block);
 
 // The part of the model a pipeline stage (or one of its interleaved chunks) holds: contiguous
-// layers; the embeddings on the first, final LayerNorm and head on the last. The last stage of
-// a pipeline keeps its own copy of the tied embedding (same name, same initial values) whose
-// gradient is summed with the first stage's.
+// layers; the embeddings on the first, final norm and head on the last. With a tied head the
+// last stage of a pipeline keeps its own copy of the embedding (same name, same initial values)
+// whose gradient is summed with the first stage's.
 struct Stage {
   int64_t first_layer = 0;
   int64_t num_layers = -1;  // -1: all layers
@@ -88,7 +122,7 @@ struct Stage {
   static Stage of(int64_t index, int64_t count, int64_t layers) {
     return {index * layers, layers, index == 0, index == count - 1};
   }
-  // The tied embedding this stage holds: none when it holds both ends of the model.
+  // The tied embedding this stage holds (when the head is tied): none when it holds both ends.
   Tied tied_embedding() const { return embedding && head ? Tied::no : embedding ? Tied::owner : Tied::copy; }
 };
 
@@ -104,6 +138,10 @@ class GPTImpl : public torch::nn::Module {
   // [b, s/c(/t with SP), h] -> logits [b, s/c, vocab / t] on the last stage (this rank's
   // vocabulary slice), else activations for the next stage.
   torch::Tensor forward(const torch::Tensor& input);
+  // Inference on a whole model in one process: tokens [b, n] that follow the `cache.tokens`
+  // ones `cache` holds -> their logits [b, n, vocab], the cache extended by them. The positions
+  // must stay below model.seq_length.
+  torch::Tensor forward_cached(const torch::Tensor& input, KvCache& cache);
   // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
   torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets);
 
@@ -126,10 +164,13 @@ class GPTImpl : public torch::nn::Module {
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
 
-  VocabParallelEmbedding wte{nullptr};
-  PositionEmbedding wpe{nullptr};
-  std::vector<Block> blocks;  // registered as "h<global layer index>"
-  LayerNorm ln_f{nullptr};
+  VocabParallelEmbedding wte{nullptr};  // on the first stage; on the last too when tied to the head
+  PositionEmbedding wpe{nullptr};        // learned positions only
+  std::vector<Block> blocks;             // registered as "h<global layer index>"
+  Norm ln_f{nullptr};
+  VocabParallelEmbedding lm_head{nullptr};  // an untied head's own weights, [vocab / t, h]
+
+  const ModelConfig& config() const { return config_; }
 
  private:
   ModelConfig config_;

@@ -2,24 +2,27 @@
 // holds them whole (parallel/parameter_role.h).
 #pragma once
 
+#include "core/config.h"
 #include "parallel/parameter_role.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
 
-// LayerNorm over the last dimension. With sequence parallelism each rank normalises its part of
-// the sequence, so its gradients are partial sums over the TP group.
-class LayerNormImpl : public ParallelModule {
+// LayerNorm (weight and bias) or RMSNorm (weight only, Zhang and Sennrich 2019) over the last
+// dimension. With sequence parallelism each rank normalises its part of the sequence, so its
+// gradients are partial sums over the TP group.
+class NormImpl : public ParallelModule {
  public:
-  LayerNormImpl(int64_t hidden, double epsilon, const TensorParallel& tp);
+  NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight, bias;
+  torch::Tensor weight, bias;  // no bias for RMSNorm
 
  private:
+  Normalization kind_;
   int64_t hidden_;
   double epsilon_;
 };
-TORCH_MODULE(LayerNorm);
+TORCH_MODULE(Norm);
 
 // Learned position embeddings, looked up (and their gradients whole) before any
 // sequence-parallel split.

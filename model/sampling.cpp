@@ -27,14 +27,21 @@ std::vector<int64_t> generate_tokens(GPT& model, int64_t vocab_size, const std::
   model->eval();
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   const auto device = model->parameters().front().device();
-  const int64_t context = model->wpe->weight.size(0);  // model.seq_length positions
+  const int64_t context = model->config().seq_length;
+  // The cache holds tokens[window, window + cache.tokens); each step feeds what it lacks. Once
+  // the text outgrows the context the window slides, and the window is run again from scratch.
+  KvCache cache;
+  int64_t window = 0;
   std::vector<int64_t> tokens = prompt, added;
   while (int64_t(added.size()) < options.max_tokens) {
     const int64_t start = std::max<int64_t>(0, int64_t(tokens.size()) - context);
-    const auto ids = torch::tensor(std::vector<int64_t>(tokens.begin() + start, tokens.end()), torch::kLong)
-                         .view({1, -1})
-                         .to(device);
-    const auto logits = model->forward(ids)[0][-1].narrow(0, 0, vocab_size).cpu();
+    if (start != window || !options.kv_cache) {
+      cache = KvCache{};
+      window = start;
+    }
+    const auto fed = tokens.begin() + window + cache.tokens;
+    const auto ids = torch::tensor(std::vector<int64_t>(fed, tokens.end()), torch::kLong).view({1, -1}).to(device);
+    const auto logits = model->forward_cached(ids, cache)[0][-1].narrow(0, 0, vocab_size).cpu();
     const int64_t next = choose_token(logits, options.temperature, options.top_k, generator);
     if (next == options.stop_token) break;
     tokens.push_back(next);
@@ -45,7 +52,7 @@ std::vector<int64_t> generate_tokens(GPT& model, int64_t vocab_size, const std::
 }
 
 torch::Tensor score_tokens(GPT& model, int64_t vocab_size, const std::vector<int64_t>& tokens) {
-  const int64_t context = model->wpe->weight.size(0);
+  const int64_t context = model->config().seq_length;
   if (tokens.empty() || int64_t(tokens.size()) > context)
     fail("scoring takes 1 to model.seq_length=", context, " tokens, got ", tokens.size());
   torch::NoGradGuard no_grad;

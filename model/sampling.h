@@ -1,6 +1,7 @@
 // Text generation from a whole model in one process: the next token drawn from the last
-// position's logits, again and again. Each token re-runs the model over its context (at most
-// model.seq_length tokens, the latest ones); there is no KV cache.
+// position's logits, again and again. A KV cache (model/gpt.h) keeps every layer's keys and
+// values, so that each new token is one forward of one position; once the text is longer than
+// model.seq_length, each token re-runs the model over the latest model.seq_length tokens.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -20,6 +21,7 @@ struct SamplingOptions {
   int64_t top_k = 0;         // draw among the k most likely only; 0: among all
   uint64_t seed = 1234;
   int64_t stop_token = -1;   // ends the text when drawn (not returned); -1: none
+  bool kv_cache = true;      // false: every token re-runs the model over its whole context
 };
 
 // The next token from logits [vocab]: the arg max at temperature 0 (or top_k 1), else a draw

@@ -71,6 +71,15 @@ class BlockDropout {
   RandomStream stream_;
 };
 
+// Keys or values [b, groups, n, d] repeated for the `per_group` query heads that share each.
+torch::Tensor for_queries(const torch::Tensor& t, int64_t per_group) {
+  return per_group == 1 ? t : t.repeat_interleave(per_group, 1);
+}
+// The gradient of for_queries' output [b, groups * per_group, n, d] summed back to the groups.
+torch::Tensor to_groups(const torch::Tensor& grad, int64_t per_group) {
+  return per_group == 1 ? grad : grad.reshape({grad.size(0), -1, per_group, grad.size(2), grad.size(3)}).sum(2);
+}
+
 // One chunk of a local tensor [b, heads, 2n, d] along the sequence.
 torch::Tensor chunk(const torch::Tensor& t, int local) {
   const int64_t n = t.size(2) / 2;
@@ -110,6 +119,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto dtype = compute_dtype(q_in);
     const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+    const int64_t per_group = q.size(1) / k.size(1);
     std::array<torch::Tensor, 2> out, lse;  // per local query chunk
     for (int a : {0, 1}) {
       out[a] = torch::zeros_like(chunk(q, a));
@@ -118,10 +128,10 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     walk_ring(
         *group, torch::stack({k, v}),
         [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
-          const auto scores = block_scores(chunk(q, a), chunk(kv[0], b), scale, seen);
+          const auto scores = block_scores(chunk(q, a), for_queries(chunk(kv[0], b), per_group), scale, seen);
           const auto block_lse = scores.logsumexp(-1);
           const auto probs = masks.apply((scores - block_lse.unsqueeze(-1)).exp());
-          const auto block_out = at::matmul(probs, chunk(kv[1], b));
+          const auto block_out = at::matmul(probs, for_queries(chunk(kv[1], b), per_group));
           const auto merged = torch::logaddexp(lse[a], block_lse);
           out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
           lse[a] = merged;
@@ -143,6 +153,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const double dropout = ctx->saved_data["dropout"].toDouble();
     BlockDropout masks(dropout, dropout > 0 ? ctx->saved_data["rng"].toTensor() : torch::Tensor());
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+    const int64_t per_group = q.size(1) / saved[1].size(1);
     // The softmax gradient's row term: sum_j P_ij dP_ij = rowsum(dO * O).
     const torch::Tensor delta = (grad_out * output).sum(-1);
     torch::Tensor grad_q = torch::zeros_like(q);
@@ -151,18 +162,19 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     walk_ring(
         *group, kv,
         [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
-          const auto qa = chunk(q, a), ka = chunk(kv[0], b), va = chunk(kv[1], b), dout = chunk(grad_out, a);
+          const auto qa = chunk(q, a), dout = chunk(grad_out, a);
+          const auto ka = for_queries(chunk(kv[0], b), per_group), va = for_queries(chunk(kv[1], b), per_group);
           const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
           // With dropout: O = (P * Z) V for the scaled mask Z, so dV = (P * Z)^T dO and
           // dP = (dO V^T) * Z; delta = rowsum(dO * O) = sum_j P_ij dP_ij still holds.
           const auto mask = masks.draw(probs);
           const auto kept = mask.defined() ? probs * mask : probs;
-          chunk(grad_kv[1], b).add_(at::matmul(kept.transpose(-2, -1), dout));
+          chunk(grad_kv[1], b).add_(to_groups(at::matmul(kept.transpose(-2, -1), dout), per_group));
           auto grad_probs = at::matmul(dout, va.transpose(-2, -1));
           if (mask.defined()) grad_probs = grad_probs * mask;
           const auto grad_scores = probs * (grad_probs - chunk(delta.unsqueeze(-1), a));
           chunk(grad_q, a).add_(at::matmul(grad_scores, ka) * scale);
-          chunk(grad_kv[0], b).add_(at::matmul(grad_scores.transpose(-2, -1), qa) * scale);
+          chunk(grad_kv[0], b).add_(to_groups(at::matmul(grad_scores.transpose(-2, -1), qa) * scale, per_group));
         },
         // After the last step the gradients in hand are the next rank's own: one more shift.
         [&] { grad_kv = RingShift(*group, grad_kv).wait(); });
@@ -189,6 +201,9 @@ torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size,
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const ContextParallel& cp, double dropout, RandomStream* stream) {
   TRIDENT_CHECK(q.dim() == 4 && q.size(2) % 2 == 0, "ring attention takes [b, heads, 2n, d] queries, got ", q.sizes());
+  TRIDENT_CHECK(k.sizes() == v.sizes() && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+                "ring attention takes keys and values of a number of heads dividing the queries', got ", k.sizes(),
+                " and ", v.sizes(), " for ", q.sizes());
   TRIDENT_CHECK(dropout == 0 || stream, "ring attention with dropout needs a random stream");
   return RingAttention::apply(q, k, v, cp.group.get(), dropout, stream);
 }

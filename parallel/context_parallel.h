@@ -42,7 +42,9 @@ torch::Tensor context_parallel_slice(const torch::Tensor& x, int64_t dim, int ra
 torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size, torch::TensorOptions options);
 
 // Causal attention of this rank's queries [b, heads, s/c, d] over the whole sequence's keys and
-// values, each rank holding its two chunks of q, k and v. Differentiable; collective over
+// values [b, groups, s/c, d] (grouped-query attention when groups < heads: each group serves
+// heads / groups consecutive query heads, and travels the ring once, not once per head), each
+// rank holding its two chunks of q, k and v. Differentiable; collective over
 // `cp.group` (which must outlive the backward pass). 16-bit inputs are computed in fp32.
 // `dropout` > 0 drops attention probabilities with masks drawn block by block from `stream`;
 // backward draws them again from the stream's state at the start of forward.

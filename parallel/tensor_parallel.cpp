@@ -106,12 +106,13 @@ torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Commun
 }
 
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp,
-                                                   Init init, ColumnOutput output)
+                                                   Init init, ColumnOutput output, bool with_bias)
     : tp_(std::move(tp)), output_(output) {
   const int64_t local = divide(out, tp_.group->size(), "a column-parallel layer's output size");
   weight = register_parameter("weight", torch::empty({local, in}), ParameterRole::split(0).with_init(init));
-  bias = register_parameter("bias", torch::zeros({local}),
-                            ParameterRole::split(0).with_init(Init::zeros).without_decay());
+  if (with_bias)
+    bias = register_parameter("bias", torch::zeros({local}),
+                              ParameterRole::split(0).with_init(Init::zeros).without_decay());
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
@@ -122,15 +123,16 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init,
-                                             RowInput input)
+                                             RowInput input, bool with_bias)
     : tp_(std::move(tp)), input_(input) {
   TRIDENT_CHECK(!tp_.sequence_parallel || input_ != RowInput::whole,
                 "a row-parallel layer with sequence parallelism needs its input already split");
   const int64_t local = divide(in, tp_.group->size(), "a row-parallel layer's input size");
   weight = register_parameter("weight", torch::empty({out, local}), ParameterRole::split(1).with_init(init));
-  bias = register_parameter(
-      "bias", torch::zeros({out}),
-      ParameterRole::whole().with_init(Init::zeros).without_decay().sequence_parallel_when(tp_.sequence_parallel));
+  if (with_bias)
+    bias = register_parameter(
+        "bias", torch::zeros({out}),
+        ParameterRole::whole().with_init(Init::zeros).without_decay().sequence_parallel_when(tp_.sequence_parallel));
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
@@ -141,7 +143,7 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   auto partial = torch::nn::functional::linear(input, weight);
   auto y = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                  : reduce_from_tensor_parallel(partial, tp);
-  return y + bias;
+  return bias.defined() ? y + bias : y;
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp,

@@ -45,9 +45,9 @@ enum class RowInput { split, whole };
 class ColumnParallelLinearImpl : public ParallelModule {
  public:
   ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
-                           ColumnOutput output = ColumnOutput::split);
+                           ColumnOutput output = ColumnOutput::split, bool with_bias = true);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight, bias;  // [out/t, in], [out/t]
+  torch::Tensor weight, bias;  // [out/t, in], [out/t] (undefined without bias)
 
  private:
   TensorParallel tp_;
@@ -62,9 +62,9 @@ TORCH_MODULE(ColumnParallelLinear);
 class RowParallelLinearImpl : public ParallelModule {
  public:
   RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
-                        RowInput input = RowInput::split);
+                        RowInput input = RowInput::split, bool with_bias = true);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight, bias;  // [out, in/t], [out]
+  torch::Tensor weight, bias;  // [out, in/t], [out] (undefined without bias)
 
  private:
   TensorParallel tp_;

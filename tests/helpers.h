@@ -42,6 +42,20 @@ inline ModelConfig tiny_model() {
   return m;
 }
 
+// tiny_model as Llama: RMSNorm, RoPE, SwiGLU (ffn 40), 4 query heads in 2 key/value groups, no
+// biases, an untied head.
+inline ModelConfig tiny_llama() {
+  ModelConfig m = tiny_model();
+  m.normalization = Normalization::rmsnorm;
+  m.position_embedding_type = PositionEmbeddingType::rope;
+  m.activation = Activation::swiglu;
+  m.ffn_hidden_size = 40;
+  m.num_query_groups = 2;
+  m.add_bias_linear = false;
+  m.untie_embeddings_and_output_weights = true;
+  return m;
+}
+
 // A fresh, empty directory under the system temp dir, named after the running test.
 inline std::filesystem::path scratch_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

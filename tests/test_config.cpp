@@ -102,9 +102,47 @@ TEST(Config, ZeroStagesAreZeroToThree) {
       << message;
 }
 
+TEST(Config, ArchitectureKeysTakeMegatronsNamesAndCheckTheirValues) {
+  const Config llama = Config::parse(kSynthetic, {"model.normalization=rmsnorm", "model.position_embedding_type=rope",
+                                                  "model.rope_theta=500000", "model.rope_scaling=llama3",
+                                                  "model.activation=swiglu", "model.num_query_groups=2",
+                                                  "model.add_bias_linear=false",
+                                                  "model.untie_embeddings_and_output_weights=true"});
+  EXPECT_EQ(llama.model.normalization, trident::Normalization::rmsnorm);
+  EXPECT_EQ(llama.model.position_embedding_type, trident::PositionEmbeddingType::rope);
+  EXPECT_EQ(llama.model.rope_scaling, trident::RopeScaling::llama3);
+  EXPECT_EQ(llama.model.activation, trident::Activation::swiglu);
+  EXPECT_EQ(llama.model.query_groups(), 2);
+  EXPECT_EQ(llama.model.qkv_rows(), (4 + 2 * 2) * 32);
+  EXPECT_EQ(llama.model.non_gpt2_setting(), "model.normalization=rmsnorm");
+  EXPECT_EQ(Config::parse(kSynthetic).model.query_groups(), 4);  // one per head, by default
+  EXPECT_EQ(Config::parse(kSynthetic).model.non_gpt2_setting(), "");
+
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"model.normalization=batchnorm"}, "'model.normalization': expected one of layernorm, rmsnorm"},
+      {{"model.position_embedding_type=alibi"}, "'model.position_embedding_type': expected one of learned, rope"},
+      {{"model.activation=relu"}, "'model.activation': expected one of gelu, swiglu"},
+      {{"model.rope_theta=0"}, "'model.rope_theta'"},
+      {{"model.num_query_groups=-1"}, "'model.num_query_groups': expected a positive integer, or 0"},
+      {{"model.num_query_groups=3"}, "model.num_attention_heads (4) must be divisible by model.num_query_groups (3)"},
+      {{"model.rope_scaling=llama3"}, "model.rope_scaling=llama3 needs model.position_embedding_type=rope"},
+      {{"model.position_embedding_type=rope", "model.hidden_size=12", "model.num_attention_heads=4"},
+       "the head size (model.hidden_size / model.num_attention_heads = 3) must be even"},
+      {{"model.activation=swiglu", "train.init_from=somewhere"},
+       "train.init_from reads Hugging Face GPT-2 and Llama models, but model.activation=swiglu is not GPT-2's "
+       "architecture and model.normalization=layernorm not Llama's"},
+  };
+  for (const auto& [overrides, expected] : bad) {
+    const auto message = error_of([&] { Config::parse(kSynthetic, overrides); });
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  }
+}
+
 TEST(Config, YamlRoundTripKeepsEveryKey) {
   Config c = Config::parse(kSynthetic, {"data.path=dir with space/x:y", "train.seed=42",
-                                        "optimizer.eps=1.5e-7", "parallel.sequence_parallel=true"});
+                                        "optimizer.eps=1.5e-7", "parallel.sequence_parallel=true",
+                                        "model.normalization=rmsnorm", "model.num_query_groups=2",
+                                        "model.rope_theta=500000", "model.add_bias_linear=false"});
   Config back = Config::parse(c.to_yaml());
   for (const auto& key : Config::keys()) EXPECT_EQ(back.get(key), c.get(key)) << key;
 }

@@ -71,6 +71,56 @@ TEST(Formulas, IterationFlopsMatchMegatronClosedForms) {
   EXPECT_DOUBLE_EQ(none.six_pd, 6.0 * double(gpt_parameter_count(m, 51200)) * 512 * 2048);
 }
 
+namespace {
+
+// A Llama 3 shape (Dubey et al. 2024, Table 3): 8 key/value groups of head size 128, vocabulary
+// 128256, RoPE, RMSNorm, SwiGLU, no biases, untied.
+ModelConfig llama3(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn) {
+  ModelConfig m;
+  m.num_layers = layers;
+  m.hidden_size = hidden;
+  m.num_attention_heads = heads;
+  m.num_query_groups = 8;
+  m.ffn_hidden_size = ffn;
+  m.seq_length = 8192;
+  m.vocab_size = 128256;
+  m.normalization = Normalization::rmsnorm;
+  m.position_embedding_type = PositionEmbeddingType::rope;
+  m.activation = Activation::swiglu;
+  m.add_bias_linear = false;
+  m.untie_embeddings_and_output_weights = true;
+  return m;
+}
+
+}  // namespace
+
+// The parameter counts of Meta's released checkpoints (the sums of their tensors' sizes).
+TEST(Formulas, LlamaThreeParameterCountsAreTheReleasedOnes) {
+  // 8B by hand: per layer q and o 2 x 4096^2, k and v 2 x 4096 x 1024, SwiGLU 3 x 4096 x 14336,
+  // two RMSNorms 2 x 4096: 218112000; x 32, plus embedding and head 2 x 128256 x 4096 and the
+  // final norm 4096.
+  EXPECT_EQ(gpt_parameter_count(llama3(32, 4096, 32, 14336), 128256), 218112000LL * 32 + 2LL * 128256 * 4096 + 4096);
+  EXPECT_EQ(gpt_parameter_count(llama3(32, 4096, 32, 14336), 128256), 8030261248LL);
+  EXPECT_EQ(gpt_parameter_count(llama3(80, 8192, 64, 28672), 128256), 70553706496LL);
+  EXPECT_EQ(gpt_parameter_count(llama3(126, 16384, 128, 53248), 128256), 405853388800LL);
+}
+
+TEST(Formulas, GroupedQueryAttentionAndSwigluFlopsByHand) {
+  // h 16, 4 heads in 2 groups (d 4), SwiGLU of 40, s 8, V 64, 2 layers, one sequence. Per layer
+  // forward: QKV and out 2 s h ((4 + 2 x 2) 4 + 16) = 12288, SwiGLU 3 x 2 s h f = 30720,
+  // attention 4 s^2 h = 4096: 47104; logits 2 s h V = 16384; x 3 for backward.
+  ModelConfig m = llama3(2, 16, 4, 40);
+  m.num_query_groups = 2;
+  m.seq_length = 8;
+  const IterationFlops flops = iteration_flops(m, 64, 1, Recompute::none);
+  EXPECT_DOUBLE_EQ(flops.model, 3.0 * (2 * 47104 + 16384));
+  EXPECT_DOUBLE_EQ(iteration_flops(m, 64, 1, Recompute::full).hardware, flops.model + 2 * 47104);
+  // 6PD: per layer 16 x 32 + 16 x 16 + 3 x 16 x 40 + 2 x 16 = 2720; 2 layers, embedding and
+  // head 2 x 64 x 16, final norm 16: 7504 parameters, 8 tokens.
+  EXPECT_EQ(gpt_parameter_count(m, 64), 7504);
+  EXPECT_DOUBLE_EQ(flops.six_pd, 6.0 * 7504 * 8);
+}
+
 TEST(Formulas, KnownPeaks) {
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", Precision::bf16), 989.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe", Precision::bf16), 756.0);

@@ -67,6 +67,9 @@ TEST(Layout, ErrorsNameTheKeys) {
   EXPECT_NE(message.find("world size 6 is not divisible by parallel.tensor * parallel.context * parallel.pipeline "
                          "= 2 * 2 * 1 = 4"),
             std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"model.num_query_groups=2", "parallel.tensor=4"}), 4); });
+  EXPECT_NE(message.find("model.num_query_groups (2) must be divisible by parallel.tensor (4)"), std::string::npos)
+      << message;
   message = error_of([] {  // a Config built in C++ has not passed Config::set's range check
     Config built = config({});
     built.parallel.zero_stage = 4;

@@ -12,6 +12,7 @@ using namespace trident;
 
 namespace {
 
+using trident::testing::tiny_llama;
 using trident::testing::tiny_model;
 
 GPT make(const ModelConfig& m, torch::Dtype dtype = torch::kFloat, uint64_t seed = 7) {
@@ -41,11 +42,15 @@ TEST(Model, ForwardAndBackwardShapes) {
 }
 
 TEST(Model, ParameterCountMatchesFormula) {
-  const ModelConfig m = tiny_model();
-  GPT model = make(m);
-  int64_t count = 0;
-  for (const auto& p : model->parameters()) count += p.numel();
-  EXPECT_EQ(count, gpt_parameter_count(m, m.padded_vocab()));
+  for (const ModelConfig& m : {tiny_model(), tiny_llama()}) {
+    GPT model = make(m);
+    int64_t count = 0;
+    for (const auto& p : model->parameters()) count += p.numel();
+    EXPECT_EQ(count, gpt_parameter_count(m, m.padded_vocab()));
+  }
+  // By hand, tiny_llama: per layer QKV 16 x (4 + 2 x 2) x 4 = 512, out 256, MLP 3 x 16 x 40 = 1920,
+  // two RMSNorms 32: 2720; two layers 5440, embedding and head 2 x 64 x 16 = 2048, final norm 16.
+  EXPECT_EQ(gpt_parameter_count(tiny_llama(), 64), 5440 + 2048 + 16);
 }
 
 TEST(Model, InitializationIsAFunctionOfSeedAndName) {
@@ -80,8 +85,14 @@ TEST(Model, AttentionIsCausal) {
   EXPECT_FALSE(torch::allclose(before.narrow(1, 5, 1), after.narrow(1, 5, 1)));
 }
 
-TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
-  const ModelConfig m = tiny_model();
+namespace trident {
+void PrintTo(const ModelConfig& m, std::ostream* out) { *out << (m.non_gpt2_setting().empty() ? "GPT-2" : "Llama"); }
+}  // namespace trident
+
+class BothFamilies : public ::testing::TestWithParam<ModelConfig> {};
+
+TEST_P(BothFamilies, GradientsMatchFiniteDifferencesInFp64) {
+  const ModelConfig m = GetParam();
   GPT model = make(m, torch::kDouble);
   auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
   auto targets = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
@@ -111,11 +122,12 @@ TEST(Model, GradientsMatchFiniteDifferencesInFp64) {
   EXPECT_GT(checked, 40);
 }
 
-TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
-  ModelConfig m = tiny_model();
+TEST_P(BothFamilies, ShardedInitializationIsASliceOfTheSerialOne) {
+  const ModelConfig m = GetParam();
   GPT serial = make(m);
   auto whole = serial->named_parameters();
   for (int tp : {2, 4}) {
+    if (m.query_groups() % tp != 0) continue;
     for (int rank = 0; rank < tp; ++rank) {
       GPT shard(m, m.padded_vocab(), TensorParallel{std::make_shared<trident::testing::FakeGroup>(rank, tp)});
       shard->initialize(7);
@@ -131,8 +143,8 @@ TEST(Model, ShardedInitializationIsASliceOfTheSerialOne) {
 
 // Recomputation changes what is stored, not what is computed: with dropout on (the RNG is
 // replayed) the loss and every gradient are identical.
-TEST(Model, RecomputeGivesIdenticalGradients) {
-  ModelConfig m = tiny_model();
+TEST_P(BothFamilies, RecomputeGivesIdenticalGradients) {
+  ModelConfig m = GetParam();
   m.hidden_dropout = 0.1;
   m.attention_dropout = 0.1;
   auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
@@ -155,3 +167,105 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
       EXPECT_TRUE(torch::equal(item.value().grad(), reference[item.key()])) << item.key();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Model, BothFamilies, ::testing::Values(tiny_model(), tiny_llama()),
+                         [](const ::testing::TestParamInfo<ModelConfig>& info) {
+                           return info.param.non_gpt2_setting().empty() ? "Gpt2" : "Llama";
+                         });
+
+namespace {
+
+// Llama's forward written out head by head from the parameters, independently of the model's
+// code: RMSNorm, rotary pairs (i, i + d/2) at angle p theta^(-2i/d), grouped-query attention
+// reading the QKV rows group by group, SwiGLU, an untied head.
+torch::Tensor reference_llama_logits(const ModelConfig& m, std::map<std::string, torch::Tensor> w,
+                                     const torch::Tensor& ids) {
+  const int64_t s = ids.size(1), h = m.hidden_size, a = m.num_attention_heads, g = m.query_groups(),
+                d = m.head_dim(), r = a / g;
+  auto rms = [&](const torch::Tensor& x, const std::string& name) {
+    return x / (x.pow(2).mean(-1, true) + m.layernorm_epsilon).sqrt() * w.at(name + ".weight");
+  };
+  auto rotate = [&](const torch::Tensor& x) {  // [s, d]
+    auto out = x.clone();
+    for (int64_t p = 0; p < s; ++p)
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double angle = double(p) * std::pow(m.rope_theta, -2.0 * double(i) / double(d));
+        const auto x1 = x[p][i], x2 = x[p][i + d / 2];
+        out[p][i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+        out[p][i + d / 2] = x2 * std::cos(angle) + x1 * std::sin(angle);
+      }
+    return out;
+  };
+  auto x = w.at("wte.weight").index_select(0, ids[0]);  // [s, h], one sequence
+  const auto future = torch::ones({s, s}, torch::kBool).triu(1);
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+    const std::string L = "h" + std::to_string(layer) + ".";
+    const auto qkv = torch::matmul(rms(x, L + "ln_1"), w.at(L + "attn.qkv.weight").t());  // [s, (a + 2g) d]
+    std::vector<torch::Tensor> heads;
+    for (int64_t head = 0; head < a; ++head) {
+      const int64_t group = head / r, base = group * (r + 2) * d;
+      const auto q = rotate(qkv.narrow(1, base + (head % r) * d, d));
+      const auto k = rotate(qkv.narrow(1, base + r * d, d));
+      const auto v = qkv.narrow(1, base + (r + 1) * d, d);
+      const auto scores = torch::matmul(q, k.t()) / std::sqrt(double(d));
+      heads.push_back(torch::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), v));
+    }
+    x = x + torch::matmul(torch::cat(heads, 1), w.at(L + "attn.out.weight").t());
+    const auto y = rms(x, L + "ln_2");
+    const auto gate = torch::matmul(y, w.at(L + "mlp.gate.weight").t());
+    const auto up = torch::matmul(y, w.at(L + "mlp.up.weight").t());
+    x = x + torch::matmul(gate * torch::sigmoid(gate) * up, w.at(L + "mlp.down.weight").t());
+  }
+  return torch::matmul(rms(x, "ln_f"), w.at("lm_head.weight").t()).unsqueeze(0);
+}
+
+}  // namespace
+
+TEST(Model, LlamaComputesWhatItsFormulasSay) {
+  const ModelConfig m = tiny_llama();
+  GPT model = make(m, torch::kDouble);
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& item : model->named_parameters()) weights[item.key()] = item.value().detach();
+  // Llama has neither biases nor learned positions; the head is a matrix of its own.
+  for (const char* absent : {"wpe.weight", "h0.attn.qkv.bias", "h0.mlp.up.bias", "h0.ln_1.bias"})
+    EXPECT_EQ(weights.count(absent), 0u) << absent;
+  EXPECT_FALSE(torch::equal(weights.at("lm_head.weight"), weights.at("wte.weight")));
+  EXPECT_EQ(weights.at("h0.attn.qkv.weight").sizes(), torch::IntArrayRef({(4 + 2 * 2) * 4, 16}));
+  auto ids = torch::randint(0, m.vocab_size, {1, m.seq_length}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const auto logits = model->forward(ids);
+  const auto expected = reference_llama_logits(m, weights, ids);
+  EXPECT_TRUE(torch::allclose(logits, expected, 1e-12, 1e-12)) << (logits - expected).abs().max();
+}
+
+// Llama 3.1's RoPE scaling in three bands of wavelength (2 pi / w): below 8192 / 4 kept, above
+// 8192 slowed 8 times, between them blended; computed here from Meta's published rule.
+TEST(Model, Llama3RopeScalingFollowsItsThreeBands) {
+  ModelConfig m;
+  m.hidden_size = 4096;
+  m.num_attention_heads = 32;  // head size 128
+  m.position_embedding_type = PositionEmbeddingType::rope;
+  m.rope_theta = 500000;
+  m.rope_scaling = RopeScaling::llama3;
+  const auto [cos, sin] = Rotary(m).tables(torch::tensor({1.0}, torch::kDouble), torch::kDouble);
+  int kept = 0, slowed = 0, blended = 0;
+  for (int64_t i = 0; i < 64; ++i) {
+    const double w = std::pow(500000.0, -2.0 * double(i) / 128), wavelength = 2 * M_PI / w;
+    double expected = w;
+    if (wavelength > 8192) {
+      expected = w / 8, ++slowed;
+    } else if (wavelength >= 2048) {
+      const double smooth = (8192 / wavelength - 1) / (4 - 1);
+      expected = (1 - smooth) * w / 8 + smooth * w, ++blended;
+    } else {
+      ++kept;
+    }
+    // At position 1 the angle is the frequency itself; both halves of the head share it.
+    EXPECT_NEAR(std::atan2(sin[0][i].item<double>(), cos[0][i].item<double>()), expected, 1e-14) << i;
+    EXPECT_EQ(cos[0][i].item<double>(), cos[0][i + 64].item<double>());
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(slowed, 0);
+  EXPECT_GT(blended, 0);
+}
+

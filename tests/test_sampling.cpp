@@ -69,3 +69,39 @@ TEST(Sampling, GenerationStopsAtMaxTokensOrTheStopToken) {
   EXPECT_NE(generate_tokens(model, m.vocab_size, {1, 2}, options), drawn);
   EXPECT_NE(error_of([&] { generate_tokens(model, m.vocab_size, {}, options); }).find("needs a prompt"), std::string::npos);
 }
+
+// The KV cache changes how much is computed, not what: token by token, a cached forward gives
+// the logits a full forward of the sequence gives at its last position (fp64, both families), and
+// generation with and without the cache draws the same tokens, also after the text outgrows
+// the context (where the window slides and is recomputed).
+TEST(Sampling, TheKvCacheGivesTheFullForwardsLogits) {
+  for (const ModelConfig& m : {tiny_model(), trident::testing::tiny_llama()}) {
+    SCOPED_TRACE(m.non_gpt2_setting().empty() ? "GPT-2" : "Llama");
+    GPT model(m, m.padded_vocab());
+    model->to(torch::kDouble);
+    model->initialize(11);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const auto tokens = torch::randint(0, m.vocab_size, {2, m.seq_length}, torch::kLong);
+    const auto full = model->forward(tokens);
+    KvCache cache;
+    // A prompt of 3 tokens, then one at a time, then the last two together.
+    std::vector<torch::Tensor> pieces = {model->forward_cached(tokens.narrow(1, 0, 3), cache)};
+    for (int64_t i = 3; i < m.seq_length - 2; ++i) pieces.push_back(model->forward_cached(tokens.narrow(1, i, 1), cache));
+    pieces.push_back(model->forward_cached(tokens.narrow(1, m.seq_length - 2, 2), cache));
+    EXPECT_EQ(cache.tokens, m.seq_length);
+    EXPECT_EQ(cache.keys[0].sizes(), torch::IntArrayRef({2, m.query_groups(), m.seq_length, m.head_dim()}));
+    const auto cached = torch::cat(pieces, 1);
+    EXPECT_TRUE(torch::allclose(cached, full, 1e-10, 1e-12)) << (cached - full).abs().max();
+    EXPECT_NE(error_of([&] { model->forward_cached(tokens.narrow(1, 0, 1), cache); }).find("would take positions up to 9, which exceed model.seq_length=8"),
+              std::string::npos);
+
+    SamplingOptions options;
+    options.max_tokens = 2 * m.seq_length;  // beyond the context
+    options.temperature = 0;
+    const std::vector<int64_t> prompt = {1, 2, 3};
+    const auto with_cache = generate_tokens(model, m.vocab_size, prompt, options);
+    options.kv_cache = false;
+    EXPECT_EQ(generate_tokens(model, m.vocab_size, prompt, options), with_cache);
+  }
+}

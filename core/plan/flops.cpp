@@ -5,17 +5,24 @@
 namespace trident {
 
 int64_t gpt_layer_parameter_count(const ModelConfig& model) {
-  const int64_t h = model.hidden_size, f = model.ffn();
-  const int64_t attention = 3 * h * h + 3 * h + h * h + h;  // QKV and output projection
-  const int64_t mlp = h * f + f + f * h + h;
-  const int64_t layer_norms = 2 * 2 * h;
-  return attention + mlp + layer_norms;
+  const int64_t h = model.hidden_size, f = model.ffn(), qkv = model.qkv_rows();
+  const int64_t bias = model.add_bias_linear ? 1 : 0;
+  const int64_t attention = h * qkv + h * h + bias * (qkv + h);  // QKV and output projection
+  const int64_t mlp = model.activation == Activation::swiglu ? 3 * h * f + bias * (2 * f + h)  // gate, up, down
+                                                             : 2 * h * f + bias * (f + h);
+  return attention + mlp + 2 * norm_parameter_count(model);
+}
+
+int64_t norm_parameter_count(const ModelConfig& model) {
+  return (model.normalization == Normalization::layernorm ? 2 : 1) * model.hidden_size;
 }
 
 int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab) {
   const int64_t h = model.hidden_size;
-  const int64_t embeddings = vocab * h + model.seq_length * h;
-  return model.num_layers * gpt_layer_parameter_count(model) + embeddings + 2 * h;
+  const int64_t positions = model.position_embedding_type == PositionEmbeddingType::learned ? model.seq_length : 0;
+  const int64_t head = model.untie_embeddings_and_output_weights ? vocab * h : 0;
+  const int64_t embeddings = vocab * h + positions * h + head;
+  return model.num_layers * gpt_layer_parameter_count(model) + embeddings + norm_parameter_count(model);
 }
 
 double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq) {
@@ -26,8 +33,9 @@ double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, 
 IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
                                Recompute recompute) {
   const double b = global_batch, s = model.seq_length, h = model.hidden_size, f = model.ffn(),
-               l = model.num_layers;
-  const double matrices_forward = b * (8 * s * h * h + 4 * s * h * f);
+               l = model.num_layers, qkv = double(model.qkv_rows());
+  const double mlp_matrices = model.activation == Activation::swiglu ? 3 : 2;
+  const double matrices_forward = b * (2 * s * h * (qkv + h) + mlp_matrices * 2 * s * h * f);
   const double attention_core_forward = b * 4 * s * s * h;
   const double layer_forward = matrices_forward + attention_core_forward;
   const double logits_forward = b * 2 * s * h * vocab;

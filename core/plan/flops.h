@@ -8,11 +8,14 @@
 
 namespace trident {
 
-// Exact parameter count of trident's GPT (tied embedding, learned positions, biases, 2 LayerNorms
-// per block plus the final one) for a vocabulary of `vocab` rows.
+// Exact parameter count of trident's GPT for a vocabulary of `vocab` rows: the token embedding
+// (and an untied head), learned positions if any, the blocks and the final norm.
 int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab);
-// One transformer block's share of it: attention, MLP, their biases and two LayerNorms.
+// One transformer block's share of it: attention (h x (a + 2g) d for QKV, h x h out), the MLP
+// (2 or, with SwiGLU, 3 h x f matrices), their biases if any and two norms.
 int64_t gpt_layer_parameter_count(const ModelConfig& model);
+// One norm's: weight and bias (LayerNorm) or weight (RMSNorm).
+int64_t norm_parameter_count(const ModelConfig& model);
 
 // Narayanan et al. 2021 (arXiv 2104.04473), eq. for GPT with ffn = 4h:
 // P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)). It leaves out the final LayerNorm (2h).
@@ -25,8 +28,10 @@ struct IterationFlops {
   double six_pd = 0;    // 6 * parameters * tokens (Kaplan et al. 2020)
 };
 
-// Per layer and sequence, with ffn f: forward = 8 s h^2 + 4 s h f (the matrices) + 4 s^2 h
-// (QK^T and attention-times-V); logits 2 s h V; backward = 2x forward. Full recompute adds one
+// Per layer and sequence, with ffn f and g key/value groups of head size d: forward =
+// 2 s h (a + 2g) d + 2 s h^2 (QKV and output projections; 8 s h^2 when g = a) + 4 s h f (GELU's
+// two MLP matrices; SwiGLU's three: 6 s h f) + 4 s^2 h (QK^T and attention-times-V); logits
+// 2 s h V; backward = 2x forward. Full recompute adds one
 // more forward of every layer, selective only the attention core. For f = 4h this is Megatron's
 // 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) and, with full recompute, 96 B s l h^2 (1 + s/(6h) +
 // V/(16 l h)) (Narayanan et al. 2021, appendix; Korthikanti et al. 2022).

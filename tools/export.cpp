@@ -1,10 +1,11 @@
-// export: a trident checkpoint (any layout) -> a Hugging Face GPT-2 folder.
+// export: a trident checkpoint (any layout) -> a Hugging Face GPT-2 or Llama folder.
 //
 //   export --checkpoint DIR --output OUT [--dtype fp32|bf16|fp16|fp64]
 //
 // DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
-// model.safetensors (GPT2LMHeadModel's names and layouts, train/checkpoint/hf_gpt2.h; the vocabulary cut
-// to model.vocab_size rows), config.json, and the dataset's tokenizer files under Hugging
+// model.safetensors (GPT2LMHeadModel's or LlamaForCausalLM's names and layouts, as the model's
+// architecture says: train/checkpoint/hugging_face.h; the vocabulary cut to model.vocab_size
+// rows), config.json, and the dataset's tokenizer files under Hugging
 // Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model with a
 // tokenizer_config.json naming the class that reads it (SentencePiece); a byte-level model's ids
 // are its bytes and need none. Never overwrites an export.
@@ -17,7 +18,7 @@
 #include "core/files.h"
 #include "core/text.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hf_gpt2.h"
+#include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/data/tokenizer.h"
 
@@ -31,7 +32,7 @@ struct Options {
 };
 
 CLI::App& describe(CLI::App& app, Options& o) {
-  app.description("A trident checkpoint (any layout) -> a Hugging Face GPT-2 folder: model.safetensors, "
+  app.description("A trident checkpoint (any layout) -> a Hugging Face GPT-2 or Llama folder: model.safetensors, "
                   "config.json and the tokenizer's files.");
   app.add_option("--checkpoint", o.checkpoint, "a train.checkpoint_dir (its latest) or an iter_NNNNNNN folder")
       ->required();
@@ -83,20 +84,21 @@ int main(int argc, char** argv) {
     const std::string folder = checkpoint_folder(options.checkpoint, "--checkpoint");
     const SavedRun saved = read_saved_run(folder);
     const Config& config = saved.config;
+    hf_model_type(config.model);  // the checkpoint's model is one Hugging Face can hold
     const auto tokenizer = config.data.type == "indexed" ? read_tokenizer_record(config.data.path) : std::nullopt;
     const torch::Dtype dtype = dtype_of(options.dtype);
 
     Safetensors weights;
     weights.metadata = {{"format", "pt"}};  // Hugging Face refuses safetensors without it
     int64_t parameters = 0;
-    for (auto& [name, tensor] : to_hf_gpt2(read_global_weights(folder), config.model, dtype)) {
+    for (auto& [name, tensor] : to_hugging_face(read_global_weights(folder), config.model, dtype)) {
       parameters += tensor.numel();
       weights.tensors.emplace_back(name, tensor);
     }
     fs::create_directories(out);
     const FileDigest written = write_safetensors((out / "model.safetensors").string(), weights);
     write_text_file((out / "config.json").string(),
-                    hf_gpt2_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype));
+                    hugging_face_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype));
     std::vector<std::string> files = {"model.safetensors", "config.json"};
     if (tokenizer) {
       const auto names = hf_tokenizer_names(*tokenizer);

@@ -20,7 +20,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hf_gpt2.h"
+#include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/tensors.h"
 #include "train/data/samples.h"
 #include "train/device.h"
@@ -79,7 +79,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     if (resume)
       read_weights(resume->folder, local);
     else if (!config_.train.init_from.empty())
-      place_parameters(read_hf_gpt2(config_.train.init_from, config_.model), local,
+      place_parameters(read_hugging_face(config_.train.init_from, config_.model), local,
                        str("train.init_from '", config_.train.init_from, "'"));
     ZeroOptions zero;
     zero.stage = layout_.zero_stage;

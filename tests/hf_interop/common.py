@@ -121,6 +121,13 @@ def preprocess(prefix, files, tokenizer_options):
     return str(prefix)
 
 
+# The architecture keys of a Llama (RMSNorm, RoPE with Llama 3's theta and 3.1's scaling,
+# SwiGLU of 160, 4 query heads in 2 key/value groups, no biases, an untied head) for TINY_MODEL.
+LLAMA = ("model.normalization=rmsnorm", "model.position_embedding_type=rope", "model.rope_theta=500000",
+         "model.rope_scaling=llama3", "model.activation=swiglu", "model.ffn_hidden_size=160",
+         "model.num_query_groups=2", "model.add_bias_linear=false", "model.untie_embeddings_and_output_weights=true")
+
+
 def train(checkpoint_dir, *overrides, tensor=1):
     """configs/gpt-tiny.yaml with one micro-batch of 2 per iteration and no validation, then
     `overrides`, at TP `tensor` (as many processes); returns (output, the metrics' JSON lines)."""

@@ -5,8 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/files.h"
-#include "train/checkpoint/safetensors.h"
+#include "train/checkpoint/hf_files.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -113,13 +112,7 @@ std::string hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, to
 
 std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const ModelConfig& model) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  const std::string weights_path = (fs::path(dir) / "model.safetensors").string();
-  json config;
-  try {
-    config = json::parse(read_text_file(config_path, "train.init_from config"));
-  } catch (const json::exception& e) {
-    fail("train.init_from: '", config_path, "' is not JSON: ", e.what());
-  }
+  const json config = read_hf_config(dir, "train.init_from");
   const auto differs = [&](const char* hf_key, const std::string& trident_key, const json& expected) {
     fail("train.init_from: '", config_path, "' has ", hf_key, "=", config.value(hf_key, json()).dump(), " but ",
          trident_key, " asks for ", expected.dump());
@@ -154,11 +147,11 @@ std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const 
     fail("train.init_from: '", config_path, "' lacks a GPT-2 key: ", e.what());
   }
 
-  SafetensorsFile file(weights_path);
+  HfWeightFiles file(dir, "train.init_from");
   const auto stored = [&](const std::string& hf) -> std::string {
     for (const std::string& name : {kPrefix + hf, hf})
       if (file.contains(name)) return name;
-    fail("train.init_from: '", weights_path, "' has no tensor '", kPrefix, hf, "' (nor '", hf, "')");
+    fail("train.init_from: '", file.description(), "' has no tensor '", kPrefix, hf, "' (nor '", hf, "')");
   };
   std::map<std::string, torch::Tensor> out;
   for (const auto& m : mappings(model)) {

@@ -1,0 +1,226 @@
+#include "train/checkpoint/hf_llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/rotary.h"
+#include "train/checkpoint/hf_files.h"
+
+using nlohmann::json;
+
+namespace trident {
+namespace {
+
+// The weights that keep their tensor and change only their name; the embedding and the head
+// have their vocabulary cut or padded on the way.
+std::vector<std::pair<std::string, std::string>> renamed(const ModelConfig& model) {
+  std::vector<std::pair<std::string, std::string>> out = {{"wte.weight", "model.embed_tokens.weight"},
+                                                          {"ln_f.weight", "model.norm.weight"}};
+  if (model.untie_embeddings_and_output_weights) out.push_back({"lm_head.weight", "lm_head.weight"});
+  const std::vector<std::string> kinds = model.add_bias_linear ? std::vector<std::string>{".weight", ".bias"}
+                                                               : std::vector<std::string>{".weight"};
+  for (int64_t i = 0; i < model.num_layers; ++i) {
+    const std::string t = str("h", i, "."), hf = str("model.layers.", i, ".");
+    out.push_back({t + "ln_1.weight", hf + "input_layernorm.weight"});
+    out.push_back({t + "ln_2.weight", hf + "post_attention_layernorm.weight"});
+    for (const auto& kind : kinds) {
+      out.push_back({t + "attn.out" + kind, hf + "self_attn.o_proj" + kind});
+      for (const char* p : {"gate", "up", "down"}) out.push_back({t + "mlp." + p + kind, hf + "mlp." + p + "_proj" + kind});
+    }
+  }
+  return out;
+}
+
+bool cut_to_vocabulary(const std::string& trident_name) {
+  return trident_name == "wte.weight" || trident_name == "lm_head.weight";
+}
+
+// trident's QKV rows (or bias entries), group by group [q of a/g heads | k | v] of d each,
+// <-> HF's separate q [a d], k [g d] and v [g d], head by head.
+struct SeparateQkv {
+  torch::Tensor q, k, v;
+};
+SeparateQkv split_qkv(const torch::Tensor& qkv, const ModelConfig& m) {
+  const int64_t g = m.query_groups(), r = m.num_attention_heads / g, d = m.head_dim();
+  std::vector<int64_t> grouped = {g, r + 2, d};
+  for (int64_t i = 1; i < qkv.dim(); ++i) grouped.push_back(qkv.size(i));
+  const auto t = qkv.reshape(grouped);
+  auto rows = [&](int64_t count) {
+    std::vector<int64_t> shape = {count * d};
+    for (int64_t i = 1; i < qkv.dim(); ++i) shape.push_back(qkv.size(i));
+    return shape;
+  };
+  return {t.narrow(1, 0, r).reshape(rows(g * r)), t.narrow(1, r, 1).reshape(rows(g)), t.narrow(1, r + 1, 1).reshape(rows(g))};
+}
+torch::Tensor join_qkv(const SeparateQkv& s, const ModelConfig& m) {
+  const int64_t g = m.query_groups(), r = m.num_attention_heads / g, d = m.head_dim();
+  auto grouped = [&](const torch::Tensor& t, int64_t per_group) {
+    std::vector<int64_t> shape = {g, per_group, d};
+    for (int64_t i = 1; i < t.dim(); ++i) shape.push_back(t.size(i));
+    return t.reshape(shape);
+  };
+  const auto joined = torch::cat({grouped(s.q, r), grouped(s.k, 1), grouped(s.v, 1)}, 1);
+  std::vector<int64_t> shape = {m.qkv_rows()};
+  for (int64_t i = 1; i < s.q.dim(); ++i) shape.push_back(s.q.size(i));
+  return joined.reshape(shape);
+}
+
+const char* dtype_name(torch::Dtype dtype) {
+  return dtype == torch::kDouble ? "float64" : dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
+}
+
+json llama3_rope_scaling() {
+  using S = Llama3RopeScaling;
+  return {{"rope_type", "llama3"},
+          {"factor", S::factor},
+          {"low_freq_factor", S::low_freq_factor},
+          {"high_freq_factor", S::high_freq_factor},
+          {"original_max_position_embeddings", S::original_max_position_embeddings}};
+}
+
+bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::abs(b); }
+
+// RoPE's scaling as config.json states it, null when none: in rope_parameters (transformers 5,
+// beside rope_theta) or rope_scaling (earlier versions and most checkpoints on the Hub), its
+// kind in rope_type or, older, type; "default" is none.
+json stated_rope_scaling(const json& config) {
+  json scaling = config.contains("rope_parameters") ? config.at("rope_parameters") : config.value("rope_scaling", json());
+  if (!scaling.is_object()) return json();
+  const std::string type = scaling.value("rope_type", scaling.value("type", "default"));
+  if (type == "default") return json();
+  scaling.erase("rope_theta");
+  scaling.erase("type");
+  scaling["rope_type"] = type;
+  return scaling;
+}
+
+// Every setting `expected` has, `stated` has too, equal (numbers to rounding).
+bool same_rope_scaling(const json& stated, const json& expected) {
+  if (stated.is_null() || expected.is_null()) return stated.is_null() && expected.is_null();
+  for (const auto& [key, value] : expected.items()) {
+    if (!stated.contains(key)) return false;
+    const json& found = stated.at(key);
+    if (value.is_string() ? found != value : !found.is_number() || !close(found.get<double>(), value.get<double>()))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> to_hf_llama(const std::map<std::string, torch::Tensor>& weights,
+                                                 const ModelConfig& model, torch::Dtype dtype) {
+  const auto weight = [&](const std::string& name) {
+    const auto found = weights.find(name);
+    if (found == weights.end()) fail("the checkpoint has no weight '", name, "'");
+    return found->second;
+  };
+  std::map<std::string, torch::Tensor> out;
+  const auto put = [&](const std::string& name, const torch::Tensor& t) { out[name] = t.to(dtype).contiguous(); };
+  for (const auto& [trident_name, hf_name] : renamed(model)) {
+    const auto t = weight(trident_name);
+    put(hf_name, cut_to_vocabulary(trident_name) ? t.narrow(0, 0, model.vocab_size) : t);
+  }
+  for (int64_t i = 0; i < model.num_layers; ++i)
+    for (const char* kind : {".weight", ".bias"}) {
+      if (std::string(kind) == ".bias" && !model.add_bias_linear) continue;
+      const auto s = split_qkv(weight(str("h", i, ".attn.qkv", kind)), model);
+      const std::string hf = str("model.layers.", i, ".self_attn.");
+      put(hf + "q_proj" + kind, s.q);
+      put(hf + "k_proj" + kind, s.k);
+      put(hf + "v_proj" + kind, s.v);
+    }
+  return out;
+}
+
+std::string hf_llama_config(const ModelConfig& model, int64_t bos, int64_t eos, torch::Dtype dtype) {
+  const json config = {{"architectures", {"LlamaForCausalLM"}},
+                       {"model_type", "llama"},
+                       {"vocab_size", model.vocab_size},
+                       {"hidden_size", model.hidden_size},
+                       {"intermediate_size", model.ffn()},
+                       {"num_hidden_layers", model.num_layers},
+                       {"num_attention_heads", model.num_attention_heads},
+                       {"num_key_value_heads", model.query_groups()},
+                       {"head_dim", model.head_dim()},
+                       {"hidden_act", "silu"},
+                       // The context the model is meant for: trident's sequence, or the one Llama
+                       // 3.1's scaling stretches the original context to (which transformers expects).
+                       {"max_position_embeddings",
+                        model.rope_scaling == RopeScaling::llama3
+                            ? std::max<int64_t>(model.seq_length, int64_t(Llama3RopeScaling::factor) *
+                                                                      Llama3RopeScaling::original_max_position_embeddings)
+                            : model.seq_length},
+                       {"rms_norm_eps", model.layernorm_epsilon},
+                       {"rope_theta", model.rope_theta},
+                       {"rope_scaling", model.rope_scaling == RopeScaling::llama3 ? llama3_rope_scaling() : json()},
+                       {"attention_bias", model.add_bias_linear},
+                       {"mlp_bias", model.add_bias_linear},
+                       {"attention_dropout", model.attention_dropout},
+                       {"tie_word_embeddings", !model.untie_embeddings_and_output_weights},
+                       {"initializer_range", model.init_method_std},
+                       {"bos_token_id", bos},
+                       {"eos_token_id", eos},
+                       {"torch_dtype", dtype_name(dtype)}};
+  return config.dump(2) + "\n";
+}
+
+std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const ModelConfig& model) {
+  const std::string option = "train.init_from";
+  const json config = read_hf_config(dir, option);
+  const auto differs = [&](const std::string& hf_key, const json& found, const std::string& trident_key,
+                           const json& expected) {
+    fail(option, ": '", dir, "/config.json' has ", hf_key, "=", found.dump(), " but ", trident_key, " asks for ",
+         expected.dump());
+  };
+  const auto expect = [&](const char* hf_key, const json& found, const char* trident_key, const json& expected) {
+    if (found != expected) differs(hf_key, found, trident_key, expected);
+  };
+  try {
+    expect("model_type", config.value("model_type", json()), "trident's Llama architecture", "llama");
+    expect("num_hidden_layers", config.at("num_hidden_layers"), "model.num_layers", model.num_layers);
+    expect("hidden_size", config.at("hidden_size"), "model.hidden_size", model.hidden_size);
+    expect("num_attention_heads", config.at("num_attention_heads"), "model.num_attention_heads",
+           model.num_attention_heads);
+    expect("num_key_value_heads", config.value("num_key_value_heads", config.at("num_attention_heads")),
+           "model.num_query_groups", model.query_groups());
+    expect("intermediate_size", config.at("intermediate_size"), "model.ffn_hidden_size", model.ffn());
+    const json head_dim = config.value("head_dim", json());
+    if (!head_dim.is_null()) expect("head_dim", head_dim, "model.hidden_size / model.num_attention_heads", model.head_dim());
+    expect("hidden_act", config.value("hidden_act", json("silu")), "model.activation=swiglu (SiLU)", "silu");
+    expect("attention_bias", config.value("attention_bias", false), "model.add_bias_linear", model.add_bias_linear);
+    expect("mlp_bias", config.value("mlp_bias", false), "model.add_bias_linear", model.add_bias_linear);
+    expect("tie_word_embeddings", config.value("tie_word_embeddings", false),
+           "model.untie_embeddings_and_output_weights (negated)", !model.untie_embeddings_and_output_weights);
+    if (config.at("vocab_size").get<int64_t>() > model.vocab_size)
+      differs("vocab_size", config.at("vocab_size"), "model.vocab_size (at most)", model.vocab_size);
+    const double epsilon = config.at("rms_norm_eps").get<double>();
+    if (!close(epsilon, model.layernorm_epsilon))
+      differs("rms_norm_eps", epsilon, "model.layernorm_epsilon", model.layernorm_epsilon);
+    const double theta = config.value("rope_parameters", json::object()).value("rope_theta", config.value("rope_theta", 10000.0));
+    if (!close(theta, model.rope_theta)) differs("rope_theta", theta, "model.rope_theta", model.rope_theta);
+    const json scaling = stated_rope_scaling(config);
+    const json expected = model.rope_scaling == RopeScaling::llama3 ? llama3_rope_scaling() : json();
+    if (!same_rope_scaling(scaling, expected))
+      differs("rope_scaling", scaling, str("model.rope_scaling=", model.rope_scaling), expected);
+  } catch (const json::exception& e) {
+    fail(option, ": '", dir, "/config.json' lacks a Llama key: ", e.what());
+  }
+
+  HfWeightFiles files(dir, option);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [trident_name, hf_name] : renamed(model)) out[trident_name] = files.read(hf_name).contiguous();
+  for (int64_t i = 0; i < model.num_layers; ++i)
+    for (const char* kind : {".weight", ".bias"}) {
+      if (std::string(kind) == ".bias" && !model.add_bias_linear) continue;
+      const std::string hf = str("model.layers.", i, ".self_attn.");
+      out[str("h", i, ".attn.qkv", kind)] =
+          join_qkv({files.read(hf + "q_proj" + kind), files.read(hf + "k_proj" + kind), files.read(hf + "v_proj" + kind)},
+                   model);
+    }
+  return out;
+}
+
+}  // namespace trident

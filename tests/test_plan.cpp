@@ -56,6 +56,33 @@ TEST(Memory, KorthikantiActivationsByHand) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), 2 * sbh / 8);
 }
 
+// With g key/value groups K and V shrink to g / a of Q's size, and SwiGLU's MLP of f stores its
+// gate, SiLU and up outputs and their product (8 f / h per s b h) where GELU's stores 4 f / h.
+TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
+  ModelConfig m = korthikanti_model();  // a 32, h 4096, s 2048
+  m.num_query_groups = 8;
+  m.activation = Activation::swiglu;
+  m.ffn_hidden_size = 14336;
+  Layout l;
+  l.micro_batch = 1;
+  l.recompute = Recompute::selective;
+  const double sbh = 2048.0 * 4096;
+  // Replicated 10; split Q 2, K and V 4 x 8 / 32 = 1, projection input 2, SwiGLU 8 x 14336 / 4096 = 28.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 2 + 1 + 2 + 28));
+  l.tp_size = 8;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 33.0 / 8));
+  // An untied head lives on the last stage: the first stage of a pipeline holds the rest.
+  m.untie_embeddings_and_output_weights = true;
+  m.num_layers = 4;
+  m.vocab_size = 1024;
+  l.tp_size = 1;
+  l.pp_size = 2;
+  ModelConfig half = m;
+  half.num_layers = 2;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 1024, l, Precision::bf16).parameters,
+                   double(gpt_parameter_count(half, 1024) - 1024 * 4096));
+}
+
 // Context parallelism: s/c tokens per rank, and ring attention keeps no s x s scores.
 TEST(Memory, ContextParallelDividesTheTokensAndDropsTheScores) {
   const ModelConfig m = korthikanti_model();

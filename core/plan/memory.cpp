@@ -22,13 +22,19 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
   const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
-               t = double(layout.tp_size);
+               g = double(model.query_groups()), f = double(model.ffn()), t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   const bool no_scores = layout.recompute == Recompute::selective || layout.cp_size > 1;
   const double attention_scores = no_scores ? 0 : 5 * a * s / h;
-  if (layout.sequence_parallel) return sbh * (34 + attention_scores) / t;
-  return sbh * (10 + 24 / t + attention_scores / t);
+  // Per s b h, what TP splits: Q 2, K and V 2 g / a each, the projection's input 2, the MLP's
+  // 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and their
+  // product): 24 for GPT-2. What it does not: two norms' inputs 4, the two linear layers'
+  // inputs 4 and two dropout masks 2.
+  const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
+  const double split = 4 + 4 * g / a + mlp, replicated = 10;
+  if (layout.sequence_parallel) return sbh * (replicated + split + attention_scores) / t;
+  return sbh * (replicated + split / t + attention_scores / t);
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
@@ -42,7 +48,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const int64_t layers_per_stage = model.num_layers / layout.pp_size;
   ModelConfig stage = model;
   stage.num_layers = layers_per_stage;
-  out.parameters = double(gpt_parameter_count(stage, vocab)) / t;
+  // An untied head lives on the last stage.
+  const bool head_elsewhere = layout.pp_size > 1 && model.untie_embeddings_and_output_weights;
+  out.parameters = double(gpt_parameter_count(stage, vocab) - (head_elsewhere ? vocab * model.hidden_size : 0)) / t;
 
   const StateBytes bytes = state_bytes(precision, optimizer);
   out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 #include "core/plan/flops.h"
@@ -30,25 +31,47 @@ struct StageWork {
 };
 
 struct LayerShape {
-  double tokens, hidden, ffn, heads, head_dim, queries, keys, batch, t;
+  double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
+  bool gated;  // SwiGLU: gate and up multiplies
   bool sequence_parallel;
 };
 
-// A layer's four linear multiplies forward over `rows` tokens on one TP rank: QKV, the
-// attention projection, the MLP's two.
-std::array<GemmShape, 4> layer_multiplies(double rows, double h, double f, double t) {
-  return {GemmShape{rows, 3 * h / t, h}, GemmShape{rows, h, h / t}, GemmShape{rows, f / t, h}, GemmShape{rows, h, f / t}};
+LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
+  LayerShape l;
+  l.batch = double(layout.micro_batch);
+  l.queries = double(m.seq_length / layout.cp_size);
+  l.keys = double(m.seq_length);
+  l.tokens = l.batch * l.queries;
+  l.hidden = double(m.hidden_size);
+  l.qkv = double(m.qkv_rows());
+  l.ffn = double(m.ffn());
+  l.gated = m.activation == Activation::swiglu;
+  l.heads = double(m.num_attention_heads);
+  l.head_dim = double(m.head_dim());
+  l.t = double(layout.tp_size);
+  l.sequence_parallel = layout.sequence_parallel;
+  return l;
+}
+
+// A layer's linear multiplies forward over its tokens on one TP rank: QKV (h x (a + 2g) d), the
+// attention projection, the MLP's up (and SwiGLU's gate) and down.
+std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
+  const double rows = l.tokens, h = l.hidden, f = l.ffn, t = l.t;
+  std::vector<GemmShape> out = {GemmShape{rows, l.qkv / t, h}, GemmShape{rows, h, h / t}, GemmShape{rows, f / t, h},
+                                GemmShape{rows, h, f / t}};
+  if (l.gated) out.push_back(GemmShape{rows, f / t, h});
+  return out;
 }
 
 double linear_forward(const LayerShape& l, const DeviceProfile& d) {
   double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l.tokens, l.hidden, l.ffn, l.t)) seconds += gemm_seconds(g, d);
+  for (const GemmShape& g : layer_multiplies(l)) seconds += gemm_seconds(g, d);
   return seconds;
 }
 
 double linear_backward(const LayerShape& l, const DeviceProfile& d) {
   double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l.tokens, l.hidden, l.ffn, l.t))
+  for (const GemmShape& g : layer_multiplies(l))
     seconds += gemm_seconds({g.m, g.k, g.n}, d) + gemm_seconds({g.k, g.n, g.m}, d);  // input, weight gradients
   return seconds;
 }
@@ -91,17 +114,7 @@ DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
 StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
                      Precision precision, const Software& software, bool first, bool last) {
   const DeviceProfile d = at_width(device, precision);
-  LayerShape l;
-  l.batch = double(layout.micro_batch);
-  l.queries = double(m.seq_length / layout.cp_size);
-  l.keys = double(m.seq_length);
-  l.tokens = l.batch * l.queries;
-  l.hidden = double(m.hidden_size);
-  l.ffn = double(m.ffn());
-  l.heads = double(m.num_attention_heads);
-  l.head_dim = double(m.head_dim());
-  l.t = double(layout.tp_size);
-  l.sequence_parallel = layout.sequence_parallel;
+  const LayerShape l = layer_shape(m, layout);
 
   const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
   const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
@@ -161,7 +174,7 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
   std::vector<std::string> out;
   // The forward multiplies of a layer against the same FLOPs unquantized.
   double actual = 0, ideal = 0;
-  for (const auto& g : layer_multiplies(rows, h, f, t)) {
+  for (const auto& g : layer_multiplies(layer_shape(m, layout))) {
     actual += 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
     ideal += 2 * g.m * g.n * g.k;
   }

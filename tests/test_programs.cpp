@@ -13,6 +13,7 @@
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/hf_gpt2.h"
+#include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
@@ -74,7 +75,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
   for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "activation_memory",
-                                    "adamw_bench", "export", "generate", "plot"}) {
+                                    "adamw_bench", "export", "generate", "generate_bench", "plot"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;
@@ -197,6 +198,27 @@ TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("world 32 = TP 2 x CP 2 x PP 1 x DP 8, 4 micro-batches"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("+ CP "), std::string::npos) << r.output;
+}
+
+// The Llama 3 configs at their layouts' sizes: the released parameter counts, and their layouts
+// fit an H100 by plan's estimate.
+TEST(TrainProgram, DryRunAndPlanTakeTheLlamaThreeConfigs) {
+  const std::pair<std::string, std::string> configs[] = {{"llama3-8b", "64 = TP 2 x PP 1 x DP 32"},
+                                                         {"llama3-70b", "512 = TP 4 x CP 2 x PP 4 x DP 16"},
+                                                         {"llama3-405b", "14336 = TP 8 x CP 2 x PP 14 x DP 64"}};
+  const char* parameters[] = {"parameters: 8.03 G", "parameters: 70.6 G", "parameters: 406 G"};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& [name, layout] = configs[i];
+    const std::string world = layout.substr(0, layout.find(' '));
+    Result r = run("OMPI_COMM_WORLD_SIZE=" + world + " OMPI_COMM_WORLD_RANK=0 " + kBin + "/train --config " + kSource +
+                   "/configs/" + name + ".yaml --dry-run");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("world " + layout), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(parameters[i]), std::string::npos) << r.output;
+    r = run(kBin + "/plan --config " + kSource + "/configs/" + name + ".yaml --gpus " + world + " --device h100 --explain");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("# fits in 80 GiB"), std::string::npos) << r.output;
+  }
 }
 
 // Context parallelism divides the activations: measured on this CPU (bytes in use after one
@@ -355,23 +377,39 @@ TEST(ExportProgram, ExportsACheckpointThatTrainingCanStartFrom) {
   EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
 }
 
+namespace {
+
+// The alphabet, 8 times over.
+const std::string kAlphabet = [] {
+  std::string alphabet;
+  for (int i = 0; i < 8; ++i) alphabet += "abcdefghijklmnopqrstuvwxyz";
+  return alphabet;
+}();
+
+// Trains `config` (a file of configs/) on the alphabet for 30 iterations at TP 2 x PP 2 (one
+// process without mpirun), checkpoints in <dir>/ckpt, and returns the checkpoint directory.
+std::string train_on_the_alphabet(const std::filesystem::path& dir, const std::string& config) {
+  const std::string data = (dir / "abc").string(), ckpt = (dir / "ckpt").string();
+  trident::testing::write_documents(data, std::vector<std::string>(40, kAlphabet + "\n"));
+  trident::byte_tokenizer()->save(data);
+  const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
+  Result r = run((mpi ? trident::testing::kMpirun + "4 " : "") + kBin + "/train --config " + kSource + "/configs/" +
+                 config + " data.path=" + data +
+                 " model.num_layers=2 model.hidden_size=64 model.seq_length=32 train.iters=30 optimizer.warmup_iters=5"
+                 " batch.micro_batch_size=4 data.valid_fraction=0 train.eval_interval=0 train.metrics_file= "
+                 "train.checkpoint_dir=" + ckpt + (mpi ? " parallel.tensor=2 parallel.pipeline=2" : ""));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return ckpt;
+}
+
+}  // namespace
+
 // A model trained at TP 2 x PP 2 on the alphabet continues it: generate assembles the whole
 // model in one process from the pieces, from the checkpoint directory or one of its folders.
 TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
   const auto dir = scratch_dir();
-  std::string alphabet;
-  for (int i = 0; i < 8; ++i) alphabet += "abcdefghijklmnopqrstuvwxyz";
-  std::vector<std::string> documents(40, alphabet + "\n");
-  const std::string data = (dir / "abc").string(), ckpt = (dir / "ckpt").string();
-  trident::testing::write_documents(data, documents);
-  trident::byte_tokenizer()->save(data);
-  const bool mpi = trident::testing::missing_backend(trident::testing::kMpirun).empty();
-  Result r = run((mpi ? trident::testing::kMpirun + "4 " : "") + kBin + "/train --config " + kSource +
-                 "/configs/gpt-tiny.yaml data.path=" + data +
-                 " model.num_layers=2 model.hidden_size=64 model.seq_length=32 train.iters=30 optimizer.warmup_iters=5"
-                 " batch.micro_batch_size=4 data.valid_fraction=0 train.eval_interval=0 train.metrics_file= "
-                 "train.checkpoint_dir=" + ckpt + (mpi ? " parallel.tensor=2 parallel.pipeline=2" : ""));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string alphabet = kAlphabet, ckpt = train_on_the_alphabet(dir, "gpt-tiny.yaml");
+  Result r;
 
   const std::string generate = kBin + "/generate --prompt abcdefgh --max-tokens 10 ";
   auto text_of = [](const std::string& command) { return run("{ " + command + " 2>/dev/null; }").output; };
@@ -409,6 +447,34 @@ TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("is neither a checkpoint (no manifest.json) nor a checkpoint directory"), std::string::npos)
       << r.output;
+}
+
+// The same with a Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head) trained
+// at TP 2 x PP 2; export writes it as Hugging Face's LlamaForCausalLM, which train.init_from
+// reads back (tests/hf_interop checks both with transformers itself).
+TEST(GenerateProgram, ContinuesTextWithALlamaThatExportsAsLlama) {
+  const auto dir = scratch_dir();
+  const std::string ckpt = train_on_the_alphabet(dir, "llama-tiny.yaml"), hf = (dir / "hf").string();
+  auto r = run("{ " + kBin + "/generate --prompt abcdefgh --max-tokens 10 --temperature 0 --checkpoint " + ckpt +
+               " 2>/dev/null; }");
+  EXPECT_EQ(r.output, "abcdefghijklmnopqr\n");
+  r = run(kBin + "/export --checkpoint " + ckpt + " --output " + hf);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(trident::read_text_file(hf + "/config.json", "config").find("\"LlamaForCausalLM\""), std::string::npos);
+  const auto saved = trident::read_global_weights(trident::CheckpointStore(ckpt).path(30));
+  const auto config = Config::parse(trident::read_text_file(kSource + "/configs/llama-tiny.yaml", "config"),
+                                    {"model.num_layers=2", "model.hidden_size=64", "model.seq_length=32"});
+  const auto imported = trident::read_hugging_face(hf, config.model);
+  ASSERT_EQ(imported.size(), saved.size());
+  for (const auto& [name, value] : imported) EXPECT_TRUE(torch::equal(value, saved.at(name))) << name;
+  // A model neither format holds is refused by name before anything is written.
+  r = run(kBin + "/train --config " + kSource + "/configs/llama-tiny.yaml model.normalization=layernorm "
+          "train.init_from=" + hf + " --dry-run");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: train.init_from reads Hugging Face GPT-2 and Llama models, but "
+                          "model.position_embedding_type=rope is not GPT-2's architecture and "
+                          "model.normalization=layernorm not Llama's"),
+            std::string::npos) << r.output;
 }
 
 // A picture of a run from its metrics: a resumed run's repeated iteration counts once (the later

@@ -1,7 +1,7 @@
 // generate: text from a trained model, whatever layout trained it.
 //
 //   generate --checkpoint DIR --prompt TEXT [--max-tokens 100] [--temperature 0.8] [--top-k 40]
-//            [--seed 1234] [--dataset PREFIX] [--device cpu|cuda] [--logits FILE]
+//            [--seed 1234] [--dataset PREFIX] [--device cpu|cuda] [--logits FILE] [--no-kv-cache]
 //
 // DIR is a train.checkpoint_dir (its `latest`) or one iter_NNNNNNN folder. The whole model is
 // assembled in this one process from the checkpoint's pieces; the text goes through the
@@ -9,6 +9,8 @@
 // continuation, which ends early at the tokenizer's end-of-document token. --logits also writes
 // the prompt's ids and the model's logits at each of its positions to a safetensors file, for
 // comparing the model with another implementation of it (the Hugging Face interop tests do).
+// Each new token is one forward of one position over the cached keys and values
+// (model/sampling.h); --no-kv-cache re-runs the whole context for every token instead.
 #include <chrono>
 #include <cstdio>
 
@@ -28,6 +30,7 @@ namespace {
 
 struct Options {
   std::string checkpoint, prompt, dataset, device = "cpu", logits;
+  bool no_kv_cache = false;
   SamplingOptions sampling;
 };
 
@@ -49,6 +52,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--dataset", o.dataset, "use this dataset's tokenizer instead of the run's data.path");
   app.add_option("--device", o.device, "where the model runs")
       ->check(checked(one_of({"cpu", "cuda"})))->capture_default_str();
+  app.add_flag("--no-kv-cache", o.no_kv_cache, "re-run the model over the whole context for every token");
   app.add_option("--logits", o.logits,
                  "also write the prompt's ids (input_ids, int64 [n]) and the logits at each of its positions "
                  "(logits, fp32 [n, model.vocab_size]) to this safetensors file");
@@ -94,6 +98,7 @@ int main(int argc, char** argv) {
       write_safetensors(options.logits, scores);
     }
     options.sampling.stop_token = tokenizer->end_of_document();
+    options.sampling.kv_cache = !options.no_kv_cache;
     const auto start = std::chrono::steady_clock::now();
     // Only ids the tokenizer can decode are drawn (model.vocab_size may be larger than its vocabulary).
     const std::vector<int64_t> added = generate_tokens(model, tokenizer->vocab_size(), prompt, options.sampling);
@@ -102,8 +107,9 @@ int main(int argc, char** argv) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "generated %zu tokens in %.2f s (%.1f tokens/s) from %s (iteration %lld), %s\n", added.size(),
-                 seconds, double(added.size()) / std::max(seconds, 1e-9), folder.c_str(),
+    std::fprintf(stderr, "generated %zu tokens in %.2f s (%.1f tokens/s%s) from %s (iteration %lld), %s\n",
+                 added.size(), seconds, double(added.size()) / std::max(seconds, 1e-9),
+                 options.sampling.kv_cache ? "" : ", no KV cache", folder.c_str(),
                  static_cast<long long>(saved.progress.iteration), tokenizer->describe().c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -2,10 +2,11 @@
 // (model/sampling.h), on randomly initialised models of given shapes, as a table.
 //
 //   build/generate_bench [--models quickstart,gpt2-small,llama-tiny] [--prompt 64] [--tokens 64] [--threads 0]
+//                        [--configs configs]
 //
 // quickstart is the quickstart's model (configs/gpt-tiny.yaml with its 2048-id tokenizer),
-// gpt2-small GPT-2's 124M shape (12 layers, hidden 768, 12 heads, 1024 positions, 50257 ids),
-// llama-tiny configs/llama-tiny.yaml's. Greedy decoding, no stop token, fp32; each run takes its
+// gpt2-small GPT-2's 124M shape (gpt-tiny with 12 layers, hidden 768, 12 heads, 1024 positions,
+// 50257 ids), llama-tiny configs/llama-tiny.yaml's. Greedy decoding, no stop token, fp32; each run takes its
 // prompt of random ids, one run of each kind untimed first.
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/command_line.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "model/gpt.h"
@@ -27,34 +29,18 @@ namespace {
 
 struct Options {
   std::vector<std::string> models = {"quickstart", "gpt2-small", "llama-tiny"};
+  std::string configs = "configs";
   int64_t prompt = 64, tokens = 64, threads = 0;
 };
 
-const std::map<std::string, ModelConfig>& shapes() {
-  static const std::map<std::string, ModelConfig> out = [] {
-    ModelConfig quickstart;
-    quickstart.num_layers = 4;
-    quickstart.hidden_size = 128;
-    quickstart.num_attention_heads = 4;
-    quickstart.seq_length = 128;
-    quickstart.vocab_size = 2048;
-    ModelConfig gpt2 = quickstart;
-    gpt2.num_layers = 12;
-    gpt2.hidden_size = 768;
-    gpt2.num_attention_heads = 12;
-    gpt2.seq_length = 1024;
-    gpt2.vocab_size = 50257;
-    ModelConfig llama = quickstart;
-    llama.vocab_size = 256;
-    llama.num_query_groups = 2;
-    llama.ffn_hidden_size = 352;
-    llama.normalization = Normalization::rmsnorm;
-    llama.position_embedding_type = PositionEmbeddingType::rope;
-    llama.activation = Activation::swiglu;
-    llama.add_bias_linear = false;
-    llama.untie_embeddings_and_output_weights = true;
-    return std::map<std::string, ModelConfig>{{"quickstart", quickstart}, {"gpt2-small", gpt2}, {"llama-tiny", llama}};
-  }();
+// Each shape: a config of configs/ and overrides.
+const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& shapes() {
+  static const std::map<std::string, std::pair<std::string, std::vector<std::string>>> out = {
+      {"quickstart", {"gpt-tiny.yaml", {"model.vocab_size=2048"}}},
+      {"gpt2-small",
+       {"gpt-tiny.yaml", {"model.num_layers=12", "model.hidden_size=768", "model.num_attention_heads=12",
+                          "model.seq_length=1024", "model.vocab_size=50257"}}},
+      {"llama-tiny", {"llama-tiny.yaml", {}}}};
   return out;
 }
 
@@ -63,6 +49,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
   std::vector<std::string> names;
   for (const auto& [name, model] : shapes()) names.push_back(name);
   app.add_option("--models", o.models, "model shapes, comma-separated")->delimiter(',')->check(checked(one_of(names)));
+  app.add_option("--configs", o.configs, "the folder of trident's configs")->capture_default_str();
   app.add_option("--prompt", o.prompt, "prompt tokens")->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--tokens", o.tokens, "tokens generated")->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads; 0: LibTorch's default")->check(checked(at_least(0)))
@@ -94,7 +81,10 @@ int main(int argc, char** argv) {
                 torch::get_num_threads(), (long long)o.prompt, (long long)o.tokens);
     std::printf("| model | parameters | tokens/s, no cache | tokens/s, KV cache | speed-up |\n| --- | --- | --- | --- | --- |\n");
     for (const auto& name : o.models) {
-      const ModelConfig& m = shapes().at(name);
+      const auto& [file, overrides] = shapes().at(name);
+      std::vector<std::string> all = overrides;
+      all.push_back("data.type=synthetic");
+      const ModelConfig m = Config::load(o.configs + "/" + file, all).model;
       if (o.prompt + o.tokens > m.seq_length)
         fail("--prompt + --tokens = ", o.prompt + o.tokens, " exceeds ", name, "'s ", m.seq_length, " positions");
       GPT model(m, m.padded_vocab());

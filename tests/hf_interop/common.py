@@ -154,6 +154,41 @@ def trident_logits(checkpoint_dir, prompt, file):
     return tensors["input_ids"], tensors["logits"]
 
 
+# 63 tokens of the tests' GPT-2 BPE: with the end-of-document id, one sample of model.seq_length
+# = 64 (repeated_sample checks it).
+REPEATED_DOCUMENT = "hello world, the other world said hello: ça va?! мир, κόσμος, 世界 🙂!\n"
+SEQ = 64
+
+
+def repeated_dataset(folder):
+    """A dataset of 12 copies of REPEATED_DOCUMENT: its token stream repeats every 64 tokens, so
+    every sample a run reads (seq_length + 1 tokens from a multiple of seq_length) is the same,
+    and a run's loss can be computed without reproducing its shuffled order."""
+    texts = write_text_files(Path(folder) / "text", {f"{i}.txt": REPEATED_DOCUMENT for i in range(12)})
+    return preprocess(Path(folder) / "repeated", texts, gpt2_tiny_tokenizer())
+
+
+def repeated_sample(test, prefix):
+    """The one sample (65 ids, int64) every batch of repeated_dataset's `prefix` is made of."""
+    import torch
+
+    documents = read_documents(prefix)
+    test.assertEqual(len(documents), 12)
+    test.assertTrue(all(d == documents[0] for d in documents))
+    test.assertEqual(len(documents[0]), SEQ, "the document and its end should be one sample")
+    test.assertEqual(documents[0][-1], GPT2_TINY_EOD)
+    return torch.tensor(documents[0] * 2)[:SEQ + 1]
+
+
+def from_pretrained_exactly(test, model_class, folder):
+    """model_class.from_pretrained(folder) in eval mode, after checking that no tensor was
+    missing, unexpected or mismatched."""
+    model, info = model_class.from_pretrained(folder, output_loading_info=True)
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        test.assertFalse(info[kind], f"{kind} loading {folder}: {info[kind]}")
+    return model.eval()
+
+
 def read_documents(prefix):
     """A Megatron indexed dataset (train/data/indexed_dataset.h) -> each document's tokens, a list."""
     import numpy as np

@@ -44,10 +44,7 @@ class ExportedModelInTransformers(unittest.TestCase):
         self.assertTrue(all(m["lr"] > 0 for m in metrics), metrics)  # the weights moved
         common.export(checkpoint, exported)
 
-        model, info = GPT2LMHeadModel.from_pretrained(exported, output_loading_info=True)
-        model.eval()
-        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
-            self.assertFalse(info[kind], f"{kind} loading {exported}: {info[kind]}")
+        model = common.from_pretrained_exactly(self, GPT2LMHeadModel, exported)
         self.assertEqual(model.dtype, torch.float32)
         self.assertEqual(model.config.eos_token_id, common.GPT2_TINY_EOD)
         self.assertIs(model.lm_head.weight, model.transformer.wte.weight)  # tied, as in trident

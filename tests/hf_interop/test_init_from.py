@@ -42,9 +42,7 @@ import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-VOCAB, SEQ, POSITIONS = 300, 64, 128
-# 63 tokens of the tests' GPT-2 BPE: with the end-of-document id, one sample's 64 (checked below).
-DOCUMENT = "hello world, the other world said hello: ça va?! мир, κόσμος, 世界 🙂!\n"
+VOCAB, SEQ, POSITIONS = 300, common.SEQ, 128
 TRAIN = (f"model.vocab_size={VOCAB}", "model.make_vocab_size_divisible_by=2", *common.TINY_MODEL,
          "train.iters=1", "optimizer.warmup_iters=0", "optimizer.min_lr=0", "optimizer.weight_decay=0.1")
 
@@ -72,9 +70,7 @@ class InitFromTransformers(unittest.TestCase):
         cls.dir = Path(cls.scratch.name)
         cls.hf_dir = cls.dir / "hf"
         cls.model = random_gpt2(cls.hf_dir)
-        cls.dataset = common.preprocess(
-            cls.dir / "repeated", common.write_text_files(cls.dir / "text", {f"{i}.txt": DOCUMENT for i in range(12)}),
-            common.gpt2_tiny_tokenizer())
+        cls.dataset = common.repeated_dataset(cls.dir)
         cls.runs = {}  # TP -> (checkpoint, train's output, metrics)
 
     @classmethod
@@ -118,12 +114,7 @@ class InitFromTransformers(unittest.TestCase):
 
     def hf_loss(self):
         """HF's cross-entropy on the one sample every batch is made of (see the module's comment)."""
-        documents = common.read_documents(self.dataset)
-        self.assertEqual(len(documents), 12)
-        self.assertTrue(all(d == documents[0] for d in documents))
-        self.assertEqual(len(documents[0]), SEQ, "the document and its end should be one sample")
-        self.assertEqual(documents[0][-1], common.GPT2_TINY_EOD)
-        sample = torch.tensor(documents[0] * 2)[:SEQ + 1]
+        sample = common.repeated_sample(self, self.dataset)
         return F.cross_entropy(self.hf_logits(sample[:-1]), sample[1:]).item()
 
     def test_import_is_exact_and_a_zero_learning_rate_moves_nothing(self):

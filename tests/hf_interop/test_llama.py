@@ -10,8 +10,7 @@ From transformers: a LlamaForCausalLM with every parameter random (the RMSNorm w
 1) saved by save_pretrained; trident trains one iteration from it at a learning rate of 0 (see
 test_init_from.py for why that moves nothing) at TP 1 and TP 2. The checkpoint, exported, is
 HF's model.safetensors bit for bit; `generate --logits` gives HF's logits (1e-5 of the largest);
-the iteration's loss is HF's cross-entropy on the iteration's batch (one sample repeated, as in
-test_init_from.py).
+the iteration's loss is HF's cross-entropy on the iteration's batch (common.repeated_dataset).
 
 To transformers: trident trains 3 iterations (the weights move) at TP 1 and TP 2, exports, and
 LlamaForCausalLM.from_pretrained loads the folder with nothing missing, unexpected or
@@ -34,8 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-VOCAB, SEQ = 300, 64
-DOCUMENT = "hello world, the other world said hello: ça va?! мир, κόσμος, 世界 🙂!\n"  # 63 tokens and the end
+VOCAB = 300
 MODEL = (f"model.vocab_size={VOCAB}", "model.make_vocab_size_divisible_by=2", *common.TINY_MODEL, *common.LLAMA)
 ZERO_LR = ("train.iters=1", "optimizer.warmup_iters=0", "optimizer.min_lr=0", "optimizer.weight_decay=0.1")
 
@@ -70,9 +68,7 @@ class LlamaBothWays(unittest.TestCase):
         cls.dir = Path(cls.scratch.name)
         cls.hf_dir = cls.dir / "hf"
         cls.model = random_llama(cls.hf_dir)
-        cls.repeated = common.preprocess(
-            cls.dir / "repeated", common.write_text_files(cls.dir / "text", {f"{i}.txt": DOCUMENT for i in range(12)}),
-            common.gpt2_tiny_tokenizer())
+        cls.repeated = common.repeated_dataset(cls.dir)
         cls.corpus = common.preprocess(cls.dir / "corpus", list(common.corpus(cls.dir / "corpus_text")),
                                        common.gpt2_tiny_tokenizer())
         cls.runs = {}  # TP -> (checkpoint, train's output, metrics) of the run from HF's model
@@ -112,9 +108,7 @@ class LlamaBothWays(unittest.TestCase):
                     self.assertTrue(torch.equal(back[name], value), f"TP {tensor}: {name} is not HF's")
 
     def test_trident_gives_hfs_logits_and_loss(self):
-        documents = common.read_documents(self.repeated)
-        self.assertTrue(all(d == documents[0] for d in documents) and len(documents[0]) == SEQ)
-        sample = torch.tensor(documents[0] * 2)[:SEQ + 1]
+        sample = common.repeated_sample(self, self.repeated)
         expected_loss = F.cross_entropy(logits_of(self.model, sample[:-1]), sample[1:]).item()
         for tensor in self.layouts():
             with self.subTest(tp=tensor):
@@ -134,10 +128,7 @@ class LlamaBothWays(unittest.TestCase):
                                           "optimizer.warmup_iters=1", tensor=tensor)
                 self.assertTrue(all(m["lr"] > 0 for m in metrics), metrics)  # the weights moved
                 common.export(checkpoint, exported)
-                model, info = LlamaForCausalLM.from_pretrained(exported, output_loading_info=True)
-                model.eval()
-                for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
-                    self.assertFalse(info[kind], f"{kind} loading {exported}: {info[kind]}")
+                model = common.from_pretrained_exactly(self, LlamaForCausalLM, exported)
                 self.assertEqual(model.config.num_key_value_heads, 2)
                 self.assertEqual(model.config.rope_parameters["rope_type"], "llama3")
                 self.assertIsNot(model.lm_head.weight, model.model.embed_tokens.weight)  # untied, as in trident

@@ -214,8 +214,8 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache
                 "a cached forward runs a whole model in one process");
   const int64_t n = input.size(1);
   if (cache.tokens + n > config_.seq_length)
-    fail("a cached forward of ", n, " tokens after ", cache.tokens, " would take positions up to ", cache.tokens + n,
-         ", which exceed model.seq_length=", config_.seq_length);
+    fail("a cached forward of ", n, " tokens after ", cache.tokens, " would reach position ", cache.tokens + n - 1,
+         ", past model.seq_length=", config_.seq_length, " (positions 0 to ", config_.seq_length - 1, ")");
   const auto positions = torch::arange(cache.tokens, cache.tokens + n, input.options());
   cache.keys.resize(blocks.size());
   cache.values.resize(blocks.size());

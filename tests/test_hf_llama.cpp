@@ -190,6 +190,22 @@ TEST(HfLlama, AConfigThatDoesNotFitIsNamed) {
             std::string::npos);
   modern["rope_parameters"]["factor"] = 16.0;
   EXPECT_NE(message_for(modern, scaled).find("but model.rope_scaling=llama3 asks for"), std::string::npos);
+  // Values of the wrong kind, and tensors that do not fit config.json, are named too.
+  auto wrong = config;
+  wrong["rope_parameters"] = 5;
+  EXPECT_NE(message_for(wrong, m).find("has rope_parameters=5 but trident's RoPE settings asks for \"an object\""),
+            std::string::npos);
+  wrong = config;
+  wrong["rope_theta"] = "large";
+  EXPECT_NE(message_for(wrong, m).find("config.json' has a value of the wrong type"), std::string::npos);
+  write_text_file(dir + "/config.json", config.dump());
+  Safetensors file = read_safetensors(dir + "/model.safetensors");
+  for (auto& [name, tensor] : file.tensors)
+    if (name == "model.layers.0.self_attn.k_proj.weight") tensor = tensor.narrow(0, 0, 4);
+  write_safetensors(dir + "/model.safetensors", file);
+  EXPECT_NE(error_of([&] { read_hugging_face(dir, m); })
+                .find("holds model.layers.0.self_attn.k_proj.weight of shape [4, 16] where config.json's model asks for [8, 16]"),
+            std::string::npos);
   // A GPT-2 config.json for a Llama, and a model neither format holds.
   ModelConfig neither = m;
   neither.normalization = Normalization::layernorm;

@@ -219,6 +219,11 @@ TEST(TrainProgram, DryRunAndPlanTakeTheLlamaThreeConfigs) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("# fits in 80 GiB"), std::string::npos) << r.output;
   }
+  const Result r = run(kBin + "/plan --largest --gpus 8 --config " + kSource + "/configs/llama3-8b.yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: --largest sizes standard GPT shapes, but the config's model.normalization=rmsnorm "
+                          "is not GPT-2's architecture"),
+            std::string::npos) << r.output;
 }
 
 // Context parallelism divides the activations: measured on this CPU (bytes in use after one

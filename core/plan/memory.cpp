@@ -27,12 +27,16 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   const bool no_scores = layout.recompute == Recompute::selective || layout.cp_size > 1;
   const double attention_scores = no_scores ? 0 : 5 * a * s / h;
-  // Per s b h, what TP splits: Q 2, K and V 2 g / a each, the projection's input 2, the MLP's
-  // 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and their
-  // product): 24 for GPT-2. What it does not: two norms' inputs 4, the two linear layers'
-  // inputs 4 and two dropout masks 2.
+  // Per s b h, what TP splits: Q 2; K and V 2 each, or 2 g / a each where only the grouped ones
+  // are kept (the attention core recomputed, or ring attention); the projection's input 2; the
+  // MLP's 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and
+  // their product): 24 for GPT-2. What it does not: two norms' 2 each (LayerNorm's input) or 6
+  // each (RMSNorm as model/layers.cpp computes it keeps an fp32 copy of its input and its
+  // normalised output), the two linear layers' inputs 4 and two dropout masks 2.
+  const double kv = no_scores ? 4 * g / a : 4;
   const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
-  const double split = 4 + 4 * g / a + mlp, replicated = 10;
+  const double norms = 2 * (model.normalization == Normalization::rmsnorm ? 6 : 2);
+  const double split = 4 + kv + mlp, replicated = norms + 6;
   if (layout.sequence_parallel) return sbh * (replicated + split + attention_scores) / t;
   return sbh * (replicated + split / t + attention_scores / t);
 }

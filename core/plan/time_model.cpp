@@ -1,7 +1,6 @@
 #include "core/plan/time_model.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -239,7 +238,14 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // What crosses a pipeline stage boundary: split over TP with sequence parallelism.
   const double boundary_bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
   const double layers = double(m.num_layers / layout.pp_size);
-  const double tp_calls = layout.recompute == Recompute::full ? 6 : 4;
+  // In all-reduces (an all-gather and a reduce-scatter count one): two per layer forward, two
+  // backward, the forward's again with full recompute. SwiGLU's gate and up gather their input
+  // each (with SP: half an all-reduce more forward, half more backward) or, without SP, each
+  // reduce its gradient (one more backward).
+  const bool gated = m.activation == Activation::swiglu, sp = layout.sequence_parallel;
+  const double forward_calls = 2 + (gated && sp ? 0.5 : 0);
+  const double backward_calls = 2 + (gated ? (sp ? 0.5 : 1) : 0);
+  const double tp_calls = forward_calls * (layout.recompute == Recompute::full ? 2 : 1) + backward_calls;
   const double tp_mb = tp_calls * layers * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
 
   // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
@@ -248,7 +254,10 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (layout.cp_size > 1) {
     const double c = double(layout.cp_size);
     const bool inside_node = layout.tp_size * layout.cp_size <= links.gpus_per_node;
-    const double transfer_s = 2 * activation_bytes / double(layout.tp_size) / ((inside_node ? intra : inter) * 1e9);
+    // Keys and values of the g key/value heads: g / a of the queries' size.
+    const double kv_fraction = double(m.query_groups()) / double(m.num_attention_heads);
+    const double transfer_s =
+        2 * kv_fraction * activation_bytes / double(layout.tp_size) / ((inside_node ? intra : inter) * 1e9);
     // One block of s/c queries against s/c keys, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) /
                                double(layout.tp_size);

@@ -11,6 +11,10 @@ using nlohmann::json;
 
 namespace trident {
 
+const char* hf_dtype_name(torch::Dtype dtype) {
+  return dtype == torch::kDouble ? "float64" : dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
+}
+
 json read_hf_config(const std::string& dir, const std::string& option) {
   const std::string path = (fs::path(dir) / "config.json").string();
   try {

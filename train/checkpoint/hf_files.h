@@ -14,6 +14,9 @@ namespace trident {
 
 class SafetensorsFile;
 
+// config.json's torch_dtype for `dtype`: "float32", "bfloat16", "float16" or "float64".
+const char* hf_dtype_name(torch::Dtype dtype);
+
 // <dir>/config.json, parsed. Error naming `option` (the setting that named the folder) and the
 // file when it is missing or not JSON.
 nlohmann::json read_hf_config(const std::string& dir, const std::string& option);

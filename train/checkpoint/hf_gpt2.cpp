@@ -61,10 +61,6 @@ std::vector<Mapping> mappings(const ModelConfig& model) {
   return out;
 }
 
-const char* dtype_name(torch::Dtype dtype) {
-  return dtype == torch::kDouble ? "float64" : dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
-}
-
 }  // namespace
 
 std::map<std::string, torch::Tensor> to_hf_gpt2(const std::map<std::string, torch::Tensor>& weights,
@@ -106,7 +102,7 @@ std::string hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, to
           {"tie_word_embeddings", true},
           {"bos_token_id", end_of_document},
           {"eos_token_id", end_of_document},
-          {"torch_dtype", dtype_name(dtype)}};
+          {"torch_dtype", hf_dtype_name(dtype)}};
   return config.dump(2) + "\n";
 }
 

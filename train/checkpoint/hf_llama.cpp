@@ -67,10 +67,6 @@ torch::Tensor join_qkv(const SeparateQkv& s, const ModelConfig& m) {
   return joined.reshape(shape);
 }
 
-const char* dtype_name(torch::Dtype dtype) {
-  return dtype == torch::kDouble ? "float64" : dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
-}
-
 json llama3_rope_scaling() {
   using S = Llama3RopeScaling;
   return {{"rope_type", "llama3"},
@@ -86,8 +82,9 @@ bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::abs(b); 
 // beside rope_theta) or rope_scaling (earlier versions and most checkpoints on the Hub), its
 // kind in rope_type or, older, type; "default" is none.
 json stated_rope_scaling(const json& config) {
-  json scaling = config.contains("rope_parameters") ? config.at("rope_parameters") : config.value("rope_scaling", json());
-  if (!scaling.is_object()) return json();
+  const bool modern = config.contains("rope_parameters") && config.at("rope_parameters").is_object();
+  json scaling = modern ? config.at("rope_parameters") : config.value("rope_scaling", json());
+  if (scaling.is_null()) return json();
   const std::string type = scaling.value("rope_type", scaling.value("type", "default"));
   if (type == "default") return json();
   scaling.erase("rope_theta");
@@ -163,7 +160,7 @@ std::string hf_llama_config(const ModelConfig& model, int64_t bos, int64_t eos, 
                        {"initializer_range", model.init_method_std},
                        {"bos_token_id", bos},
                        {"eos_token_id", eos},
-                       {"torch_dtype", dtype_name(dtype)}};
+                       {"torch_dtype", hf_dtype_name(dtype)}};
   return config.dump(2) + "\n";
 }
 
@@ -199,14 +196,21 @@ std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const
     const double epsilon = config.at("rms_norm_eps").get<double>();
     if (!close(epsilon, model.layernorm_epsilon))
       differs("rms_norm_eps", epsilon, "model.layernorm_epsilon", model.layernorm_epsilon);
-    const double theta = config.value("rope_parameters", json::object()).value("rope_theta", config.value("rope_theta", 10000.0));
+    for (const char* key : {"rope_parameters", "rope_scaling"})
+      if (config.contains(key) && !config.at(key).is_null() && !config.at(key).is_object())
+        differs(key, config.at(key), "trident's RoPE settings", "an object");
+    const bool modern = config.contains("rope_parameters") && config.at("rope_parameters").is_object();
+    const json& rope = modern ? config.at("rope_parameters") : config;
+    const double theta = rope.value("rope_theta", config.value("rope_theta", 10000.0));
     if (!close(theta, model.rope_theta)) differs("rope_theta", theta, "model.rope_theta", model.rope_theta);
     const json scaling = stated_rope_scaling(config);
     const json expected = model.rope_scaling == RopeScaling::llama3 ? llama3_rope_scaling() : json();
     if (!same_rope_scaling(scaling, expected))
       differs("rope_scaling", scaling, str("model.rope_scaling=", model.rope_scaling), expected);
-  } catch (const json::exception& e) {
+  } catch (const json::out_of_range& e) {
     fail(option, ": '", dir, "/config.json' lacks a Llama key: ", e.what());
+  } catch (const json::exception& e) {
+    fail(option, ": '", dir, "/config.json' has a value of the wrong type: ", e.what());
   }
 
   HfWeightFiles files(dir, option);
@@ -216,9 +220,21 @@ std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const
     for (const char* kind : {".weight", ".bias"}) {
       if (std::string(kind) == ".bias" && !model.add_bias_linear) continue;
       const std::string hf = str("model.layers.", i, ".self_attn.");
-      out[str("h", i, ".attn.qkv", kind)] =
-          join_qkv({files.read(hf + "q_proj" + kind), files.read(hf + "k_proj" + kind), files.read(hf + "v_proj" + kind)},
-                   model);
+      const bool weight = std::string(kind) == ".weight";
+      // Checked here, before they are regrouped: q [a d, h], k and v [g d, h] (biases without h).
+      const auto read = [&](const char* projection, int64_t heads) {
+        const std::string name = hf + projection + kind;
+        torch::Tensor t = files.read(name);
+        const std::vector<int64_t> expected =
+            weight ? std::vector<int64_t>{heads * model.head_dim(), model.hidden_size} : std::vector<int64_t>{heads * model.head_dim()};
+        if (t.sizes().vec() != expected)
+          fail(option, ": '", files.description(), "' holds ", name, " of shape ", t.sizes(), " where config.json's model asks for ",
+               torch::IntArrayRef(expected));
+        return t;
+      };
+      out[str("h", i, ".attn.qkv", kind)] = join_qkv(
+          {read("q_proj", model.num_attention_heads), read("k_proj", model.query_groups()), read("v_proj", model.query_groups())},
+          model);
     }
   return out;
 }

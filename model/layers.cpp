@@ -1,6 +1,38 @@
 #include "model/layers.h"
 
+#include <torch/autograd.h>
+
 namespace trident {
+namespace {
+
+// RMSNorm as Hugging Face's LlamaRMSNorm computes it, y = w * (x * rstd) with x * rstd in at least
+// fp32 and rstd = 1 / sqrt(mean(x^2) + epsilon) per row, with a backward of its own: autograd of
+// that formula would keep an fp32 copy of x and the normalised output; this keeps x and rstd.
+//   dL/dw = sum over rows of dy * n,   dL/dx = rstd (dn - n mean(dn * n)),   dn = dy * w, n = x * rstd
+struct RmsNorm : public torch::autograd::Function<RmsNorm> {
+  static torch::Dtype wide(const torch::Tensor& x) { return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat; }
+
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               double epsilon) {
+    const auto wide_x = x.to(wide(x));
+    const auto rstd = torch::rsqrt(wide_x.pow(2).mean(-1, /*keepdim=*/true) + epsilon);
+    ctx->save_for_backward({x, weight, rstd});
+    return weight * (wide_x * rstd).to(x.scalar_type());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &dy = grads[0];
+    const auto normed = x.to(wide(x)) * rstd;
+    const auto grad_weight = (dy * normed.to(x.scalar_type())).reshape({-1, dy.size(-1)}).sum(0);
+    const auto dn = (dy * weight).to(wide(x));
+    const auto grad_x = rstd * (dn - normed * (dn * normed).mean(-1, /*keepdim=*/true));
+    return {grad_x.to(x.scalar_type()), grad_weight.to(weight.scalar_type()), torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp)
     : kind_(kind), hidden_(hidden), epsilon_(epsilon) {
@@ -12,10 +44,7 @@ NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const Ten
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   if (kind_ == Normalization::layernorm) return at::layer_norm(x, {hidden_}, weight, bias, epsilon_);
-  // x / rms(x) in at least fp32, then scaled in x's dtype (as Hugging Face's LlamaRMSNorm).
-  const auto wide = x.scalar_type() == torch::kDouble ? x : x.to(torch::kFloat);
-  const auto normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + epsilon_);
-  return weight * normed.to(x.scalar_type());
+  return RmsNorm::apply(x, weight, epsilon_);
 }
 
 PositionEmbeddingImpl::PositionEmbeddingImpl(int64_t positions, int64_t hidden) {

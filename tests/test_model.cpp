@@ -269,3 +269,37 @@ TEST(Model, Llama3RopeScalingFollowsItsThreeBands) {
   EXPECT_GT(blended, 0);
 }
 
+
+// RMSNorm's own backward (model/layers.cpp) gives the gradients autograd computes for its formula,
+// in fp64 to rounding and in bf16 (computed in fp32 inside) to bf16's precision.
+TEST(Model, RmsNormBackwardIsTheFormulasGradient) {
+  for (const auto dtype : {torch::kDouble, torch::kBFloat16}) {
+    SCOPED_TRACE(dtype == torch::kDouble ? "fp64" : "bf16");
+    Norm norm(Normalization::rmsnorm, 16, 1e-5, TensorParallel{});
+    norm->to(dtype);
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(torch::randn({16}, torch::kDouble).to(dtype));
+    const auto input = torch::randn({3, 5, 16}, torch::kDouble).to(dtype);
+    const auto upstream = torch::randn({3, 5, 16}, torch::kDouble).to(dtype);
+    auto grads_of = [&](bool formula) {
+      torch::AutoGradMode enabled(true);
+      auto x = input.clone().requires_grad_(true);
+      auto w = norm->weight.detach().clone().requires_grad_(true);
+      torch::Tensor y;
+      if (formula) {
+        const auto wide = dtype == torch::kDouble ? x : x.to(torch::kFloat);
+        y = w * (wide * torch::rsqrt(wide.pow(2).mean(-1, true) + 1e-5)).to(dtype);
+      } else {
+        norm->weight.set_data(w);
+        y = norm(x);
+      }
+      (y * upstream).sum().backward();
+      return std::pair{x.grad().to(torch::kDouble), (formula ? w.grad() : norm->weight.grad()).to(torch::kDouble)};
+    };
+    const auto [x_formula, w_formula] = grads_of(true);
+    const auto [x_own, w_own] = grads_of(false);
+    const double tolerance = dtype == torch::kDouble ? 1e-12 : 2e-2;
+    EXPECT_TRUE(torch::allclose(x_own, x_formula, tolerance, tolerance)) << (x_own - x_formula).abs().max();
+    EXPECT_TRUE(torch::allclose(w_own, w_formula, tolerance, tolerance)) << (w_own - w_formula).abs().max();
+  }
+}

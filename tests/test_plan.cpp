@@ -71,12 +71,12 @@ TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 2 + 1 + 2 + 28));
   l.tp_size = 8;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 33.0 / 8));
-  // Storing the attention core keeps K and V repeated for every head (4), and trident's RMSNorm
-  // keeps 6 per norm: 2 x 6 + 4 + 2 where LayerNorm's make 10; the scores 5 a s / h = 80.
+  // Storing the attention core keeps K and V repeated for every head (4); RMSNorm keeps its input
+  // as LayerNorm does (model/layers.cpp); the scores 5 a s / h = 80.
   m.normalization = Normalization::rmsnorm;
   l.tp_size = 1;
   l.recompute = Recompute::none;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (18 + 2 + 4 + 2 + 28 + 80));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l), sbh * (10 + 2 + 4 + 2 + 28 + 80));
   // An untied head lives on the last stage: the first stage of a pipeline holds the rest.
   m.untie_embeddings_and_output_weights = true;
   m.num_layers = 4;

@@ -30,13 +30,12 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
   // Per s b h, what TP splits: Q 2; K and V 2 each, or 2 g / a each where only the grouped ones
   // are kept (the attention core recomputed, or ring attention); the projection's input 2; the
   // MLP's 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and
-  // their product): 24 for GPT-2. What it does not: two norms' 2 each (LayerNorm's input) or 6
-  // each (RMSNorm as model/layers.cpp computes it keeps an fp32 copy of its input and its
-  // normalised output), the two linear layers' inputs 4 and two dropout masks 2.
+  // their product): 24 for GPT-2. What it does not: the two norms' inputs 4 (LayerNorm and
+  // RMSNorm alike keep their input and a statistic per row), the two linear layers' inputs 4 and
+  // two dropout masks 2.
   const double kv = no_scores ? 4 * g / a : 4;
   const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
-  const double norms = 2 * (model.normalization == Normalization::rmsnorm ? 6 : 2);
-  const double split = 4 + kv + mlp, replicated = norms + 6;
+  const double split = 4 + kv + mlp, replicated = 10;
   if (layout.sequence_parallel) return sbh * (replicated + split + attention_scores) / t;
   return sbh * (replicated + split / t + attention_scores / t);
 }

@@ -41,9 +41,7 @@ struct MemoryEstimate {
 // s b h (34 / c) with the per-token terms as above and no 5 a s / h term. With g key/value
 // groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
-// the grouped ones are kept (selective recompute, context parallelism); RMSNorm (trident's keeps
-// an fp32 copy of its input and its output) counts 6 per norm among the 10 that TP does not
-// split, where LayerNorm counts 2.
+// the grouped ones are kept (selective recompute, context parallelism).
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
 
 // The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p

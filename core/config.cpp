@@ -320,6 +320,11 @@ std::string ModelConfig::non_llama_setting() const {
   return "";
 }
 
+std::string ModelConfig::hugging_face_problem() const {
+  if (non_gpt2_setting().empty() || non_llama_setting().empty()) return "";
+  return str(non_gpt2_setting(), " is not GPT-2's architecture and ", non_llama_setting(), " not Llama's");
+}
+
 std::vector<std::string> Config::keys() {
   std::vector<std::string> out;
   for (const auto& f : schema()) out.push_back(f.key);
@@ -378,9 +383,8 @@ void Config::validate() const {
          "model.num_attention_heads = ", m.head_dim(), ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
-  if (!train.init_from.empty() && !m.non_gpt2_setting().empty() && !m.non_llama_setting().empty())
-    fail("train.init_from reads Hugging Face GPT-2 and Llama models, but ", m.non_gpt2_setting(),
-         " is not GPT-2's architecture and ", m.non_llama_setting(), " not Llama's");
+  if (const std::string problem = m.hugging_face_problem(); !train.init_from.empty() && !problem.empty())
+    fail("train.init_from reads Hugging Face GPT-2 and Llama models, but ", problem);
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

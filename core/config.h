@@ -73,6 +73,9 @@ struct ModelConfig {
   // The same for what LlamaForCausalLM can hold: RMSNorm, RoPE and SwiGLU (grouped-query
   // attention, biases and tying as they are).
   std::string non_llama_setting() const;
+  // Why neither of those formats holds this model ("model.x=... is not GPT-2's architecture and
+  // model.y=... not Llama's"), or "" when one does.
+  std::string hugging_face_problem() const;
   // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tp_size.
   int64_t padded_vocab(int64_t tp_size = 1) const;
 };

@@ -16,39 +16,26 @@ Norm norm(const ModelConfig& config, const TensorParallel& tp) {
   return Norm(config.normalization, config.hidden_size, config.layernorm_epsilon, tp);
 }
 
-// Causal attention of queries [b, heads, s, d] over keys and values [b, groups, s, d], each
-// group shared by heads / groups consecutive query heads.
+// Causal attention of queries [b, heads, n, d] at the last n of the keys' positions over keys and
+// values [b, groups, total, d], each group shared by heads / groups consecutive query heads:
+// query i, at position total - n + i, sees the keys up to it (n = total in training; fewer after
+// a KV cache).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& grouped_k,
                                const torch::Tensor& grouped_v, double dropout) {
-  const int64_t per_group = q.size(1) / grouped_k.size(1);
-  const auto k = per_group == 1 ? grouped_k : grouped_k.repeat_interleave(per_group, 1);
-  const auto v = per_group == 1 ? grouped_v : grouped_v.repeat_interleave(per_group, 1);
+  const int64_t per_group = q.size(1) / grouped_k.size(1), n = q.size(2), total = grouped_k.size(2);
+  const auto k = repeat_for_query_heads(grouped_k, per_group), v = repeat_for_query_heads(grouped_v, per_group);
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, {}, dropout, /*is_causal=*/true);
+  if (n == total) return at::scaled_dot_product_attention(q, k, v, {}, dropout, /*is_causal=*/true);
+  const auto visible = torch::ones({n, total}, q.options().dtype(torch::kBool)).tril(total - n);
+  return at::scaled_dot_product_attention(q, k, v, visible, dropout, /*is_causal=*/false);
 #else
   // LibTorch 1.x has no fused kernel: the textbook softmax(QK^T / sqrt(d)) V.
-  const int64_t s = q.size(2);
   auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  auto future = torch::ones({s, s}, q.options().dtype(torch::kBool)).triu(1);
+  auto future = torch::ones({n, total}, q.options().dtype(torch::kBool)).triu(total - n + 1);
   auto probs = scores.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
   if (dropout > 0) probs = at::dropout(probs, dropout, /*train=*/true);
   return at::matmul(probs, v);
 #endif
-}
-
-// Attention of new queries [b, heads, n, d] at the last n positions of keys and values
-// [b, groups, cached + n, d]: query i sees the keys up to its own position.
-torch::Tensor attention_after_cache(const torch::Tensor& q, const torch::Tensor& grouped_k,
-                                    const torch::Tensor& grouped_v) {
-  const int64_t n = q.size(2), total = grouped_k.size(2), per_group = q.size(1) / grouped_k.size(1);
-  const auto k = per_group == 1 ? grouped_k : grouped_k.repeat_interleave(per_group, 1);
-  const auto v = per_group == 1 ? grouped_v : grouped_v.repeat_interleave(per_group, 1);
-  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  if (n > 1) {  // query i (position total - n + i) sees keys 0 .. total - n + i
-    auto future = torch::ones({n, total}, q.options().dtype(torch::kBool)).triu(total - n + 1);
-    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  }
-  return at::matmul(scores.softmax(-1), v);
 }
 
 }  // namespace
@@ -112,7 +99,7 @@ torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, const to
   const bool first = !keys.defined();
   keys = first ? h.k : torch::cat({keys, h.k}, 2);
   values = first ? h.v : torch::cat({values, h.v}, 2);
-  return output(first ? causal_attention(h.q, keys, values, 0.0) : attention_after_cache(h.q, keys, values));
+  return output(causal_attention(h.q, keys, values, 0.0));
 }
 
 MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
@@ -206,7 +193,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
   x = ln_f(x);
   // The head is vocabulary-parallel (the embedding again when tied): each rank scores its slice.
   x = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
-  return torch::nn::functional::linear(x, lm_head ? lm_head->weight : wte->weight);
+  return torch::nn::functional::linear(x, head_weight());
 }
 
 torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache) {
@@ -223,7 +210,7 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache
   if (wpe) x = x + wpe(positions);
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward_cached(x, positions, cache.keys[i], cache.values[i]);
   cache.tokens += n;
-  return torch::nn::functional::linear(ln_f(x), lm_head ? lm_head->weight : wte->weight);
+  return torch::nn::functional::linear(ln_f(x), head_weight());
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets) {

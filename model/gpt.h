@@ -173,6 +173,9 @@ class GPTImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
 
  private:
+  // The output head's weights on the last stage: lm_head's, or the tied embedding's.
+  const torch::Tensor& head_weight() const { return lm_head ? lm_head->weight : wte->weight; }
+
   ModelConfig config_;
   TensorParallel tp_;
   Stage stage_;

@@ -71,11 +71,8 @@ class BlockDropout {
   RandomStream stream_;
 };
 
-// Keys or values [b, groups, n, d] repeated for the `per_group` query heads that share each.
-torch::Tensor for_queries(const torch::Tensor& t, int64_t per_group) {
-  return per_group == 1 ? t : t.repeat_interleave(per_group, 1);
-}
-// The gradient of for_queries' output [b, groups * per_group, n, d] summed back to the groups.
+// The gradient of repeat_for_query_heads' output [b, groups * per_group, n, d], summed back to
+// the groups.
 torch::Tensor to_groups(const torch::Tensor& grad, int64_t per_group) {
   return per_group == 1 ? grad : grad.reshape({grad.size(0), -1, per_group, grad.size(2), grad.size(3)}).sum(2);
 }
@@ -120,6 +117,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto q = q_in.to(dtype), k = k_in.to(dtype), v = v_in.to(dtype);
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     const int64_t per_group = q.size(1) / k.size(1);
+    const auto for_queries = [&](const torch::Tensor& t) { return repeat_for_query_heads(t, per_group); };
     std::array<torch::Tensor, 2> out, lse;  // per local query chunk
     for (int a : {0, 1}) {
       out[a] = torch::zeros_like(chunk(q, a));
@@ -128,10 +126,10 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     walk_ring(
         *group, torch::stack({k, v}),
         [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
-          const auto scores = block_scores(chunk(q, a), for_queries(chunk(kv[0], b), per_group), scale, seen);
+          const auto scores = block_scores(chunk(q, a), for_queries(chunk(kv[0], b)), scale, seen);
           const auto block_lse = scores.logsumexp(-1);
           const auto probs = masks.apply((scores - block_lse.unsqueeze(-1)).exp());
-          const auto block_out = at::matmul(probs, for_queries(chunk(kv[1], b), per_group));
+          const auto block_out = at::matmul(probs, for_queries(chunk(kv[1], b)));
           const auto merged = torch::logaddexp(lse[a], block_lse);
           out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
           lse[a] = merged;
@@ -154,6 +152,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     BlockDropout masks(dropout, dropout > 0 ? ctx->saved_data["rng"].toTensor() : torch::Tensor());
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     const int64_t per_group = q.size(1) / saved[1].size(1);
+    const auto for_queries = [&](const torch::Tensor& t) { return repeat_for_query_heads(t, per_group); };
     // The softmax gradient's row term: sum_j P_ij dP_ij = rowsum(dO * O).
     const torch::Tensor delta = (grad_out * output).sum(-1);
     torch::Tensor grad_q = torch::zeros_like(q);
@@ -163,7 +162,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         *group, kv,
         [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
           const auto qa = chunk(q, a), dout = chunk(grad_out, a);
-          const auto ka = for_queries(chunk(kv[0], b), per_group), va = for_queries(chunk(kv[1], b), per_group);
+          const auto ka = for_queries(chunk(kv[0], b)), va = for_queries(chunk(kv[1], b));
           const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
           // With dropout: O = (P * Z) V for the scaled mask Z, so dV = (P * Z)^T dO and
           // dP = (dO V^T) * Z; delta = rowsum(dO * O) = sum_j P_ij dP_ij still holds.
@@ -184,6 +183,10 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 };
 
 }  // namespace
+
+torch::Tensor repeat_for_query_heads(const torch::Tensor& t, int64_t per_group) {
+  return per_group == 1 ? t : t.repeat_interleave(per_group, 1);
+}
 
 torch::Tensor context_parallel_slice(const torch::Tensor& x, int64_t dim, int rank, int size) {
   if (size == 1) return x;

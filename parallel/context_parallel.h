@@ -36,6 +36,10 @@ struct ContextParallel {
   int size() const { return group->size(); }
 };
 
+// Keys or values [b, groups, n, d] repeated for the `per_group` consecutive query heads that
+// share each (grouped-query attention): [b, groups * per_group, n, d].
+torch::Tensor repeat_for_query_heads(const torch::Tensor& t, int64_t per_group);
+
 // This rank's two chunks of `x` along `dim` (length divisible by 2 * size), concatenated.
 torch::Tensor context_parallel_slice(const torch::Tensor& x, int64_t dim, int rank, int size);
 // The global positions of those tokens: [rank's chunk, chunk 2 * size - 1 - rank].

@@ -13,19 +13,22 @@ using nlohmann::json;
 namespace trident {
 namespace {
 
+// The tensors of each linear layer: ".weight", and ".bias" with model.add_bias_linear.
+std::vector<std::string> linear_tensors(const ModelConfig& model) {
+  return model.add_bias_linear ? std::vector<std::string>{".weight", ".bias"} : std::vector<std::string>{".weight"};
+}
+
 // The weights that keep their tensor and change only their name; the embedding and the head
 // have their vocabulary cut or padded on the way.
 std::vector<std::pair<std::string, std::string>> renamed(const ModelConfig& model) {
   std::vector<std::pair<std::string, std::string>> out = {{"wte.weight", "model.embed_tokens.weight"},
                                                           {"ln_f.weight", "model.norm.weight"}};
   if (model.untie_embeddings_and_output_weights) out.push_back({"lm_head.weight", "lm_head.weight"});
-  const std::vector<std::string> kinds = model.add_bias_linear ? std::vector<std::string>{".weight", ".bias"}
-                                                               : std::vector<std::string>{".weight"};
   for (int64_t i = 0; i < model.num_layers; ++i) {
     const std::string t = str("h", i, "."), hf = str("model.layers.", i, ".");
     out.push_back({t + "ln_1.weight", hf + "input_layernorm.weight"});
     out.push_back({t + "ln_2.weight", hf + "post_attention_layernorm.weight"});
-    for (const auto& kind : kinds) {
+    for (const auto& kind : linear_tensors(model)) {
       out.push_back({t + "attn.out" + kind, hf + "self_attn.o_proj" + kind});
       for (const char* p : {"gate", "up", "down"}) out.push_back({t + "mlp." + p + kind, hf + "mlp." + p + "_proj" + kind});
     }
@@ -78,12 +81,18 @@ json llama3_rope_scaling() {
 
 bool close(double a, double b) { return std::abs(a - b) <= 1e-12 * std::abs(b); }
 
-// RoPE's scaling as config.json states it, null when none: in rope_parameters (transformers 5,
-// beside rope_theta) or rope_scaling (earlier versions and most checkpoints on the Hub), its
-// kind in rope_type or, older, type; "default" is none.
-json stated_rope_scaling(const json& config) {
+// transformers 5's rope_parameters (RoPE's theta and scaling together), or null: earlier
+// versions, and most checkpoints on the Hub, keep rope_theta and rope_scaling at the top level.
+json rope_parameters(const json& config) {
   const bool modern = config.contains("rope_parameters") && config.at("rope_parameters").is_object();
-  json scaling = modern ? config.at("rope_parameters") : config.value("rope_scaling", json());
+  return modern ? config.at("rope_parameters") : json();
+}
+
+// RoPE's scaling as config.json states it, null when none: in rope_parameters or rope_scaling,
+// its kind in rope_type or, older, type; "default" is none.
+json stated_rope_scaling(const json& config) {
+  const json parameters = rope_parameters(config);
+  json scaling = parameters.is_object() ? parameters : config.value("rope_scaling", json());
   if (scaling.is_null()) return json();
   const std::string type = scaling.value("rope_type", scaling.value("type", "default"));
   if (type == "default") return json();
@@ -121,8 +130,7 @@ std::map<std::string, torch::Tensor> to_hf_llama(const std::map<std::string, tor
     put(hf_name, cut_to_vocabulary(trident_name) ? t.narrow(0, 0, model.vocab_size) : t);
   }
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (const char* kind : {".weight", ".bias"}) {
-      if (std::string(kind) == ".bias" && !model.add_bias_linear) continue;
+    for (const auto& kind : linear_tensors(model)) {
       const auto s = split_qkv(weight(str("h", i, ".attn.qkv", kind)), model);
       const std::string hf = str("model.layers.", i, ".self_attn.");
       put(hf + "q_proj" + kind, s.q);
@@ -199,9 +207,9 @@ std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const
     for (const char* key : {"rope_parameters", "rope_scaling"})
       if (config.contains(key) && !config.at(key).is_null() && !config.at(key).is_object())
         differs(key, config.at(key), "trident's RoPE settings", "an object");
-    const bool modern = config.contains("rope_parameters") && config.at("rope_parameters").is_object();
-    const json& rope = modern ? config.at("rope_parameters") : config;
-    const double theta = rope.value("rope_theta", config.value("rope_theta", 10000.0));
+    const json parameters = rope_parameters(config);
+    const json& holder = parameters.is_object() ? parameters : config;
+    const double theta = holder.value("rope_theta", config.value("rope_theta", 10000.0));
     if (!close(theta, model.rope_theta)) differs("rope_theta", theta, "model.rope_theta", model.rope_theta);
     const json scaling = stated_rope_scaling(config);
     const json expected = model.rope_scaling == RopeScaling::llama3 ? llama3_rope_scaling() : json();
@@ -217,10 +225,9 @@ std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const
   std::map<std::string, torch::Tensor> out;
   for (const auto& [trident_name, hf_name] : renamed(model)) out[trident_name] = files.read(hf_name).contiguous();
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (const char* kind : {".weight", ".bias"}) {
-      if (std::string(kind) == ".bias" && !model.add_bias_linear) continue;
+    for (const auto& kind : linear_tensors(model)) {
       const std::string hf = str("model.layers.", i, ".self_attn.");
-      const bool weight = std::string(kind) == ".weight";
+      const bool weight = kind == ".weight";
       // Checked here, before they are regrouped: q [a d, h], k and v [g d, h] (biases without h).
       const auto read = [&](const char* projection, int64_t heads) {
         const std::string name = hf + projection + kind;

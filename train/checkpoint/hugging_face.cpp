@@ -7,10 +7,9 @@
 namespace trident {
 
 std::string hf_model_type(const ModelConfig& model) {
-  if (model.non_gpt2_setting().empty()) return "gpt2";
-  if (model.non_llama_setting().empty()) return "llama";
-  fail("Hugging Face's GPT-2 and Llama formats cannot hold this model: ", model.non_gpt2_setting(),
-       " is not GPT-2's architecture and ", model.non_llama_setting(), " not Llama's");
+  if (const std::string problem = model.hugging_face_problem(); !problem.empty())
+    fail("Hugging Face's GPT-2 and Llama formats cannot hold this model: ", problem);
+  return model.non_gpt2_setting().empty() ? "gpt2" : "llama";
 }
 
 std::map<std::string, torch::Tensor> to_hugging_face(const std::map<std::string, torch::Tensor>& weights,

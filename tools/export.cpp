@@ -5,13 +5,15 @@
 // DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
 // model.safetensors (GPT2LMHeadModel's or LlamaForCausalLM's names and layouts, as the model's
 // architecture says: train/checkpoint/hugging_face.h; the vocabulary cut to model.vocab_size
-// rows), config.json, and the dataset's tokenizer files under Hugging
-// Face's names: vocab.json + merges.txt (GPT-2 BPE) or tokenizer.model with a
-// tokenizer_config.json naming the class that reads it (SentencePiece); a byte-level model's ids
-// are its bytes and need none. Never overwrites an export.
+// rows), config.json, and the dataset's tokenizer files under Hugging Face's names: vocab.json +
+// merges.txt (GPT-2 BPE), tokenizer.model (SentencePiece) or tokenizer.json (a Hugging Face
+// BPE), the last two with a tokenizer_config.json naming the class that reads them; a
+// byte-level model's ids are its bytes and need none. Never overwrites an export.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/command_line.h"
 #include "core/error.h"
@@ -51,6 +53,7 @@ torch::Dtype dtype_of(const std::string& name) {
 std::vector<std::string> hf_tokenizer_names(const TokenizerRecord& record) {
   if (record.type == "gpt2-bpe") return {"vocab.json", "merges.txt"};
   if (record.type == "sentencepiece") return {"tokenizer.model"};
+  if (record.type == "hf-bpe") return {"tokenizer.json"};
   return {};
 }
 
@@ -60,7 +63,9 @@ std::vector<std::string> hf_tokenizer_names(const TokenizerRecord& record) {
 // fallback from the file and turns spaces into "▁", nothing else: SentencePiece's own ids for
 // the models trident trains (tests/hf_interop checks them), not for a --tokenizer-model that adds
 // a dummy prefix or folds spaces (settings it ignores), which gets no tokenizer_config.json.
-constexpr const char* kSentencePieceTokenizerConfig = "{\n  \"tokenizer_class\": \"TokenizersBackend\"\n}\n";
+// Given a tokenizer.json, TokenizersBackend takes it as it is; its eos_token is the token that
+// ends trident's documents (tokenizer.json does not say which that is).
+nlohmann::json tokenizers_backend() { return {{"tokenizer_class", "TokenizersBackend"}}; }
 // Without a dummy prefix, "a" twice decodes to "aa" (with one, to "a a"); without folding, two
 // spaces encode otherwise than one.
 bool keeps_text_as_is(const Tokenizer& sentencepiece) {
@@ -106,15 +111,24 @@ int main(int argc, char** argv) {
         write_text_file((out / names[i]).string(), read_text_file(tokenizer->files[i], "tokenizer file"));
         files.push_back(names[i]);
       }
+      std::optional<nlohmann::json> tokenizer_config;
+      if (tokenizer->type == "hf-bpe") {
+        tokenizer_config = tokenizers_backend();
+        (*tokenizer_config)["eos_token"] =
+            load_dataset_tokenizer(config.data.path)->decode({tokenizer->end_of_document});
+      }
       if (tokenizer->type == "sentencepiece") {
         if (keeps_text_as_is(*load_dataset_tokenizer(config.data.path))) {
-          write_text_file((out / "tokenizer_config.json").string(), kSentencePieceTokenizerConfig);
-          files.push_back("tokenizer_config.json");
+          tokenizer_config = tokenizers_backend();
         } else {
           std::fprintf(stderr, "note: %s adds a dummy prefix or folds spaces, which transformers' TokenizersBackend "
                        "ignores: no tokenizer_config.json (name the tokenizer's class yourself)\n",
                        tokenizer->files[0].c_str());
         }
+      }
+      if (tokenizer_config) {
+        write_text_file((out / "tokenizer_config.json").string(), tokenizer_config->dump(2) + "\n");
+        files.push_back("tokenizer_config.json");
       }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

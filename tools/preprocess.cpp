@@ -1,7 +1,8 @@
 // preprocess: text files -> Megatron indexed dataset (.bin/.idx) through a tokenizer.
 //
-//   preprocess --output PREFIX [--tokenizer byte|sentencepiece|gpt2] [--vocab-size N]
+//   preprocess --output PREFIX [--tokenizer byte|sentencepiece|gpt2|hf] [--vocab-size N]
 //              [--tokenizer-model FILE] [--vocab vocab.json --merges merges.txt]
+//              [--tokenizer-json tokenizer.json]
 //              [--extensions .md,.txt] [--quiet] PATH...
 //
 // Each file is one document: its tokens, then the tokenizer's end-of-document id. Directories
@@ -42,6 +43,7 @@ struct Options {
   int64_t vocab_size = 0;       // sentencepiece: train one of this size
   std::string tokenizer_model;  // sentencepiece: use this .model
   std::string vocab, merges;    // gpt2
+  std::string tokenizer_json;   // hf
   std::vector<std::string> extensions;  // empty: every file
   std::vector<std::string> inputs;
   bool quiet = false;
@@ -53,8 +55,9 @@ CLI::App& describe(CLI::App& app, Options& o) {
                   "model must beat.");
   app.add_option("--output", o.output, "dataset prefix: writes PREFIX.bin, PREFIX.idx, PREFIX.tokenizer.json")
       ->required();
-  app.add_option("--tokenizer", o.tokenizer, "byte (one token per byte), sentencepiece or gpt2")
-      ->check(checked(trident::one_of({"byte", "sentencepiece", "gpt2"})))
+  app.add_option("--tokenizer", o.tokenizer,
+                 "byte (one token per byte), sentencepiece, gpt2 or hf (a Hugging Face tokenizer.json)")
+      ->check(checked(trident::one_of({"byte", "sentencepiece", "gpt2", "hf"})))
       ->capture_default_str();
   auto* vocab_size = app.add_option("--vocab-size", o.vocab_size,
                                     "sentencepiece: train a BPE model of this many ids on the inputs")
@@ -63,6 +66,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->excludes(vocab_size);
   app.add_option("--vocab", o.vocab, "gpt2: vocab.json");
   app.add_option("--merges", o.merges, "gpt2: merges.txt");
+  app.add_option("--tokenizer-json", o.tokenizer_json, "hf: a byte-level BPE's tokenizer.json (Llama 3's, Qwen's, ...)");
   app.add_option("--extensions", o.extensions, "only files with these extensions, e.g. .md,.txt")
       ->delimiter(',');
   app.add_flag("--quiet", o.quiet, "no progress bar");
@@ -72,7 +76,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
 
 // Each tokenizer's options, and only those, before any file is read.
 void check_tokenizer_options(const Options& o) {
-  const bool sentencepiece = o.tokenizer == "sentencepiece", gpt2 = o.tokenizer == "gpt2";
+  const bool sentencepiece = o.tokenizer == "sentencepiece", gpt2 = o.tokenizer == "gpt2", hf = o.tokenizer == "hf";
   if (sentencepiece && o.vocab_size == 0 && o.tokenizer_model.empty())
     fail("--tokenizer sentencepiece needs --vocab-size N (to train one) or --tokenizer-model FILE");
   if (!sentencepiece && (o.vocab_size != 0 || !o.tokenizer_model.empty()))
@@ -82,6 +86,8 @@ void check_tokenizer_options(const Options& o) {
     fail("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt");
   if (!gpt2 && (!o.vocab.empty() || !o.merges.empty()))
     fail(!o.vocab.empty() ? "--vocab" : "--merges", " is for --tokenizer gpt2, not ", o.tokenizer);
+  if (hf && o.tokenizer_json.empty()) fail("--tokenizer hf needs --tokenizer-json tokenizer.json");
+  if (!hf && !o.tokenizer_json.empty()) fail("--tokenizer-json is for --tokenizer hf, not ", o.tokenizer);
 }
 
 bool wanted(const fs::path& path, const Options& o) {
@@ -123,6 +129,7 @@ std::vector<std::string> documents_among(const std::vector<fs::path>& files) {
 
 std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::vector<fs::path>& files) {
   if (o.tokenizer == "gpt2") return trident::load_gpt2_bpe(o.vocab, o.merges);
+  if (o.tokenizer == "hf") return trident::load_hf_tokenizer(o.tokenizer_json);
   if (o.tokenizer == "byte") return trident::byte_tokenizer();
   if (!o.tokenizer_model.empty()) return trident::load_sentencepiece(o.tokenizer_model);
   const auto documents = documents_among(files);

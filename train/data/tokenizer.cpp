@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -36,12 +37,16 @@ class ByteTokenizer : public Tokenizer {
 
 std::string sidecar_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
 
+// How many files of its own each type of tokenizer keeps beside a dataset.
+const std::map<std::string, size_t> kFilesOfType = {{"byte", 0}, {"sentencepiece", 1}, {"gpt2-bpe", 2}, {"hf-bpe", 1}};
+
 }  // namespace
 
 std::string describe_tokenizer(const std::string& type, int64_t vocab_size) {
   const std::string name = type == "byte"            ? "byte-level"
                            : type == "sentencepiece" ? "SentencePiece BPE"
                            : type == "gpt2-bpe"      ? "GPT-2 byte-level BPE"
+                           : type == "hf-bpe"        ? "Hugging Face byte-level BPE"
                                                      : type;
   return str(name, " (", vocab_size, " ids)");
 }
@@ -66,11 +71,10 @@ std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) 
     TokenizerRecord record{sidecar.at("type").get<std::string>(), sidecar.at("vocab_size").get<int64_t>(),
                            sidecar.at("end_of_document").get<int64_t>(), {}, path};
     for (const auto& file : sidecar.at("files")) record.files.push_back((folder / file.get<std::string>()).string());
-    const size_t files = record.type == "byte" ? 0 : record.type == "sentencepiece" ? 1 : 2;
-    if ((record.type != "byte" && record.type != "sentencepiece" && record.type != "gpt2-bpe") ||
-        record.files.size() != files)
+    const auto files = kFilesOfType.find(record.type);
+    if (files == kFilesOfType.end() || record.files.size() != files->second)
       fail("tokenizer file '", path, "' names type '", record.type, "' with ", record.files.size(),
-           " files; expected byte (no files), sentencepiece (1) or gpt2-bpe (2)");
+           " files; expected byte (no files), sentencepiece (1), gpt2-bpe (2) or hf-bpe (1)");
     if (record.vocab_size <= 0 || record.end_of_document < 0 || record.end_of_document >= record.vocab_size)
       fail("tokenizer file '", path, "' records vocab_size ", record.vocab_size, " and end_of_document ",
            record.end_of_document, "; expected 0 <= end_of_document < vocab_size");
@@ -87,9 +91,9 @@ std::unique_ptr<Tokenizer> load_dataset_tokenizer(const std::string& prefix) {
          " is missing): make it with trident's preprocess");
   const TokenizerRecord& record = *recorded;
   std::unique_ptr<Tokenizer> tokenizer = record.type == "sentencepiece" ? load_sentencepiece(record.files[0])
-                                         : record.type == "gpt2-bpe"
-                                             ? load_gpt2_bpe(record.files[0], record.files[1])
-                                             : byte_tokenizer();
+                                         : record.type == "gpt2-bpe" ? load_gpt2_bpe(record.files[0], record.files[1])
+                                         : record.type == "hf-bpe"   ? load_hf_tokenizer(record.files[0])
+                                                                     : byte_tokenizer();
   if (tokenizer->vocab_size() != record.vocab_size || tokenizer->end_of_document() != record.end_of_document)
     fail("tokenizer file '", record.source, "' records ", record.vocab_size, " ids ending documents with ",
          record.end_of_document, ", but its files hold ", tokenizer->vocab_size(), " ids ending them with ",

@@ -1,7 +1,8 @@
 // Text <-> token ids, one interface for the tokenizers a dataset can be made with:
 //  - byte-level: one token per byte (ids 0-255), a document's end marked by byte 0;
 //  - SentencePiece BPE (Debian's libsentencepiece), trained on the corpus or given as a .model;
-//  - GPT-2's byte-level BPE from vocab.json and merges.txt (Megatron's GPT2BPETokenizer files).
+//  - GPT-2's byte-level BPE from vocab.json and merges.txt (Megatron's GPT2BPETokenizer files);
+//  - a byte-level BPE from Hugging Face's tokenizer.json (Llama 3's, Qwen's, GPT-2's).
 // A dataset records which one made it in PREFIX.tokenizer.json beside its .bin/.idx, with the
 // tokenizer's own files copied beside it, so that training, generation and export use the same
 // one wherever the dataset goes.
@@ -16,7 +17,7 @@
 namespace trident {
 
 // "SentencePiece BPE (2000 ids)" for type "sentencepiece" (the names in PREFIX.tokenizer.json:
-// "byte", "sentencepiece", "gpt2-bpe").
+// "byte", "sentencepiece", "gpt2-bpe", "hf-bpe").
 std::string describe_tokenizer(const std::string& type, int64_t vocab_size);
 
 // Not for several threads at once: encoders keep caches and buffers.
@@ -33,7 +34,8 @@ class Tokenizer {
   void save(const std::string& prefix) const;
 
  protected:
-  // PREFIX.model, PREFIX.vocab.json + PREFIX.merges.txt, ...: returns the files written.
+  // PREFIX.model, PREFIX.vocab.json + PREFIX.merges.txt, PREFIX.hf-tokenizer.json: returns the
+  // files written.
   virtual std::vector<std::string> write_files(const std::string& prefix) const = 0;
 };
 
@@ -47,6 +49,15 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_file);
 
 // GPT-2's byte-level BPE; `<|endoftext|>` must be in the vocabulary (it ends documents).
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_json, const std::string& merges_txt);
+
+// A byte-level BPE in Hugging Face's tokenizer.json, encoding as the tokenizers package's
+// encode(text, add_special_tokens=False) with encode_special_tokens on: added tokens that are
+// not special are split out, special ones are ids only (hf_tokenizer.cpp draws the way).
+// Documents end with its special <|endoftext|>, <|end_of_text|>, </s> or <eos>. Error naming
+// the key for what it cannot read as the tokenizers package would: a model other than BPE, a
+// pre-tokenizer other than Split patterns then ByteLevel, a normalizer other than NFC, NFKC,
+// NFD, NFKD, byte fallback, dropout, ...
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json);
 
 // What PREFIX.tokenizer.json records, read without loading the tokenizer (training needs only
 // the vocabulary size; export copies the files).

@@ -64,6 +64,8 @@ SplitPattern::SplitPattern(const std::string& pattern, bool literal, const std::
     fail(source, ": the pattern ", pattern, " does not compile: ", reinterpret_cast<const char*>(message),
          " at offset ", offset);
   }
+  // Compiled to machine code where PCRE2 can (several times faster); pcre2_match uses it.
+  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
   match_ = pcre2_match_data_create_from_pattern(code_, nullptr);
 }
 

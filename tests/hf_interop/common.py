@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -80,6 +81,20 @@ def run(program, *args, processes=1):
     if result.returncode != 0:
         raise AssertionError(f"{shlex.join(command)}\nexited with {result.returncode}:\n{result.stdout[-6000:]}")
     return result.stdout
+
+
+class ScratchFolderTest(unittest.TestCase):
+    """A test class whose tests share a scratch folder, cls.dir, removed after the last of them;
+    a subclass's setUpClass calls this one first."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.scratch = tempfile.TemporaryDirectory(prefix=f"trident-{cls.__name__}-")
+        cls.dir = Path(cls.scratch.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.scratch.cleanup()
 
 
 def skip_without_mpi(test):

@@ -8,8 +8,6 @@ folder with no missing, unexpected or mismatched tensor, and its fp32 logits on 
 """
 
 import sys
-import tempfile
-import unittest
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the sources
@@ -22,17 +20,12 @@ import torch  # noqa: E402
 from transformers import GPT2LMHeadModel  # noqa: E402
 
 
-class ExportedModelInTransformers(unittest.TestCase):
+class ExportedModelInTransformers(common.ScratchFolderTest):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="trident-hf-export-")
-        cls.dir = Path(cls.scratch.name)
+        super().setUpClass()
         cls.dataset = common.preprocess(cls.dir / "corpus", list(common.corpus(cls.dir / "text")),
                                         common.gpt2_tiny_tokenizer())
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.scratch.cleanup()
 
     def check_layout(self, tensor):
         name = f"tp{tensor}"

@@ -27,8 +27,6 @@ on the layout and is not HF's (6.160 at TP 1, 6.389 at TP 2, HF's 5.972 when thi
 """
 
 import sys
-import tempfile
-import unittest
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the sources
@@ -63,19 +61,14 @@ def random_gpt2(folder):
     return model
 
 
-class InitFromTransformers(unittest.TestCase):
+class InitFromTransformers(common.ScratchFolderTest):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="trident-hf-init-")
-        cls.dir = Path(cls.scratch.name)
+        super().setUpClass()
         cls.hf_dir = cls.dir / "hf"
         cls.model = random_gpt2(cls.hf_dir)
         cls.dataset = common.repeated_dataset(cls.dir)
         cls.runs = {}  # TP -> (checkpoint, train's output, metrics)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.scratch.cleanup()
 
     def run_at(self, tensor):
         """The one-iteration run from HF's model at TP `tensor`, trained once for all the tests."""

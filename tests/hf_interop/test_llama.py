@@ -18,8 +18,6 @@ mismatched and gives trident's logits (1e-5 of the largest).
 """
 
 import sys
-import tempfile
-import unittest
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the sources
@@ -61,21 +59,16 @@ def logits_of(model, ids):
         return model(ids[None]).logits[0]
 
 
-class LlamaBothWays(unittest.TestCase):
+class LlamaBothWays(common.ScratchFolderTest):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="trident-hf-llama-")
-        cls.dir = Path(cls.scratch.name)
+        super().setUpClass()
         cls.hf_dir = cls.dir / "hf"
         cls.model = random_llama(cls.hf_dir)
         cls.repeated = common.repeated_dataset(cls.dir)
         cls.corpus = common.preprocess(cls.dir / "corpus", list(common.corpus(cls.dir / "corpus_text")),
                                        common.gpt2_tiny_tokenizer())
         cls.runs = {}  # TP -> (checkpoint, train's output, metrics) of the run from HF's model
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.scratch.cleanup()
 
     def layouts(self):
         yield 1

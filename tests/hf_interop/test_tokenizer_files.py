@@ -25,8 +25,6 @@ compared here.
 import json
 import shutil
 import sys
-import tempfile
-import unittest
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the sources
@@ -45,11 +43,10 @@ UNSEEN = "한국어 ß Ж ψ 😀"
 RUN = (*common.TINY_MODEL, "model.seq_length=256", "train.iters=1")
 
 
-class TokenizerFilesInTransformers(unittest.TestCase):
+class TokenizerFilesInTransformers(common.ScratchFolderTest):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="trident-hf-tokenizers-")
-        cls.dir = Path(cls.scratch.name)
+        super().setUpClass()
         cls.texts = common.corpus(cls.dir / "text")
         cls.exports = {}  # kind -> (dataset prefix, checkpoint, export folder, export's output)
         for kind, options, vocab in (
@@ -57,10 +54,6 @@ class TokenizerFilesInTransformers(unittest.TestCase):
                 ("sentencepiece", ("--tokenizer", "sentencepiece", "--vocab-size", SENTENCEPIECE_VOCAB),
                  SENTENCEPIECE_VOCAB)):
             cls.exports[kind] = cls.train_and_export(kind, options, vocab)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.scratch.cleanup()
 
     @classmethod
     def train_and_export(cls, kind, tokenizer_options, vocab):

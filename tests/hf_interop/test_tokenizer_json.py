@@ -23,8 +23,6 @@ of document as its eos_token_id and the tokenizer's size.
 
 import json
 import sys
-import tempfile
-import unittest
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the sources
@@ -88,11 +86,10 @@ def train_tokenizer(texts, kind):
     return tokenizer
 
 
-class TokenizerJsonInTokenizers(unittest.TestCase):
+class TokenizerJsonInTokenizers(common.ScratchFolderTest):
     @classmethod
     def setUpClass(cls):
-        cls.scratch = tempfile.TemporaryDirectory(prefix="trident-hf-tokenizer-json-")
-        cls.dir = Path(cls.scratch.name)
+        super().setUpClass()
         cls.texts = common.corpus(cls.dir / "text")
         for path in common.write_text_files(cls.dir / "more", TEXTS):
             cls.texts[path] = TEXTS[path.name]
@@ -103,10 +100,6 @@ class TokenizerJsonInTokenizers(unittest.TestCase):
             cls.tokenizers[kind] = tokenizer
             cls.datasets[kind] = common.preprocess(cls.dir / kind, list(cls.texts),
                                                    ("--tokenizer", "hf", "--tokenizer-json", cls.dir / f"{kind}.json"))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.scratch.cleanup()
 
     def reference_ids(self, kind, text):
         return self.tokenizers[kind].encode(text, add_special_tokens=False).ids

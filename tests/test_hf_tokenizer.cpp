@@ -155,6 +155,48 @@ TEST(HfTokenizer, NormalizersRunBeforeThePreTokenizer) {
   EXPECT_EQ(load(file)->encode("1"), (Ids{268}));
 }
 
+// Where a plain reading of the file and the tokenizers package part ways, the package's way (each
+// case checked against tokenizers 0.23.3).
+TEST(HfTokenizer, FollowsTheTokenizersPackageWhereReadingsDiffer) {
+  json file = gpt2_tiny();  // a special token still takes its text from the others: a b c
+  file["added_tokens"].push_back(added_token(268, "ab", true));
+  file["added_tokens"].push_back(added_token(269, "bc", false));
+  EXPECT_EQ(load(file)->encode("abc"), (Ids{97, 98, 99}));
+
+  file = gpt2_tiny();  // merges by rank, keeping the left symbol: aba b, not ab ab
+  file["model"]["vocab"]["ab"] = 268;
+  file["model"]["vocab"]["aba"] = 269;
+  file["model"]["merges"] = json::array({"ab a", "a b"});
+  EXPECT_EQ(load(file)->encode("abab"), (Ids{269, 98}));
+
+  file = gpt2_tiny();  // a pair listed twice takes its last rank: a bc
+  file["model"]["vocab"]["ab"] = 268;
+  file["model"]["vocab"]["bc"] = 269;
+  file["model"]["merges"] = json::array({"a b", "b c", "a b"});
+  EXPECT_EQ(load(file)->encode("abc"), (Ids{97, 269}));
+
+  file = gpt2_tiny();  // past an empty match by one character: a | bc, not a | b | c
+  file["model"]["vocab"]["bc"] = 268;
+  file["model"]["merges"] = json::array({"b c"});
+  file["pre_tokenizer"] = sequence({split({{"Regex", "(?=b)|b"}}), byte_level(false, false)});
+  EXPECT_EQ(load(file)->encode("abc"), (Ids{97, 268}));
+
+  file = gpt2_tiny();  // ^ at a line's start, as in Oniguruma: b\n | a
+  file["model"]["vocab"]["\u010aa"] = 268;
+  file["model"]["merges"] = json::array({"\u010a a"});
+  file["pre_tokenizer"] = sequence({split({{"Regex", "^a"}}), byte_level(false, false)});
+  EXPECT_EQ(load(file)->encode("b\na"), (Ids{98, 10, 97}));
+  file["pre_tokenizer"] = byte_level(false, false);
+  EXPECT_EQ(load(file)->encode("b\na"), (Ids{98, 268}));
+
+  file = gpt2_tiny();  // a search PCRE2 cannot finish is an error, not one piece
+  file["pre_tokenizer"] = sequence({split({{"Regex", "(?:ab|cd)+"}}), byte_level(false, false)});
+  std::string long_text;
+  for (int i = 0; i < 1000000; ++i) long_text += "ab";
+  EXPECT_NE(error_of([&] { load(file)->encode(long_text); }).find("matching from byte 0 of a text of 2000000 bytes failed"),
+            std::string::npos);
+}
+
 TEST(HfTokenizer, DatasetsKeepTheirTokenizerJson) {
   const auto dir = scratch_dir();
   const std::string prefix = (dir / "corpus").string();
@@ -178,7 +220,12 @@ TEST(HfTokenizer, NamesWhatItCannotRead) {
       {[](json& f) { f["model"]["merges"][0] = "a b c"; }, "model.merges[0] is \"a b c\"; trident reads two symbols"},
       {[](json& f) { f["model"]["merges"][0] = "q z"; }, "merge 1 ('q z') makes a token that is not in the vocabulary"},
       {[](json& f) { f["model"]["vocab"].erase("Ġ"); }, "lacks the symbol of byte 32"},
+      {[](json& f) { f["model"]["vocab"]["a"] = 1.5; }, "model.vocab[\"a\"] is 1.5; trident reads an integer id"},
+      {[](json& f) { f["model"]["merges"][0] = json::array({"a"}); }, "model.merges[0] is [\"a\"]; trident reads two symbols"},
       {[](json& f) { f.erase("model"); }, "is malformed"},
+      {[](json& f) { f["truncation"] = {{"max_length", 3}}; }, "truncation is {\"max_length\":3}; trident reads null"},
+      {[](json& f) { f["added_tokens"].push_back(added_token(300, "<x>", false)); },
+       "added_tokens[1] (<x>).id is 300; trident reads 268, the id the tokenizers package gives it"},
       {[](json& f) { f["pre_tokenizer"] = nullptr; }, "pre_tokenizer is null; trident reads ByteLevel"},
       {[](json& f) { f["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre_tokenizer.type is \"Metaspace\""},
       {[](json& f) { f["pre_tokenizer"] = sequence({byte_level(false, true), split({{"String", "x"}})}); },

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <queue>
 
 #include "core/error.h"
 
@@ -31,8 +32,10 @@ size_t utf8_length(unsigned char lead) {
 
 uint64_t pair_key(int64_t left, int64_t right) { return uint64_t(left) << 32 | uint64_t(right); }
 
-// Distinct pieces of a corpus run to millions: the cache starts again when it holds this many.
+// Distinct pieces of a corpus run to millions: the cache starts again when it holds this many,
+// and keeps pieces shorter than the tokenizers package's limit only.
 constexpr size_t kCachedPieces = size_t(1) << 18;
+constexpr size_t kLongestCachedPiece = 256;
 
 }  // namespace
 
@@ -52,10 +55,12 @@ const std::array<std::string, 256>& byte_symbols() {
   return symbols;
 }
 
-SplitPattern::SplitPattern(const std::string& pattern, bool literal, const std::string& source) {
+SplitPattern::SplitPattern(const std::string& pattern, bool literal, const std::string& source) : source_(source) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = literal ? PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
+  // Oniguruma's Ruby syntax, which the tokenizers package's patterns are written in, makes ^ and $
+  // line anchors: PCRE2's multi-line mode.
+  const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset,
                         nullptr);
   if (!code_) {
@@ -67,6 +72,7 @@ SplitPattern::SplitPattern(const std::string& pattern, bool literal, const std::
   // Compiled to machine code where PCRE2 can (several times faster); pcre2_match uses it.
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
   match_ = pcre2_match_data_create_from_pattern(code_, nullptr);
+  TRIDENT_CHECK(match_, "PCRE2 could not allocate match data for ", source_);
 }
 
 SplitPattern::~SplitPattern() {
@@ -76,19 +82,25 @@ SplitPattern::~SplitPattern() {
 
 void SplitPattern::split(std::string_view text, const std::function<void(std::string_view)>& piece) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t at = 0;
-  while (at < text.size()) {
-    // An empty match at `at` would repeat forever: ask for a non-empty one there.
-    if (pcre2_match(code_, subject, text.size(), at, PCRE2_NOTEMPTY_ATSTART, match_, nullptr) < 0) {
-      piece(text.substr(at));
-      return;
+  size_t at = 0, from = 0;  // the next piece starts at `at`, the next search at `from`
+  while (from <= text.size()) {
+    const int found = pcre2_match(code_, subject, text.size(), from, 0, match_, nullptr);
+    if (found == PCRE2_ERROR_NOMATCH) break;
+    if (found < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(found, message, sizeof message);
+      fail(source_, ": matching from byte ", from, " of a text of ", text.size(), " bytes failed: ",
+           reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* span = pcre2_get_ovector_pointer(match_);
     const size_t start = span[0], end = span[1];
     if (start > at) piece(text.substr(at, start - at));
     if (end > start) piece(text.substr(start, end - start));
-    at = end;  // past `at`: a match there is not empty
+    at = end;
+    // Past an empty match by one character, as Oniguruma's searches (the tokenizers package's) go on.
+    from = end > start ? end : end + (end < text.size() ? utf8_length(static_cast<unsigned char>(text[end])) : 1);
   }
+  if (at < text.size()) piece(text.substr(at));
 }
 
 ByteLevelBpe::ByteLevelBpe(const std::unordered_map<std::string, int64_t>& vocabulary,
@@ -104,7 +116,7 @@ ByteLevelBpe::ByteLevelBpe(const std::unordered_map<std::string, int64_t>& vocab
     byte_ids_[b] = id->second;
   }
   for (const auto& [token, id] : ids_) {
-    if (id < 0) fail(source, " gives '", token, "' the id ", id, "; ids are integers >= 0");
+    if (id < 0 || id > INT32_MAX) fail(source, " gives '", token, "' the id ", id, "; ids are integers from 0 to 2^31 - 1");
     // A token's bytes: each character's byte, or the token's own text if one is not a byte symbol.
     std::string bytes;
     for (size_t i = 0; i < token.size();) {
@@ -128,50 +140,80 @@ ByteLevelBpe::ByteLevelBpe(const std::unordered_map<std::string, int64_t>& vocab
     if (left == ids_.end() || right == ids_.end() || merged == ids_.end())
       fail(source, " merge ", rank + 1, " ('", merge.left, " ", merge.right, "') ",
            merged == ids_.end() ? "makes a token that is not" : "has a symbol that is not", " in the vocabulary");
-    merges_.emplace(pair_key(left->second, right->second), std::make_pair(int64_t(rank), merged->second));
+    // A pair listed twice takes its last rank, as in the tokenizers package.
+    merges_[pair_key(left->second, right->second)] = {int64_t(rank), merged->second};
   }
 }
 
 void ByteLevelBpe::encode(std::string_view piece, std::vector<int64_t>& ids) const {
-  const std::string key(piece);
-  auto cached = cache_.find(key);
-  if (cached == cache_.end()) {
-    if (cache_.size() >= kCachedPieces) cache_.clear();
-    std::vector<int64_t> word;
-    std::string symbols;
-    for (unsigned char b : piece) {
-      word.push_back(byte_ids_[b]);
-      if (ignore_merges_) symbols += byte_symbols()[b];
+  const bool cacheable = piece.size() < kLongestCachedPiece;
+  if (cacheable) {
+    const auto cached = cache_.find(std::string(piece));
+    if (cached != cache_.end()) {
+      ids.insert(ids.end(), cached->second.begin(), cached->second.end());
+      return;
     }
-    const auto whole = ignore_merges_ ? ids_.find(symbols) : ids_.end();
-    if (whole != ids_.end()) {
-      word = {whole->second};
-    } else {
-      for (;;) {  // merge every occurrence of the lowest-ranked pair, left to right
-        int64_t best = INT64_MAX, merged = -1;
-        size_t at = 0;
-        for (size_t i = 0; i + 1 < word.size(); ++i) {
-          const auto merge = merges_.find(pair_key(word[i], word[i + 1]));
-          if (merge != merges_.end() && merge->second.first < best) {
-            best = merge->second.first;
-            merged = merge->second.second;
-            at = i;
-          }
-        }
-        if (merged < 0) break;
-        const int64_t left = word[at], right = word[at + 1];
-        size_t out = 0;
-        for (size_t i = 0; i < word.size(); ++out) {
-          const bool pair = i + 1 < word.size() && word[i] == left && word[i + 1] == right;
-          word[out] = pair ? merged : word[i];
-          i += pair ? 2 : 1;
-        }
-        word.resize(out);
-      }
-    }
-    cached = cache_.emplace(key, std::move(word)).first;
   }
-  ids.insert(ids.end(), cached->second.begin(), cached->second.end());
+  std::vector<int64_t> word;
+  std::string symbols;
+  for (unsigned char b : piece) {
+    word.push_back(byte_ids_[b]);
+    if (ignore_merges_) symbols += byte_symbols()[b];
+  }
+  const auto whole = ignore_merges_ ? ids_.find(symbols) : ids_.end();
+  word = whole != ids_.end() ? std::vector<int64_t>{whole->second} : merge(std::move(word));
+  ids.insert(ids.end(), word.begin(), word.end());
+  if (cacheable) {
+    if (cache_.size() >= kCachedPieces) cache_.clear();
+    cache_.emplace(std::string(piece), std::move(word));
+  }
+}
+
+// As the tokenizers package merges (word.rs, merge_all): the lowest-ranked pair first, of equal
+// ranks the leftmost; a merge keeps the left symbol, drops the right one and queues the pairs
+// it now makes with its neighbours; a queued pair whose symbols changed since is skipped.
+//
+//   merges "ab a" (rank 0), "a b" (rank 1); word a b a b
+//   queue (1, @0) (1, @2) -> merge @0: [ab] a b, queue (0, @0) -> merge @0: [aba] b;
+//   (1, @2) is stale (its left symbol is gone): aba b, where merging every "a b" first gives ab ab.
+std::vector<int64_t> ByteLevelBpe::merge(std::vector<int64_t> word) const {
+  struct Candidate {
+    int64_t rank;
+    size_t at;
+    int64_t merged;
+  };
+  const auto later = [](const Candidate& x, const Candidate& y) { return x.rank != y.rank ? x.rank > y.rank : x.at > y.at; };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
+  const size_t n = word.size();
+  std::vector<size_t> next(n), previous(n);  // the neighbours of each live symbol; n for none
+  std::vector<bool> live(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = i + 1;
+    previous[i] = i == 0 ? n : i - 1;
+  }
+  const auto queue_pair = [&](size_t left) {
+    if (left >= n || next[left] >= n) return;
+    const auto merge = merges_.find(pair_key(word[left], word[next[left]]));
+    if (merge != merges_.end()) queue.push({merge->second.first, left, merge->second.second});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) queue_pair(i);
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    if (!live[top.at] || next[top.at] >= n) continue;
+    const size_t right = next[top.at];
+    const auto merge = merges_.find(pair_key(word[top.at], word[right]));
+    if (merge == merges_.end() || merge->second.second != top.merged) continue;
+    word[top.at] = top.merged;
+    live[right] = false;
+    next[top.at] = next[right];
+    if (next[right] < n) previous[next[right]] = top.at;
+    queue_pair(previous[top.at]);
+    queue_pair(top.at);
+  }
+  std::vector<int64_t> merged;
+  for (size_t i = 0; i < n; i = next[i]) merged.push_back(word[i]);  // the first symbol always lives
+  return merged;
 }
 
 const std::string* ByteLevelBpe::bytes_of(int64_t id) const {

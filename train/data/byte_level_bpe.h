@@ -27,8 +27,11 @@ extern const char* const kGpt2Pattern;
 const std::array<std::string, 256>& byte_symbols();
 
 // A pattern that cuts text into pieces: each match, and each run of text between matches, is a
-// piece in order (Hugging Face's Split behaviour "Isolated"). PCRE2 with Unicode properties;
-// invalid UTF-8 matches nothing, so it ends up in the pieces between matches.
+// piece in order (Hugging Face's Split behaviour "Isolated"). PCRE2 with Unicode properties,
+// compiled by its JIT, searching on as Oniguruma does (the tokenizers package's engine: ^ and $
+// match at line ends, the search after an empty match starts one character later); invalid
+// UTF-8 matches nothing, so it ends up in the pieces between matches. Error naming `source`
+// when a search fails (PCRE2's limits).
 class SplitPattern {
  public:
   // `literal`: the pattern is a plain string. `source` names where it comes from in errors.
@@ -40,6 +43,7 @@ class SplitPattern {
   void split(std::string_view text, const std::function<void(std::string_view)>& piece) const;
 
  private:
+  std::string source_;
   pcre2_real_code_8* code_ = nullptr;
   pcre2_real_match_data_8* match_ = nullptr;  // one match at a time: not for several threads
 };
@@ -51,10 +55,11 @@ struct BpeMerge {
 
 class ByteLevelBpe {
  public:
-  // `vocabulary`: token (in byte symbols) -> id; `merges` in rank order (the first merges first);
-  // `ignore_merges`: a piece that is a token is that token without merging (Llama 3's). Error
-  // naming `source` when a byte's symbol is not in the vocabulary, an id is negative or given
-  // twice, or a merge's symbols or result are not tokens.
+  // `vocabulary`: token (in byte symbols) -> id; `merges` in rank order (the first merges first;
+  // a pair listed twice takes its last rank); `ignore_merges`: a piece that is a token is that
+  // token without merging (Llama 3's). Error naming `source` when a byte's symbol is not in the
+  // vocabulary, an id is outside 0 to 2^31 - 1 or given twice, or a merge's symbols or result
+  // are not tokens.
   ByteLevelBpe(const std::unordered_map<std::string, int64_t>& vocabulary, const std::vector<BpeMerge>& merges,
                bool ignore_merges, const std::string& source);
 
@@ -69,14 +74,16 @@ class ByteLevelBpe {
   int64_t vocab_size() const { return vocab_size_; }  // the highest id + 1
 
  private:
+  std::vector<int64_t> merge(std::vector<int64_t> word) const;
+
   std::array<int64_t, 256> byte_ids_{};
-  // (left id << 32 | right id) -> (rank, merged id)
+  // (left id << 32 | right id) -> (rank, merged id); ids are below 2^31
   std::unordered_map<uint64_t, std::pair<int64_t, int64_t>> merges_;
   std::unordered_map<std::string, int64_t> ids_;
   std::unordered_map<int64_t, std::string> bytes_;
   int64_t vocab_size_ = 0;
   bool ignore_merges_ = false;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // piece -> ids; pieces repeat
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;  // short piece -> ids; pieces repeat
 };
 
 }  // namespace trident

@@ -18,7 +18,7 @@ std::unordered_map<std::string, int64_t> read_vocabulary(const std::string& text
   std::unordered_map<std::string, int64_t> ids;
   for (const auto& [token, id] : vocabulary.items()) {
     if (!id.is_number_integer())
-      fail("GPT-2 vocabulary '", path, "' gives '", token, "' the id ", id.dump(), "; ids are integers >= 0");
+      fail("GPT-2 vocabulary '", path, "' gives '", token, "' the id ", id.dump(), "; ids are integers from 0 to 2^31 - 1");
     ids[token] = id.get<int64_t>();
   }
   return ids;

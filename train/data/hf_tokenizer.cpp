@@ -18,6 +18,7 @@
 #include <unicode/normalizer2.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -37,6 +38,37 @@ const std::vector<std::string> kEndOfDocumentNames = {"<|endoftext|>", "<|end_of
 struct AddedToken {
   int64_t id = 0;
   std::string content;
+  bool special = false;
+};
+
+// Finds added tokens in text as the tokenizers package's matcher does: the leftmost, and of
+// those starting there the longest. Tokens are looked up by their first byte.
+class AddedTokenMatcher {
+ public:
+  void add(AddedToken token) { tokens_.push_back(std::move(token)); }
+  std::vector<AddedToken>& tokens() { return tokens_; }
+  // After the last add and any change to the tokens' content.
+  void index() {
+    for (auto& candidates : by_first_byte_) candidates.clear();
+    for (const AddedToken& token : tokens_)
+      by_first_byte_[static_cast<unsigned char>(token.content[0])].push_back(&token);
+    for (auto& candidates : by_first_byte_)
+      std::stable_sort(candidates.begin(), candidates.end(), [](const AddedToken* x, const AddedToken* y) {
+        return x->content.size() > y->content.size();
+      });
+  }
+  // The first token at or after byte `from`, and where it starts; nullptr if there is none.
+  std::pair<size_t, const AddedToken*> find(std::string_view text, size_t from) const {
+    if (tokens_.empty()) return {text.size(), nullptr};
+    for (size_t at = from; at < text.size(); ++at)
+      for (const AddedToken* token : by_first_byte_[static_cast<unsigned char>(text[at])])
+        if (text.compare(at, token->content.size(), token->content) == 0) return {at, token};
+    return {text.size(), nullptr};
+  }
+
+ private:
+  std::vector<AddedToken> tokens_;
+  std::array<std::vector<const AddedToken*>, 256> by_first_byte_;
 };
 
 // A step of the pre-tokenizer: an optional space before each piece, then a pattern that cuts it.
@@ -56,8 +88,12 @@ class HfBpeTokenizer : public Tokenizer {
       read_model(file.at("model"));
       read_added_tokens(file.value("added_tokens", json::array()));
       read_normalizer(file.value("normalizer", json()), "normalizer");
-      for (auto& token : normalized_added_) token.content = normalize(token.content);
+      for (auto& token : normalized_added_.tokens()) token.content = normalize(token.content);
+      raw_added_.index();
+      normalized_added_.index();
       read_pre_tokenizer(file.value("pre_tokenizer", json()));
+      for (const char* key : {"truncation", "padding"})
+        if (!file.value(key, json()).is_null()) unsupported(key, file[key], "null (trident keeps documents whole)");
       const json decoder = file.value("decoder", json());
       if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
         unsupported("decoder", decoder, "ByteLevel");
@@ -65,12 +101,10 @@ class HfBpeTokenizer : public Tokenizer {
       fail(source_, " is malformed: ", e.what());
     }
     for (const auto& name : kEndOfDocumentNames) {
-      const auto special = std::find_if(specials_.begin(), specials_.end(),
-                                        [&](const AddedToken& token) { return token.content == name; });
-      if (special != specials_.end()) {
-        end_of_document_ = special->id;
-        break;
-      }
+      for (AddedTokenMatcher* tokens : {&raw_added_, &normalized_added_})
+        for (const AddedToken& token : tokens->tokens())
+          if (token.special && token.content == name) end_of_document_ = token.id;
+      if (end_of_document_ >= 0) break;
     }
     if (end_of_document_ < 0)
       fail(source_, " has no special token to end documents: expected one of ", join(kEndOfDocumentNames, ", "),
@@ -114,6 +148,8 @@ class HfBpeTokenizer : public Tokenizer {
     fail(source_, ": ", key, " is ", value.dump(), "; trident reads ", expected);
   }
 
+  static std::string quoted(const std::string& text) { return json(text).dump(); }
+
   void read_model(const json& model) {
     if (model.value("type", "BPE") != "BPE") unsupported("model.type", model["type"], "BPE");
     const json dropout = model.value("dropout", json());
@@ -125,40 +161,59 @@ class HfBpeTokenizer : public Tokenizer {
     }
     if (model.value("byte_fallback", false)) unsupported("model.byte_fallback", true, "false (byte-level BPE)");
     std::unordered_map<std::string, int64_t> vocabulary;
-    for (const auto& [token, id] : model.at("vocab").items()) vocabulary[token] = id.get<int64_t>();
+    for (const auto& [token, id] : model.at("vocab").items()) {
+      if (!id.is_number_integer()) unsupported(str("model.vocab[", quoted(token), "]"), id, "an integer id");
+      vocabulary[token] = id.get<int64_t>();
+    }
     // Merges are "left right" strings (tokenizers before 0.20) or [left, right] pairs.
     std::vector<BpeMerge> merges;
     for (const json& merge : model.at("merges")) {
-      if (merge.is_array() && merge.size() == 2) {
+      const std::string key = str("model.merges[", merges.size(), "]");
+      if (merge.is_array()) {
+        if (merge.size() != 2 || !merge[0].is_string() || !merge[1].is_string())
+          unsupported(key, merge, "two symbols");
         merges.push_back({merge[0].get<std::string>(), merge[1].get<std::string>()});
         continue;
       }
-      const std::string line = merge.get<std::string>();
+      const std::string line = merge.is_string() ? merge.get<std::string>() : "";
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        unsupported(str("model.merges[", merges.size(), "]"), merge, "two symbols");
+        unsupported(key, merge, "two symbols");
       merges.push_back({line.substr(0, space), line.substr(space + 1)});
     }
     bpe_ = std::make_unique<ByteLevelBpe>(vocabulary, merges, model.value("ignore_merges", false), source_);
+    model_tokens_ = int64_t(vocabulary.size());
     vocab_size_ = bpe_->vocab_size();
   }
 
+  // The tokenizers package gives each added token its id again as it loads the file: the id
+  // its text already has (an earlier added token's or the model's), else the next past both
+  // the model's tokens and the added ones. A file whose ids differ would encode otherwise there.
   void read_added_tokens(const json& tokens) {
+    std::unordered_map<std::string, int64_t> added_ids;
+    int64_t highest = -1;
     for (size_t i = 0; i < tokens.size(); ++i) {
       const json& token = tokens[i];
-      AddedToken added{token.at("id").get<int64_t>(), token.at("content").get<std::string>()};
+      AddedToken added{token.at("id").get<int64_t>(), token.at("content").get<std::string>(),
+                       token.value("special", false)};
       const std::string key = str("added_tokens[", i, "] (", added.content, ")");
-      if (added.id < 0 || added.content.empty()) unsupported(key, token, "an id >= 0 and some content");
+      if (added.content.empty()) unsupported(key + ".content", "", "some text");
+      const auto earlier = added_ids.find(added.content);
+      const int64_t model_id = bpe_->id_of(added.content);
+      const int64_t expected = earlier != added_ids.end() ? earlier->second
+                               : model_id >= 0            ? model_id
+                               : highest >= model_tokens_ ? highest + 1
+                                                          : model_tokens_;
+      if (added.id != expected)
+        unsupported(key + ".id", added.id, str(expected, ", the id the tokenizers package gives it"));
+      added_ids[added.content] = added.id;
+      highest = std::max(highest, added.id);
       vocab_size_ = std::max(vocab_size_, added.id + 1);
       added_text_[added.id] = added.content;
-      const bool special = token.value("special", false);
-      if (special) {
-        specials_.push_back(added);
-        continue;
-      }
-      for (const char* flag : {"single_word", "lstrip", "rstrip"})
-        if (token.value(flag, false)) unsupported(str(key, ".", flag), true, "false for a token that is not special");
-      (token.value("normalized", true) ? normalized_added_ : raw_added_).push_back(added);
+      if (!added.special)
+        for (const char* flag : {"single_word", "lstrip", "rstrip"})
+          if (token.value(flag, false)) unsupported(str(key, ".", flag), true, "false for a token that is not special");
+      (token.value("normalized", !added.special) ? normalized_added_ : raw_added_).add(added);
     }
   }
 
@@ -222,26 +277,20 @@ class HfBpeTokenizer : public Tokenizer {
     return in;
   }
 
-  // Splits the added tokens out of `text` as the tokenizers package matches them (leftmost, then
-  // longest), appending their ids and handing the text between them to `between`.
-  void split_added(std::string_view text, const std::vector<AddedToken>& tokens, std::vector<int64_t>& ids,
+  // Splits the added tokens out of `text` as the tokenizers package does with
+  // encode_special_tokens: each match appends its id and hands the text before it to `between`,
+  // except that a special token's match stays text (it still takes its text from the others).
+  void split_added(std::string_view text, const AddedTokenMatcher& matcher, std::vector<int64_t>& ids,
                    const std::function<void(std::string_view)>& between) const {
-    size_t at = 0;
+    size_t at = 0, from = 0;  // the text under way starts at `at`, the next search at `from`
     for (;;) {
-      const AddedToken* found = nullptr;
-      size_t start = std::string_view::npos;
-      for (const AddedToken& token : tokens) {
-        const size_t where = text.find(token.content, at);
-        if (where == std::string_view::npos) continue;
-        if (!found || where < start || (where == start && token.content.size() > found->content.size())) {
-          found = &token;
-          start = where;
-        }
-      }
-      if (!found) break;
+      const auto [start, token] = matcher.find(text, from);
+      if (!token) break;
+      from = start + token->content.size();
+      if (token->special) continue;
       if (start > at) between(text.substr(at, start - at));
-      ids.push_back(found->id);
-      at = start + found->content.size();
+      ids.push_back(token->id);
+      at = from;
     }
     if (at < text.size()) between(text.substr(at));
   }
@@ -258,11 +307,11 @@ class HfBpeTokenizer : public Tokenizer {
   std::string text_;  // the file as read: save() copies it
   std::string source_;
   std::unique_ptr<ByteLevelBpe> bpe_;
-  std::vector<AddedToken> raw_added_, normalized_added_, specials_;
+  AddedTokenMatcher raw_added_, normalized_added_;  // "normalized": false, and true
   std::unordered_map<int64_t, std::string> added_text_;
   std::vector<const icu::Normalizer2*> normalizers_;
   std::vector<PreTokenizerStep> steps_;
-  int64_t vocab_size_ = 0, end_of_document_ = -1;
+  int64_t model_tokens_ = 0, vocab_size_ = 0, end_of_document_ = -1;
 };
 
 }  // namespace

@@ -299,7 +299,10 @@ class HfBpeTokenizer : public Tokenizer {
     if (step == steps_.size()) return bpe_->encode(piece, ids);
     const PreTokenizerStep& pre = steps_[step];
     std::string prefixed;
-    if (pre.prefix_space && piece.front() != ' ') piece = prefixed = " " + std::string(piece);
+    if (pre.prefix_space && piece.front() != ' ') {
+      prefixed.append(1, ' ').append(piece);
+      piece = prefixed;
+    }
     if (!pre.pattern) return pre_tokenize(step + 1, piece, ids);
     pre.pattern->split(piece, [&](std::string_view part) { pre_tokenize(step + 1, part, ids); });
   }

@@ -89,8 +89,10 @@ TEST(HfTokenizer, Gpt2sFilesAsTokenizerJsonGiveGpt2sIds) {
     EXPECT_EQ(hf->describe(), "Hugging Face byte-level BPE (268 ids)");
     EXPECT_EQ(hf->end_of_document(), 267);
     EXPECT_EQ(hf->encode("hello the world"), (Ids{261, 258, 266}));
+    const auto clone = hf->clone();  // for another thread: the same ids
     for (const auto& text : kTexts) {
       EXPECT_EQ(hf->encode(text), gpt2->encode(text)) << text;
+      EXPECT_EQ(clone->encode(text), gpt2->encode(text)) << text;
       EXPECT_EQ(hf->decode(hf->encode(text)), text);
     }
     EXPECT_EQ(hf->decode({261, 267}), "hello<|endoftext|>");

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tests/helpers.h"
 #include "train/data/tokenizer.h"
@@ -34,7 +35,28 @@ void expect_round_trips(const Tokenizer& tokenizer, const std::vector<std::strin
   }
 }
 
+// A clone, on another thread, gives the ids the original gives.
+void expect_clone_encodes_the_same(const Tokenizer& tokenizer) {
+  const auto clone = tokenizer.clone();
+  EXPECT_EQ(clone->describe(), tokenizer.describe());
+  EXPECT_EQ(clone->end_of_document(), tokenizer.end_of_document());
+  std::vector<std::vector<int64_t>> ids;
+  std::thread([&] {
+    for (const auto& text : kTexts) ids.push_back(clone->encode(text));
+  }).join();
+  for (size_t i = 0; i < kTexts.size(); ++i) EXPECT_EQ(ids[i], tokenizer.encode(kTexts[i])) << tokenizer.describe();
+}
+
 }  // namespace
+
+TEST(Tokenizers, ClonesGiveTheSameIdsOnAnotherThread) {
+  expect_clone_encodes_the_same(*byte_tokenizer());
+  expect_clone_encodes_the_same(*load_gpt2_bpe(kGpt2 + "vocab.json", kGpt2 + "merges.txt"));
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(TRIDENT_SOURCE_DIR) + "/docs"))
+    files.push_back(entry.path().string());
+  expect_clone_encodes_the_same(*train_sentencepiece(files, 600));
+}
 
 TEST(Tokenizers, ByteLevelIsTheIdentity) {
   auto bytes = byte_tokenizer();

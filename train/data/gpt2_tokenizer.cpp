@@ -45,14 +45,22 @@ std::vector<BpeMerge> read_merges(const std::string& text, const std::string& pa
 
 class Gpt2BpeTokenizer : public Tokenizer {
  public:
-  Gpt2BpeTokenizer(const std::string& vocab_json, const std::string& merges_txt)
-      : vocab_text_(read_text_file(vocab_json, "GPT-2 vocabulary")),
-        merges_text_(read_text_file(merges_txt, "GPT-2 merges")),
+  // The files' contents, and their paths for errors.
+  Gpt2BpeTokenizer(std::string vocab_text, std::string merges_text, const std::string& vocab_json,
+                   const std::string& merges_txt)
+      : vocab_text_(std::move(vocab_text)),
+        merges_text_(std::move(merges_text)),
+        vocab_json_(vocab_json),
+        merges_txt_(merges_txt),
         bpe_(read_vocabulary(vocab_text_, vocab_json), read_merges(merges_text_, merges_txt), false,
              str("GPT-2 vocabulary '", vocab_json, "' with merges '", merges_txt, "'")),
         pattern_(kGpt2Pattern, false, "GPT-2's pattern") {
     end_of_document_ = bpe_.id_of("<|endoftext|>");
     if (end_of_document_ < 0) fail("GPT-2 vocabulary '", vocab_json, "' has no <|endoftext|> to end documents");
+  }
+
+  std::unique_ptr<Tokenizer> clone() const override {
+    return std::make_unique<Gpt2BpeTokenizer>(vocab_text_, merges_text_, vocab_json_, merges_txt_);
   }
 
   std::vector<int64_t> encode(const std::string& text) const override {
@@ -85,6 +93,7 @@ class Gpt2BpeTokenizer : public Tokenizer {
 
  private:
   std::string vocab_text_, merges_text_;  // as read: save() copies them
+  std::string vocab_json_, merges_txt_;
   ByteLevelBpe bpe_;
   SplitPattern pattern_;
   int64_t end_of_document_ = 0;
@@ -93,7 +102,8 @@ class Gpt2BpeTokenizer : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_json, const std::string& merges_txt) {
-  return std::make_unique<Gpt2BpeTokenizer>(vocab_json, merges_txt);
+  return std::make_unique<Gpt2BpeTokenizer>(read_text_file(vocab_json, "GPT-2 vocabulary"),
+                                            read_text_file(merges_txt, "GPT-2 merges"), vocab_json, merges_txt);
 }
 
 }  // namespace trident

@@ -79,8 +79,8 @@ struct PreTokenizerStep {
 
 class HfBpeTokenizer : public Tokenizer {
  public:
-  explicit HfBpeTokenizer(const std::string& path)
-      : text_(read_text_file(path, "Hugging Face tokenizer")), source_(str("Hugging Face tokenizer '", path, "'")) {
+  // The file's content; `source` names it in errors.
+  HfBpeTokenizer(std::string text, std::string source) : text_(std::move(text)), source_(std::move(source)) {
     const json file = json::parse(text_, nullptr, /*allow_exceptions=*/false);
     if (!file.is_object())
       fail(source_, " is not a JSON object (it is ", file.is_discarded() ? "not JSON" : file.type_name(), ")");
@@ -110,6 +110,8 @@ class HfBpeTokenizer : public Tokenizer {
       fail(source_, " has no special token to end documents: expected one of ", join(kEndOfDocumentNames, ", "),
            " among its added_tokens with \"special\": true");
   }
+
+  std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<HfBpeTokenizer>(text_, source_); }
 
   std::vector<int64_t> encode(const std::string& text) const override {
     std::vector<int64_t> ids;
@@ -320,7 +322,8 @@ class HfBpeTokenizer : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json) {
-  return std::make_unique<HfBpeTokenizer>(tokenizer_json);
+  return std::make_unique<HfBpeTokenizer>(read_text_file(tokenizer_json, "Hugging Face tokenizer"),
+                                          str("Hugging Face tokenizer '", tokenizer_json, "'"));
 }
 
 }  // namespace trident

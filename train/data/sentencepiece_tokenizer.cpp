@@ -155,6 +155,12 @@ class SentencePieceTokenizer : public Tokenizer {
   SentencePieceTokenizer(std::unique_ptr<Engine> engine, const std::string& source) : engine_(std::move(engine)) {
     if (engine_->eos_id() < 0) fail("SentencePiece model '", source, "' has no end-of-sequence id");
   }
+  std::unique_ptr<Tokenizer> clone() const override {
+    auto engine = std::make_unique<Engine>();
+    const std::string error = engine->load(engine_->model());
+    if (!error.empty()) fail("SentencePiece cannot load its own model again: ", error);
+    return std::make_unique<SentencePieceTokenizer>(std::move(engine), "cloned");
+  }
   std::vector<int64_t> encode(const std::string& text) const override {
     std::vector<int64_t> ids;
     const std::string error = engine_->encode(text, ids);

@@ -16,6 +16,7 @@ namespace {
 
 class ByteTokenizer : public Tokenizer {
  public:
+  std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<ByteTokenizer>(); }
   std::vector<int64_t> encode(const std::string& text) const override {
     std::vector<int64_t> ids;
     ids.reserve(text.size());

@@ -20,10 +20,12 @@ namespace trident {
 // "byte", "sentencepiece", "gpt2-bpe", "hf-bpe").
 std::string describe_tokenizer(const std::string& type, int64_t vocab_size);
 
-// Not for several threads at once: encoders keep caches and buffers.
+// Not for several threads at once: encoders keep caches and buffers (clone() one per thread).
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // An equal tokenizer, giving the same ids, for another thread.
+  virtual std::unique_ptr<Tokenizer> clone() const = 0;
   virtual std::vector<int64_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;       // every id is below it

@@ -1,6 +1,7 @@
 // The installed programs, run as a user runs them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -109,6 +110,7 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
        "error: --tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt"},
       {"preprocess --output d --merges m.txt docs", "error: --merges is for --tokenizer gpt2, not byte"},
       {"preprocess --output d --tokenizer hf docs", "error: --tokenizer hf needs --tokenizer-json tokenizer.json"},
+      {"preprocess --output d --workers 0 docs", "error: --workers: expected a positive integer, got '0'"},
       {"preprocess --output d --tokenizer gpt2 --vocab v --merges m --tokenizer-json t docs",
        "error: --tokenizer-json is for --tokenizer hf, not gpt2"},
       {"preprocess --output d --tokenizer hf --tokenizer-json " + (dir / "none.json").string() + " " + kSource + "/README.md",
@@ -135,7 +137,7 @@ TEST(PreprocessProgram, OnlyBinaryInputIsAnErrorAndLeavesNoDataset) {
   std::ofstream(dir / "blob", std::ios::binary) << std::string("\x7f" "ELF\0\0\1", 7);
   Result r = run(kBin + "/preprocess --quiet --output " + (dir / "out").string() + " " + (dir / "blob").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("error: no documents: all 1 input files are empty or binary"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: no documents in the 1 input files: 1 empty or binary documents skipped"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
   EXPECT_FALSE(std::filesystem::exists(dir / "out.idx"));
 }
@@ -187,6 +189,103 @@ TEST(PreprocessProgram, Gpt2BpeDatasetsHoldEachFileThenEndOfText) {
   std::vector<int64_t> tokens(size_t(dataset.num_tokens()));
   dataset.read(0, dataset.num_tokens(), tokens.data());
   EXPECT_EQ(tokens, (std::vector<int64_t>{261, 258, 266, 10, 267}));  // hello Ġthe Ġworld Ċ <|endoftext|>
+}
+
+namespace {
+
+std::string gpt2_preprocess(const std::string& options) {
+  const std::string gpt2 = kSource + "/tests/data/gpt2-tiny/";
+  return kBin + "/preprocess --quiet --tokenizer gpt2 --vocab " + gpt2 + "vocab.json --merges " + gpt2 +
+         "merges.txt " + options;
+}
+
+// The files in `dir` whose names start with `stem`.
+std::vector<std::string> files_named(const std::filesystem::path& dir, const std::string& stem) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(stem, 0) == 0) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+// JSON lines, gzip-compressed or not, beside a text file: one document per line, the same
+// dataset byte for byte from 1 or 3 workers; a dataset written into its input folder does not
+// read its own files when it is made again.
+TEST(PreprocessProgram, JsonLinesGiveTheSameDatasetForAnyNumberOfWorkers) {
+  const auto dir = scratch_dir();
+  const auto corpus = dir / "corpus";
+  std::filesystem::create_directories(corpus);
+  std::ofstream(corpus / "a.txt") << "hello the world\n";
+  std::string lines;
+  for (int i = 0; i < 3000; ++i) lines += "{\"id\": " + std::to_string(i) + ", \"text\": \"the world " + std::string(size_t(i % 50), 'o') + "\"}\n";
+  std::ofstream(corpus / "b.jsonl") << lines;
+  ASSERT_EQ(run("gzip -c " + (corpus / "b.jsonl").string() + " > " + (corpus / "c.jsonl.gz").string()).exit_code, 0);
+  const std::string one = (dir / "one").string(), three = (dir / "three").string();
+  Result r = run(gpt2_preprocess("--output " + one + " " + corpus.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + one + ".bin/.idx: 6001 documents"), std::string::npos) << r.output;
+  r = run(gpt2_preprocess("--workers 3 --output " + three + " " + corpus.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on 3 threads"), std::string::npos) << r.output;
+  for (const char* suffix : {".bin", ".idx"})
+    EXPECT_EQ(trident::read_text_file(three + suffix, "dataset"), trident::read_text_file(one + suffix, "dataset"));
+  trident::IndexedDataset dataset(one);
+  std::vector<int64_t> first(5);
+  dataset.read(0, 5, first.data());
+  EXPECT_EQ(first, (std::vector<int64_t>{261, 258, 266, 10, 267}));  // a.txt: hello Ġthe Ġworld Ċ <|endoftext|>
+
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass finds inside.* in the folder it walks
+    r = run(gpt2_preprocess("--output " + (corpus / "inside").string() + " " + corpus.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(trident::read_text_file((corpus / "inside.bin").string(), "dataset"),
+              trident::read_text_file(one + ".bin", "dataset")) << "pass " << pass;
+  }
+}
+
+// A bad JSON line stops the run, naming file and line, before anything is written; with
+// --skip-bad-lines it is counted instead.
+TEST(PreprocessProgram, BadJsonLinesAreNamedOrSkippedAndCounted) {
+  const auto dir = scratch_dir();
+  const std::string input = (dir / "mixed.jsonl").string(), prefix = (dir / "out").string();
+  std::ofstream(input) << "{\"text\": \"one\"}\n\n{\"text\": 3}\n{\"body\": \"x\"}\n{\"text\": \"two\"}\n";
+  Result r = run(kBin + "/preprocess --quiet --output " + prefix + " " + input);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: input '" + input + "' line 3 holds a number under \"text\", not a string "
+                      "(--skip-bad-lines skips such lines)\n");
+  EXPECT_EQ(files_named(dir, "out"), std::vector<std::string>{});
+  r = run(kBin + "/preprocess --quiet --skip-bad-lines --output " + prefix + " " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 documents, 8 tokens (0 empty or binary documents, 2 bad lines skipped)"),
+            std::string::npos) << r.output;
+  r = run(kBin + "/preprocess --quiet --json-keys body --skip-bad-lines --output " + prefix + " " + input);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 documents, 2 tokens (0 empty or binary documents, 3 bad lines skipped)"),
+            std::string::npos) << r.output;
+}
+
+// A write that fails (a file-size limit stands in for a full disk) and an interrupted run leave
+// no dataset and no .partial file behind.
+TEST(PreprocessProgram, AFailedOrInterruptedRunLeavesNothingBehind) {
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "out").string();
+  std::ofstream(dir / "big.txt") << std::string(400000, 'a');
+  Result r = run("bash -c 'trap \"\" XFSZ; ulimit -f 100; exec " + kBin + "/preprocess --quiet --output " + prefix +
+                 " " + (dir / "big.txt").string() + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: writing '" + prefix + ".bin.partial' failed: File too large\n");
+  EXPECT_EQ(files_named(dir, "out"), std::vector<std::string>{});
+
+  // The input is a named pipe that stays open until after the signal, so the run is still
+  // reading when SIGINT comes.
+  const std::string fifo = (dir / "stream.jsonl").string();
+  ASSERT_EQ(run("mkfifo " + fifo).exit_code, 0);
+  r = run("bash -c '" + kBin + "/preprocess --quiet --output " + prefix + " " + fifo + " & pid=$!; exec 3>" + fifo +
+          "; echo {\\\"text\\\": \\\"a\\\"} >&3; until [ -e " + prefix + ".bin.partial ]; do sleep 0.05; done; " +
+          "kill -INT $pid; echo {\\\"text\\\": \\\"b\\\"} >&3; exec 3>&-; wait $pid; echo exit $?'");
+  EXPECT_EQ(r.output, "error: interrupted by Interrupt: no dataset written\nexit 130\n");
+  EXPECT_EQ(files_named(dir, "out"), std::vector<std::string>{});
 }
 
 TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {

@@ -1,20 +1,27 @@
-// preprocess: text files -> Megatron indexed dataset (.bin/.idx) through a tokenizer.
+// preprocess: text files or JSON lines -> Megatron indexed dataset (.bin/.idx) through a tokenizer.
 //
 //   preprocess --output PREFIX [--tokenizer byte|sentencepiece|gpt2|hf] [--vocab-size N]
 //              [--tokenizer-model FILE] [--vocab vocab.json --merges merges.txt]
-//              [--tokenizer-json tokenizer.json]
-//              [--extensions .md,.txt] [--quiet] PATH...
+//              [--tokenizer-json tokenizer.json] [--json-keys KEY] [--skip-bad-lines]
+//              [--workers N] [--extensions .md,.txt] [--quiet] PATH...
 //
-// Each file is one document: its tokens, then the tokenizer's end-of-document id. Directories
-// are walked in sorted order; binary files (holding a NUL byte) and symbolic links are skipped.
-// The dataset records its tokenizer in PREFIX.tokenizer.json with the tokenizer's files beside
-// it (train/data/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that holds
-// the vocabulary. Prints the unigram entropy that a model must beat.
+// A text file is one document; a JSON-lines file (.jsonl, .json) holds one per line, the string
+// under --json-keys (train/data/document_input.h); either may be gzip-compressed. Each document
+// is stored as its tokens, then the tokenizer's end-of-document id. Directories are walked in
+// sorted order; binary documents (holding a NUL byte), empty ones, symbolic links and the
+// output's own files (PREFIX.*) are skipped. --workers threads encode, and the dataset is the
+// same byte for byte for any number of them (train/data/parallel_encoding.h). The dataset
+// records its tokenizer in PREFIX.tokenizer.json with the tokenizer's files beside it
+// (train/data/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that
+// holds the vocabulary. A failed or interrupted run leaves no dataset and no .partial file
+// behind. Prints the unigram entropy that a model must beat.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -23,14 +30,19 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
+#include "train/data/document_input.h"
 #include "train/data/indexed_dataset.h"
+#include "train/data/parallel_encoding.h"
 #include "train/data/tokenizer.h"
 
 namespace fs = std::filesystem;
 using trident::checked;
 using trident::fail;
+using trident::InputRecord;
 using trident::parse_command_line;
+using trident::RecordDocument;
 using trident::si_units;
+using trident::str;
 
 namespace {
 
@@ -44,15 +56,18 @@ struct Options {
   std::string tokenizer_model;  // sentencepiece: use this .model
   std::string vocab, merges;    // gpt2
   std::string tokenizer_json;   // hf
+  std::string json_key = "text";
+  bool skip_bad_lines = false;
+  int64_t workers = 1;
   std::vector<std::string> extensions;  // empty: every file
   std::vector<std::string> inputs;
   bool quiet = false;
 };
 
 CLI::App& describe(CLI::App& app, Options& o) {
-  app.description("Text files -> Megatron indexed dataset (PREFIX.bin/.idx), one document per file, "
-                  "through a tokenizer it records beside the dataset; prints the unigram entropy a "
-                  "model must beat.");
+  app.description("Text files (one document each) or JSON lines (one document per line), plain or .gz -> "
+                  "Megatron indexed dataset (PREFIX.bin/.idx) through a tokenizer it records beside the "
+                  "dataset; prints the unigram entropy a model must beat.");
   app.add_option("--output", o.output, "dataset prefix: writes PREFIX.bin, PREFIX.idx, PREFIX.tokenizer.json")
       ->required();
   app.add_option("--tokenizer", o.tokenizer,
@@ -67,6 +82,14 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--vocab", o.vocab, "gpt2: vocab.json");
   app.add_option("--merges", o.merges, "gpt2: merges.txt");
   app.add_option("--tokenizer-json", o.tokenizer_json, "hf: a byte-level BPE's tokenizer.json (Llama 3's, Qwen's, ...)");
+  app.add_option("--json-keys", o.json_key, "JSON lines (.jsonl, .json, also .gz): the key whose string is the document")
+      ->capture_default_str();
+  app.add_flag("--skip-bad-lines", o.skip_bad_lines,
+               "JSON lines: skip and count lines that are not an object with a string under the key "
+               "(default: stop at the first, naming file and line)");
+  app.add_option("--workers", o.workers, "threads that tokenize; the dataset is the same for any number")
+      ->check(checked(trident::at_least(1)))
+      ->capture_default_str();
   app.add_option("--extensions", o.extensions, "only files with these extensions, e.g. .md,.txt")
       ->delimiter(',');
   app.add_flag("--quiet", o.quiet, "no progress bar");
@@ -75,7 +98,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
 }
 
 // Each tokenizer's options, and only those, before any file is read.
-void check_tokenizer_options(const Options& o) {
+void check_options(const Options& o) {
   const bool sentencepiece = o.tokenizer == "sentencepiece", gpt2 = o.tokenizer == "gpt2", hf = o.tokenizer == "hf";
   if (sentencepiece && o.vocab_size == 0 && o.tokenizer_model.empty())
     fail("--tokenizer sentencepiece needs --vocab-size N (to train one) or --tokenizer-model FILE");
@@ -92,24 +115,35 @@ void check_tokenizer_options(const Options& o) {
 
 bool wanted(const fs::path& path, const Options& o) {
   if (o.extensions.empty()) return true;
-  return std::find(o.extensions.begin(), o.extensions.end(), path.extension().string()) !=
-         o.extensions.end();
+  return std::any_of(o.extensions.begin(), o.extensions.end(), [&](const std::string& extension) {
+    return path.extension() == extension || (path.extension() == ".gz" && path.stem().extension() == extension);
+  });
 }
 
-std::vector<fs::path> collect_files(const Options& o) {
-  std::vector<fs::path> files;
+// PREFIX.bin, PREFIX.tokenizer.json, PREFIX.bin.partial, ...: the dataset's own files are never
+// its input, whether a second run walks the folder or names them.
+bool is_own_output(const fs::path& file, const Options& o) {
+  const fs::path prefix = fs::absolute(o.output);
+  return file.filename().string().rfind(prefix.filename().string() + ".", 0) == 0 &&
+         fs::weakly_canonical(fs::absolute(file).parent_path()) == fs::weakly_canonical(prefix.parent_path());
+}
+
+std::vector<std::string> collect_files(const Options& o) {
+  std::vector<std::string> files;
+  const auto take = [&](const fs::path& file) {
+    if (!is_own_output(file, o)) files.push_back(file.string());
+  };
   for (const auto& input : o.inputs) {
     fs::path path(input);
     if (fs::is_symlink(path)) continue;
-    if (fs::is_regular_file(path)) {
-      files.push_back(path);
+    if (fs::is_regular_file(path) || fs::is_fifo(path)) {  // a named pipe: a decompressor's output
+      take(path);
     } else if (fs::is_directory(path)) {
       std::vector<fs::path> found;
       for (const auto& entry : fs::recursive_directory_iterator(path))
-        if (entry.is_regular_file() && !entry.is_symlink() && wanted(entry.path(), o))
-          found.push_back(entry.path());
+        if (entry.is_regular_file() && !entry.is_symlink() && wanted(entry.path(), o)) found.push_back(entry.path());
       std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
+      for (const auto& file : found) take(file);
     } else {
       fail("input '", input, "' is neither a file nor a directory");
     }
@@ -117,56 +151,112 @@ std::vector<fs::path> collect_files(const Options& o) {
   return files;
 }
 
-// A document is a non-empty text file; binary files (a NUL byte) are skipped.
-bool is_document(const std::string& text) { return !text.empty() && text.find('\0') == std::string::npos; }
+// Set by SIGINT or SIGTERM; the run stops at the next batch, through the errors' path, so that
+// nothing half-written stays behind. A second signal ends the process at once.
+volatile std::sig_atomic_t interrupted = 0;
 
-std::vector<std::string> documents_among(const std::vector<fs::path>& files) {
-  std::vector<std::string> documents;
-  for (const auto& file : files)
-    if (is_document(trident::read_text_file(file.string(), "input"))) documents.push_back(file.string());
-  return documents;
+extern "C" void on_interrupt(int signal) {
+  interrupted = signal;
+  std::signal(signal, SIG_DFL);
 }
 
-std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::vector<fs::path>& files) {
+void stop_if_interrupted() {
+  if (interrupted) fail("interrupted by ", strsignal(interrupted), ": no dataset written");
+}
+
+// What the documents came to: written, skipped (empty or binary), bad lines skipped.
+struct Tally {
+  bool skip_bad_lines = false;
+  size_t documents = 0, skipped = 0, bad_lines = 0;
+  int64_t bytes = 0, tokens = 0;
+
+  // True for a document; an error for a bad line unless they are skipped.
+  bool admit(RecordDocument::Kind kind, const std::string& error) {
+    if (kind == RecordDocument::empty_or_binary) ++skipped;
+    if (kind == RecordDocument::bad_line && !skip_bad_lines) fail(error, " (--skip-bad-lines skips such lines)");
+    if (kind == RecordDocument::bad_line) ++bad_lines;
+    if (kind == RecordDocument::document) ++documents;
+    return kind == RecordDocument::document;
+  }
+  std::string skipped_text() const {
+    return str(skipped, " empty or binary documents", skip_bad_lines ? str(", ", bad_lines, " bad lines") : "",
+               " skipped");
+  }
+};
+
+// Removes a file when it goes out of scope.
+struct RemovedAtExit {
+  std::string path;
+  ~RemovedAtExit() { std::remove(path.c_str()); }
+};
+
+// SentencePiece trains on lines of files: the documents, one after another, in one file beside
+// the output, removed when training ends.
+std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, const std::vector<std::string>& files) {
+  const RemovedAtExit corpus{o.output + ".sentencepiece-corpus.partial"};
+  Tally tally{o.skip_bad_lines};
+  {
+    trident::FileWriter out(corpus.path);
+    trident::InputReader reader(files);
+    for (std::vector<InputRecord> batch; reader.read(batch, size_t(1) << 20); batch.clear()) {
+      for (auto& record : batch) {
+        RecordDocument document = trident::document_of(record, o.json_key, files);
+        if (!tally.admit(document.kind, document.error)) continue;
+        out.write(document.text.data(), document.text.size());
+        out.write("\n", 1);
+      }
+      stop_if_interrupted();
+    }
+    out.finish();
+  }
+  if (tally.documents == 0) fail("no documents to train a tokenizer on: ", tally.skipped_text());
+  if (!o.quiet) std::fprintf(stderr, "training a SentencePiece BPE tokenizer of %lld ids on %zu documents...\n",
+                             static_cast<long long>(o.vocab_size), tally.documents);
+  const auto start = std::chrono::steady_clock::now();
+  auto tokenizer = trident::train_sentencepiece({corpus.path}, o.vocab_size);
+  std::printf("trained a SentencePiece BPE tokenizer of %lld ids on %zu documents in %.2f s\n",
+              static_cast<long long>(o.vocab_size), tally.documents,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  stop_if_interrupted();
+  return tokenizer;
+}
+
+std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::vector<std::string>& files) {
   if (o.tokenizer == "gpt2") return trident::load_gpt2_bpe(o.vocab, o.merges);
   if (o.tokenizer == "hf") return trident::load_hf_tokenizer(o.tokenizer_json);
   if (o.tokenizer == "byte") return trident::byte_tokenizer();
   if (!o.tokenizer_model.empty()) return trident::load_sentencepiece(o.tokenizer_model);
-  const auto documents = documents_among(files);
-  if (documents.empty()) fail("no documents to train a tokenizer on: all input files are empty or binary");
-  if (!o.quiet) std::fprintf(stderr, "training a SentencePiece BPE tokenizer of %lld ids on %zu files...\n",
-                             static_cast<long long>(o.vocab_size), documents.size());
-  const auto start = std::chrono::steady_clock::now();
-  auto tokenizer = trident::train_sentencepiece(documents, o.vocab_size);
-  std::printf("trained a SentencePiece BPE tokenizer of %lld ids on %zu files in %.2f s\n",
-              static_cast<long long>(o.vocab_size), documents.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return tokenizer;
+  return train_sentencepiece_on(o, files);
 }
 
 // A one-line progress bar with throughput, redrawn in place on a terminal, every 10% otherwise.
 class Progress {
  public:
-  Progress(size_t total, bool quiet) : total_(total), quiet_(quiet), tty_(isatty(2)) {}
-  void update(size_t done, int64_t bytes, int64_t tokens) {
-    if (quiet_ || total_ == 0) return;
-    int percent = int(100 * done / total_);
-    if (!tty_ && percent / 10 == last_ / 10 && done != total_) return;
-    if (percent == last_ && done != total_) return;
+  explicit Progress(bool quiet) : quiet_(quiet), tty_(isatty(2)) {}
+  // `fraction`: of the inputs read (reading runs ahead of what is written, so at most 99%).
+  void update(double fraction, const Tally& tally) {
+    const int percent = std::min(99, int(100 * fraction));
+    if (quiet_ || percent == last_ || (!tty_ && percent / 10 == last_ / 10)) return;
     last_ = percent;
-    std::string bar(size_t(percent / 4), '#');
-    bar.resize(25, ' ');
-    std::fprintf(stderr, "%s[%s] %3d%% %zu/%zu files, %sB, %s tokens, %s tokens/s%s", tty_ ? "\r" : "",
-                 bar.c_str(), percent, done, total_, si_units(double(bytes)).c_str(),
-                 si_units(double(tokens)).c_str(), si_units(double(tokens) / seconds()).c_str(),
-                 tty_ && done != total_ ? "" : "\n");
+    draw(percent, tally, tty_ ? "" : "\n");
+  }
+  void finish(const Tally& tally) {
+    if (!quiet_) draw(100, tally, "\n");
   }
   double seconds() const {
     return std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
 
  private:
-  size_t total_;
+  void draw(int percent, const Tally& tally, const char* end) const {
+    std::string bar(size_t(percent / 4), '#');
+    bar.resize(25, ' ');
+    std::fprintf(stderr, "%s[%s] %3d%% %s documents, %sB, %sB/s, %s tokens/s%s", tty_ ? "\r" : "", bar.c_str(),
+                 percent, si_units(double(tally.documents)).c_str(), si_units(double(tally.bytes)).c_str(),
+                 si_units(double(tally.bytes) / seconds()).c_str(), si_units(double(tally.tokens) / seconds()).c_str(),
+                 end);
+  }
+
   bool quiet_, tty_;
   int last_ = -1;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
@@ -179,53 +269,52 @@ int main(int argc, char** argv) {
     Options options;
     CLI::App app{"", "preprocess"};
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
-    check_tokenizer_options(options);
-    const std::vector<fs::path> files = collect_files(options);
+    check_options(options);
+    const std::vector<std::string> files = collect_files(options);
     if (files.empty()) fail("no input files found in ", trident::join(options.inputs, " "));
     if (fs::path(options.output).has_parent_path())
       fs::create_directories(fs::path(options.output).parent_path());
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
     const auto tokenizer = make_tokenizer(options, files);
 
     const int64_t vocab_size = tokenizer->vocab_size();
     trident::IndexedDatasetWriter writer(options.output, trident::token_type_for_vocab(vocab_size));
     std::vector<int64_t> counts(size_t(vocab_size), 0);
-    Progress progress(files.size(), options.quiet);
-    int64_t bytes = 0, tokens = 0;
-    size_t documents = 0, skipped = 0;
-    for (size_t i = 0; i < files.size(); ++i) {
-      const std::string text = trident::read_text_file(files[i].string(), "input");
-      if (is_document(text)) {
-        std::vector<int64_t> ids = tokenizer->encode(text);
-        ids.push_back(tokenizer->end_of_document());
-        for (int64_t id : ids) ++counts[size_t(id)];
-        writer.add_document(ids.data(), ids.size());
-        bytes += int64_t(text.size());
-        tokens += int64_t(ids.size());
-        ++documents;
-      } else {
-        ++skipped;
-      }
-      progress.update(i + 1, bytes, tokens);
-    }
-    if (documents == 0) {
-      // An empty dataset would only fail later, in train; leave no .bin/.idx pair behind.
-      trident::remove_tree(options.output + ".bin");
-      trident::remove_tree(options.output + ".idx");
-      fail("no documents: all ", files.size(), " input files are empty or binary (hold a NUL byte)");
-    }
+    Tally tally{options.skip_bad_lines};
+    Progress progress(options.quiet);
+    trident::InputReader reader(files);
+    trident::encode_in_order(reader, *tokenizer, int(options.workers), options.json_key,
+                             [&](std::vector<trident::EncodedRecord>& batch) {
+                               for (const auto& record : batch) {
+                                 if (!tally.admit(record.kind, record.error)) continue;
+                                 for (int64_t id : record.tokens) ++counts[size_t(id)];
+                                 writer.add_document(record.tokens.data(), record.tokens.size());
+                                 tally.bytes += int64_t(record.bytes);
+                                 tally.tokens += int64_t(record.tokens.size());
+                               }
+                               progress.update(reader.fraction_read(), tally);
+                               stop_if_interrupted();
+                             });
+    stop_if_interrupted();
+    if (tally.documents == 0)
+      fail("no documents in the ", files.size(), " input files: ", tally.skipped_text());
+    progress.finish(tally);
     const double seconds = progress.seconds();
     tokenizer->save(options.output);  // before the index: a finished dataset has its tokenizer
     writer.finish();
-    std::printf("wrote %s.bin/.idx: %zu documents, %lld tokens (%zu files skipped: empty or binary)\n"
-                "tokenizer: %s, %.2f bytes per token, %s tokens/s (%sB/s); model.vocab_size must be >= %lld\n"
+    std::printf("wrote %s.bin/.idx: %zu documents, %lld tokens (%s)\n"
+                "tokenizer: %s, %.2f bytes per token, %s tokens/s (%sB/s) on %lld threads; "
+                "model.vocab_size must be >= %lld\n"
                 "unigram entropy: %.4f nats per token\n",
-                options.output.c_str(), documents, static_cast<long long>(tokens), skipped,
-                tokenizer->describe().c_str(), double(bytes) / double(tokens),
-                si_units(double(tokens) / seconds).c_str(), si_units(double(bytes) / seconds).c_str(),
+                options.output.c_str(), tally.documents, static_cast<long long>(tally.tokens),
+                tally.skipped_text().c_str(), tokenizer->describe().c_str(),
+                double(tally.bytes) / double(tally.tokens), si_units(double(tally.tokens) / seconds).c_str(),
+                si_units(double(tally.bytes) / seconds).c_str(), static_cast<long long>(options.workers),
                 static_cast<long long>(vocab_size), trident::unigram_entropy_nats(counts));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return interrupted ? 128 + interrupted : 2;
   }
 }

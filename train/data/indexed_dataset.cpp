@@ -72,6 +72,10 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenType type)
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
   if (bin_) std::fclose(bin_);
+  if (finished_) return;
+  // Unfinished (an error, an interruption): nothing half-written stays behind.
+  std::remove((prefix_ + ".bin.partial").c_str());
+  std::remove((prefix_ + ".idx.partial").c_str());
 }
 
 void IndexedDatasetWriter::add_document(const int64_t* tokens, size_t count) {
@@ -88,20 +92,16 @@ void IndexedDatasetWriter::add_document(const int64_t* tokens, size_t count) {
 }
 
 void IndexedDatasetWriter::finish() {
-  if (std::fclose(bin_) != 0) fail("closing '", prefix_, ".bin.partial' failed");
+  const int closed = std::fclose(bin_);
   bin_ = nullptr;
-  // Both files appear only once complete; a reader that catches them between the two renames
-  // finds the sizes disagree and says so.
-  if (std::rename((prefix_ + ".bin.partial").c_str(), (prefix_ + ".bin").c_str()) != 0)
-    fail("cannot rename '", prefix_, ".bin.partial'");
+  if (closed != 0) fail("writing '", prefix_, ".bin.partial' failed: ", std::strerror(errno));
   std::vector<int64_t> pointers(lengths_.size());
   int64_t offset = 0;
   for (size_t i = 0; i < lengths_.size(); ++i) {
     pointers[i] = offset;
     offset += int64_t(lengths_[i]) * int64_t(token_bytes(type_));
   }
-  const std::string path = prefix_ + ".idx";
-  const std::string partial = path + ".partial";
+  const std::string partial = prefix_ + ".idx.partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     out.write(kMagic, sizeof kMagic);
@@ -112,9 +112,16 @@ void IndexedDatasetWriter::finish() {
     write_array(out, lengths_);
     write_array(out, pointers);
     write_array(out, document_starts_);
-    if (!out.flush()) fail("writing '", partial, "' failed");
+    if (!out.flush()) fail("writing '", partial, "' failed: ", std::strerror(errno));
   }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) fail("cannot rename '", partial, "'");
+  // Both files are complete before either is renamed; a reader that catches them between the
+  // two renames finds the sizes disagree and says so.
+  for (const char* suffix : {".bin", ".idx"}) {
+    const std::string path = prefix_ + suffix;
+    if (std::rename((path + ".partial").c_str(), path.c_str()) != 0)
+      fail("cannot rename '", path, ".partial': ", std::strerror(errno));
+  }
+  finished_ = true;
 }
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : bin_path_(prefix + ".bin") {

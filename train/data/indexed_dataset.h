@@ -22,7 +22,8 @@ TokenType token_type_for_vocab(int64_t vocab_size);
 
 class IndexedDatasetWriter {
  public:
-  // Writes <prefix>.bin and <prefix>.idx; the .idx only appears, complete, in finish().
+  // Writes <prefix>.bin.partial, renamed with the .idx to <prefix>.bin and <prefix>.idx, both
+  // complete, in finish(). Destroyed unfinished, it removes its .partial files.
   IndexedDatasetWriter(std::string prefix, TokenType type);
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
@@ -36,6 +37,7 @@ class IndexedDatasetWriter {
   std::string prefix_;
   TokenType type_;
   std::FILE* bin_ = nullptr;
+  bool finished_ = false;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_starts_{0};
 };

@@ -146,13 +146,16 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
   for (int workers : {1, 2, 5}) {
     InputReader reader({(dir / "many.jsonl").string()});
     std::vector<std::string> seen;
-    encode_in_order(reader, *bytes, workers, "text", [&](std::vector<EncodedRecord>& batch) {
-      for (const auto& record : batch) {
+    encode_in_order(reader, *bytes, workers, "text", [&](const EncodedBatch& batch) {
+      auto tokens = batch.tokens.begin();
+      for (const auto& record : batch.records) {
         ASSERT_EQ(record.kind, RecordDocument::document);
-        ASSERT_EQ(record.tokens.back(), 0);
-        EXPECT_EQ(record.bytes, record.tokens.size() - 1);
-        seen.push_back(bytes->decode({record.tokens.begin(), record.tokens.end() - 1}));
+        EXPECT_EQ(record.bytes, record.tokens - 1);
+        EXPECT_EQ(tokens[int64_t(record.tokens) - 1], 0) << "the end of the document";
+        seen.push_back(bytes->decode({tokens, tokens + int64_t(record.tokens) - 1}));
+        tokens += int64_t(record.tokens);
       }
+      EXPECT_EQ(tokens, batch.tokens.end());
     });
     EXPECT_EQ(seen, texts) << workers << " workers";
   }
@@ -163,7 +166,7 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
     size_t before = 0;
     const std::string error = error_of([&] {
       encode_in_order(reader, FailingTokenizer(), workers, "text",
-                      [&](std::vector<EncodedRecord>& batch) { before += batch.size(); });
+                      [&](const EncodedBatch& batch) { before += batch.records.size(); });
     });
     EXPECT_EQ(error, "cannot encode 'poison'") << workers << " workers";
     EXPECT_GT(before, 0u) << "the batches before the failing one are handed over first";

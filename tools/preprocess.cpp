@@ -285,13 +285,15 @@ int main(int argc, char** argv) {
     Progress progress(options.quiet);
     trident::InputReader reader(files);
     trident::encode_in_order(reader, *tokenizer, int(options.workers), options.json_key,
-                             [&](std::vector<trident::EncodedRecord>& batch) {
-                               for (const auto& record : batch) {
+                             [&](const trident::EncodedBatch& batch) {
+                               const int64_t* tokens = batch.tokens.data();
+                               for (const auto& record : batch.records) {
                                  if (!tally.admit(record.kind, record.error)) continue;
-                                 for (int64_t id : record.tokens) ++counts[size_t(id)];
-                                 writer.add_document(record.tokens.data(), record.tokens.size());
+                                 for (size_t i = 0; i < record.tokens; ++i) ++counts[size_t(tokens[i])];
+                                 writer.add_document(tokens, record.tokens);
+                                 tokens += record.tokens;
                                  tally.bytes += int64_t(record.bytes);
-                                 tally.tokens += int64_t(record.tokens.size());
+                                 tally.tokens += int64_t(record.tokens);
                                }
                                progress.update(reader.fraction_read(), tally);
                                stop_if_interrupted();

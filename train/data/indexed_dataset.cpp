@@ -79,13 +79,13 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 void IndexedDatasetWriter::add_document(const int64_t* tokens, size_t count) {
-  std::vector<uint8_t> packed(count * token_bytes(type_));
   const size_t width = token_bytes(type_);
+  packed_.resize(count * width);
   for (size_t i = 0; i < count; ++i) {
     // Little-endian truncation to the token width (x86 and ARM are little endian).
-    std::memcpy(packed.data() + i * width, &tokens[i], width);
+    std::memcpy(packed_.data() + i * width, &tokens[i], width);
   }
-  if (std::fwrite(packed.data(), 1, packed.size(), bin_) != packed.size())
+  if (std::fwrite(packed_.data(), 1, packed_.size(), bin_) != packed_.size())
     fail("writing '", prefix_, ".bin.partial' failed: ", std::strerror(errno));
   lengths_.push_back(int32_t(count));
   document_starts_.push_back(int64_t(lengths_.size()));

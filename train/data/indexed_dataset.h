@@ -38,6 +38,7 @@ class IndexedDatasetWriter {
   TokenType type_;
   std::FILE* bin_ = nullptr;
   bool finished_ = false;
+  std::vector<uint8_t> packed_;  // one document in the token type, reused
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_starts_{0};
 };

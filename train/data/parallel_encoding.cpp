@@ -16,25 +16,27 @@ constexpr size_t kBatchBytes = size_t(1) << 18;
 
 struct Batch {
   std::vector<InputRecord> records;
-  std::vector<EncodedRecord> encoded;
+  EncodedBatch encoded;
   std::exception_ptr error;
   bool done = false;  // under Workers::mutex_
 };
 
 void encode_batch(Batch& batch, const Tokenizer& tokenizer, const std::string& json_key,
                   const std::vector<std::string>& files) {
-  batch.encoded.resize(batch.records.size());
+  EncodedBatch& out = batch.encoded;
+  out.records.resize(batch.records.size());
   for (size_t i = 0; i < batch.records.size(); ++i) {
     RecordDocument document = document_of(batch.records[i], json_key, files);
-    EncodedRecord& out = batch.encoded[i];
-    out.kind = document.kind;
-    out.error = std::move(document.error);
+    EncodedBatch::Record& record = out.records[i];
+    record.kind = document.kind;
+    record.error = std::move(document.error);
     if (document.kind != RecordDocument::document) continue;
-    out.bytes = document.text.size();
-    out.tokens = tokenizer.encode(document.text);
+    const std::vector<int64_t> ids = tokenizer.encode(document.text);
+    out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
     out.tokens.push_back(tokenizer.end_of_document());
+    record.bytes = document.text.size();
+    record.tokens = ids.size() + 1;
   }
-  batch.records.clear();
 }
 
 // Threads that encode batches, each with its own tokenizer; joined when destroyed.
@@ -104,12 +106,12 @@ class Workers {
 }  // namespace
 
 void encode_in_order(InputReader& reader, const Tokenizer& tokenizer, int workers, const std::string& json_key,
-                     const std::function<void(std::vector<EncodedRecord>& batch)>& consume) {
+                     const std::function<void(const EncodedBatch& batch)>& consume) {
   std::deque<std::unique_ptr<Batch>> in_flight;  // declared first: the workers stop before it goes
   Workers pool(tokenizer, workers, json_key, reader.files());
   bool more = true;
   for (;;) {
-    while (more && in_flight.size() < 2 * size_t(workers)) {
+    while (more && in_flight.size() < 8 * size_t(workers)) {
       auto batch = std::make_unique<Batch>();
       more = reader.read(batch->records, kBatchBytes);
       if (!more) break;

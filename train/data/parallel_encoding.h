@@ -2,7 +2,8 @@
 // batches of about 256 KB; `workers` threads each take a batch, take its documents out of their
 // records (document_of) and encode them with a tokenizer of their own (Tokenizer::clone); this
 // thread hands each batch's results to `consume` in input order, so what preprocess writes is
-// the same for any number of workers. At most 2 x workers batches are in memory at once.
+// the same for any number of workers. Up to 8 batches per worker are in memory at once, so that
+// a slow batch at the front of the order does not leave the other workers idle.
 //
 //   InputReader ─ batch 0, 1, 2, ... ─▶ queue ─▶ worker 1 .. worker N ─▶ consume(batch 0), (1), ...
 //                                                   (any order)             (input order)
@@ -18,15 +19,21 @@
 
 namespace trident {
 
-struct EncodedRecord {
-  RecordDocument::Kind kind = RecordDocument::document;
-  std::string error;            // for bad_line: document_of's message
-  size_t bytes = 0;             // the document's text
-  std::vector<int64_t> tokens;  // its ids, then the end-of-document id
+// One batch of records, encoded: the documents' ids in one array, so that a batch is a few
+// allocations however many documents it holds.
+struct EncodedBatch {
+  struct Record {
+    RecordDocument::Kind kind = RecordDocument::document;
+    std::string error;  // for bad_line: document_of's message
+    size_t bytes = 0;   // a document's text
+    size_t tokens = 0;  // a document's ids in `tokens`, the end-of-document id included
+  };
+  std::vector<Record> records;  // in input order
+  std::vector<int64_t> tokens;  // each document's ids, then the end-of-document id, in order
 };
 
 // An error on a worker (a tokenizer's) is rethrown here when its batch's turn comes.
 void encode_in_order(InputReader& reader, const Tokenizer& tokenizer, int workers, const std::string& json_key,
-                     const std::function<void(std::vector<EncodedRecord>& batch)>& consume);
+                     const std::function<void(const EncodedBatch& batch)>& consume);
 
 }  // namespace trident

@@ -3,9 +3,12 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <ostream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -394,6 +397,7 @@ void Config::validate() const {
   if (data.type == "indexed" && data.path.empty())
     fail("data.path is empty: give the prefix of a .bin/.idx pair (tools/preprocess makes one) ",
          "or set data.type=synthetic");
+  if (data.type == "indexed") data_blend(data.path);
   if (train.eval_interval > 0 && data.valid_fraction <= 0)
     fail("train.eval_interval is set but data.valid_fraction is 0: there is no validation data");
 }
@@ -409,6 +413,29 @@ std::string Config::to_yaml() const {
     out += (this_section.empty() ? "" : "  ") + f.key.substr(dot + 1) + ": " + f.get(*this) + "\n";
   }
   return out;
+}
+
+std::vector<BlendPart> data_blend(const std::string& path) {
+  std::vector<std::string> words;
+  std::istringstream in(path);
+  for (std::string word; in >> word;) words.push_back(word);
+  const auto wrong = [&](const std::string& what) {
+    fail("data.path: expected a dataset prefix, or weights and prefixes in pairs ('0.7 data/web 0.3 data/code'), "
+         "got '", path, "': ", what);
+  };
+  if (words.size() == 1) return {{1.0, words[0]}};
+  if (words.empty() || words.size() % 2 != 0) wrong(str(words.size(), " words"));
+  std::vector<BlendPart> parts;
+  double total = 0;
+  for (size_t i = 0; i < words.size(); i += 2) {
+    char* end = nullptr;
+    const double weight = std::strtod(words[i].c_str(), &end);
+    if (*end != '\0' || !(weight > 0) || !std::isfinite(weight)) wrong(str("'", words[i], "' is not a positive weight"));
+    parts.push_back({weight, words[i + 1]});
+    total += weight;
+  }
+  for (auto& part : parts) part.weight /= total;  // as Megatron normalises them
+  return parts;
 }
 
 }  // namespace trident

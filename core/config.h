@@ -124,9 +124,19 @@ struct LossScaleConfig {
 
 struct DataConfig {
   std::string type = "indexed";  // indexed | synthetic
-  std::string path;              // prefix of <path>.bin / <path>.idx
-  double valid_fraction = 0.05;
+  std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
+  double valid_fraction = 0.05;  // of each dataset
 };
+
+// One dataset of a blend and its share of the samples (weights sum to 1).
+struct BlendPart {
+  double weight = 1;
+  std::string prefix;
+};
+// data.path read as Megatron's --data-path: one prefix, or weights and prefixes in pairs,
+// "0.7 data/web 0.3 data/code", the weights normalised to sum to 1. Error naming data.path and
+// what is wrong (an odd count, a weight that is not a positive number).
+std::vector<BlendPart> data_blend(const std::string& path);
 
 struct TrainConfig {
   int64_t iters = 100;

@@ -4,9 +4,13 @@
 #include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "core/files.h"
 #include "tests/helpers.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/samples.h"
+#include "train/data/tokenizer.h"
 
 using namespace trident;
 using trident::testing::error_of;
@@ -156,7 +160,7 @@ TEST(GPTData, SplitsTrainAndValidationAndChecksVocabulary) {
                                 {"model.seq_length=9", "data.valid_fraction=0.1"});
   GPTData data(config);
   EXPECT_EQ(data.train->size(), (900 - 1) / 9);
-  EXPECT_EQ(data.valid->size(), (100 - 1) / 9);
+  EXPECT_EQ(data.datasets.at(0).valid->size(), (100 - 1) / 9);
 
   config.model.vocab_size = 100;  // 'x' is 120
   auto message = error_of([&] { GPTData(config).train->batch(0, 1); });
@@ -167,4 +171,127 @@ TEST(GPTData, SplitsTrainAndValidationAndChecksVocabulary) {
   config.model.seq_length = 2000;
   message = error_of([&] { GPTData data(config); });
   EXPECT_NE(message.find("is too small"), std::string::npos) << message;
+}
+
+TEST(DataBlend, ReadsMegatronsDataPath) {
+  auto blend = data_blend("data/web");
+  ASSERT_EQ(blend.size(), 1u);
+  EXPECT_EQ(blend[0].prefix, "data/web");
+  EXPECT_EQ(blend[0].weight, 1.0);
+  blend = data_blend(" 2 data/web\t6  data/code ");
+  ASSERT_EQ(blend.size(), 2u);
+  EXPECT_EQ(blend[0].prefix, "data/web");
+  EXPECT_EQ(blend[1].prefix, "data/code");
+  EXPECT_EQ(blend[0].weight, 0.25);
+  EXPECT_EQ(blend[1].weight, 0.75);
+  const std::string expected = "data.path: expected a dataset prefix, or weights and prefixes in pairs "
+                               "('0.7 data/web 0.3 data/code'), got '";
+  const std::pair<std::string, std::string> bad[] = {
+      {"0.7 a 0.3", "0.7 a 0.3': 3 words"},       {"  ", "  ': 0 words"},
+      {"web 0.7 code 0.3", "web 0.7 code 0.3': 'web' is not a positive weight"},
+      {"0 a 1 b", "0 a 1 b': '0' is not a positive weight"}, {"-1 a 2 b", "-1 a 2 b': '-1' is not a positive weight"},
+      {"nan a 1 b", "nan a 1 b': 'nan' is not a positive weight"}, {"1x a 1 b", "1x a 1 b': '1x' is not a positive weight"}};
+  for (const auto& [path, message] : bad) EXPECT_EQ(error_of([&] { data_blend(path); }), expected + message) << path;
+  EXPECT_EQ(error_of([] { Config::parse("", {"data.path=0.5 a 0.5"}); }), expected + "0.5 a 0.5': 3 words");
+}
+
+namespace {
+
+// Samples that are only their index, to see which part a blend takes them from.
+class NumberedSamples : public Samples {
+ public:
+  explicit NumberedSamples(int64_t size) : Samples(1), size_(size) {}
+  int64_t size() const override { return size_; }
+  void sample(int64_t index, int64_t* out) const override { out[0] = out[1] = index; }
+
+ private:
+  int64_t size_;
+};
+
+BlendedSamples blend_of(const std::string& path) {
+  std::vector<std::shared_ptr<const Samples>> parts;
+  std::vector<double> weights;
+  for (const auto& part : data_blend(path)) {
+    parts.push_back(std::make_shared<NumberedSamples>(100));
+    weights.push_back(part.weight);
+  }
+  return BlendedSamples(parts, weights, 1);
+}
+
+}  // namespace
+
+// tests/data/megatron_blend.json is megatron-core's own build_blending_indices for these blends
+// (tests/hf_interop/test_megatron_blend.py checks that against the package): trident's order is
+// Megatron's, sample for sample, across several of trident's 4096-sample blocks.
+TEST(BlendedSamples, FollowsMegatronsBlendingIndices) {
+  const auto golden = nlohmann::json::parse(
+      read_text_file(std::string(TRIDENT_SOURCE_DIR) + "/tests/data/megatron_blend.json", "golden file"));
+  ASSERT_EQ(golden.size(), 4u);
+  for (const auto& [path, order] : golden.items()) {
+    const BlendedSamples blend = blend_of(path);
+    const std::string expected = order.get<std::string>();
+    std::vector<int64_t> taken(data_blend(path).size(), 0);
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto [part, within] = blend.source(int64_t(i));
+      ASSERT_EQ(int(part), expected[i] - '0') << path << " sample " << i;
+      ASSERT_EQ(within, taken[part]++) << path << " sample " << i << ": each part's samples in its own order";
+    }
+  }
+}
+
+// Any order of asking gives the same answers (a resumed run, or DP ranks reading their slices,
+// start anywhere), every global batch follows the weights to within a sample per dataset, and
+// the samples are the parts' own, their epochs included.
+TEST(BlendedSamples, AnyAccessOrderGivesTheSameSamplesAndBatchesFollowTheWeights) {
+  const std::string path = "0.6 a 0.25 b 0.1 c 0.05 d";
+  const BlendedSamples in_order = blend_of(path), backwards = blend_of(path);
+  const int64_t total = 3 * BlendedSamples::kBlock + 17;
+  std::vector<std::pair<size_t, int64_t>> sources;
+  for (int64_t i = 0; i < total; ++i) sources.push_back(in_order.source(i));
+  for (int64_t i = total - 1; i >= 0; i -= 7) EXPECT_EQ(backwards.source(i), sources[size_t(i)]) << i;
+  const auto weights = data_blend(path);
+  for (int64_t first = 0; first + 64 <= total; first += 64) {
+    std::vector<int64_t> counts(weights.size(), 0);
+    for (int64_t i = first; i < first + 64; ++i) ++counts[sources[size_t(i)].first];
+    for (size_t d = 0; d < weights.size(); ++d)
+      EXPECT_NEAR(double(counts[d]), 64 * weights[d].weight, 2.0) << "batch at " << first << ", dataset " << d;
+  }
+  EXPECT_EQ(in_order.size(), 400);
+  std::vector<int64_t> sample(2);
+  in_order.sample(total - 1, sample.data());
+  EXPECT_EQ(sample[0], sources.back().second);  // beyond the part's 100 samples: a later epoch of it
+}
+
+// Two datasets by weight: the train samples blend them, each keeps its own validation part, and
+// a dataset made with another tokenizer, or a missing one, is refused naming its prefix.
+TEST(GPTData, BlendsDatasetsThatShareATokenizer) {
+  const auto dir = scratch_dir();
+  const std::string web = (dir / "web").string(), code = (dir / "code").string();
+  write_documents(web, {std::string(2000, 'w')});
+  write_documents(code, {std::string(1000, 'c')});
+  for (const auto& prefix : {web, code}) byte_tokenizer()->save(prefix);
+  Config config = Config::parse("", {"data.path=0.75 " + web + " 0.25 " + code, "model.seq_length=9",
+                                     "data.valid_fraction=0.1"});
+  GPTData data(config);
+  ASSERT_EQ(data.datasets.size(), 2u);
+  EXPECT_EQ(data.datasets[0].name, web);
+  EXPECT_EQ(data.datasets[1].weight, 0.25);
+  EXPECT_EQ(data.datasets[0].valid->size(), (200 - 1) / 9);
+  EXPECT_EQ(data.datasets[1].valid->size(), (100 - 1) / 9);
+  EXPECT_EQ(data.train->size(), (1800 - 1) / 9 + (900 - 1) / 9);
+  EXPECT_EQ(data.describe().rfind("a blend of 2 datasets: 0.75 x " + web + ".bin", 0), 0u) << data.describe();
+  const Batch batch = data.train->batch(0, 8);
+  EXPECT_EQ((batch.tokens.select(1, 0) == 'w').sum().item<int64_t>(), 6);  // 0.75 of 8
+  EXPECT_EQ((batch.tokens.select(1, 0) == 'c').sum().item<int64_t>(), 2);
+
+  load_gpt2_bpe(std::string(TRIDENT_SOURCE_DIR) + "/tests/data/gpt2-tiny/vocab.json",
+                std::string(TRIDENT_SOURCE_DIR) + "/tests/data/gpt2-tiny/merges.txt")
+      ->save(code);
+  config.model.vocab_size = 512;  // covers both: the tokenizers differ all the same
+  EXPECT_EQ(error_of([&] { GPTData other(config); }),
+            "data.path: dataset '" + code + "' was made with another tokenizer than '" + web +
+                "': GPT-2 byte-level BPE (268 ids) (" + code + ".tokenizer.json) against byte-level (256 ids) (" + web +
+                ".tokenizer.json); blended datasets must share one");
+  config.data.path = "1 " + web + " 1 " + (dir / "missing").string();
+  EXPECT_NE(error_of([&] { GPTData other(config); }).find((dir / "missing").string() + ".idx"), std::string::npos);
 }

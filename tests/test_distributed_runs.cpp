@@ -317,6 +317,18 @@ TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   EXPECT_EQ(straight.size(), 6u);
 }
 
+// A blend of two datasets trains the same samples in any layout: DP 2 x PP 2 equals one
+// process (fp64), as the single dataset's runs do.
+TEST_F(DataParallelRuns, BlendedDataEqualsSerialInAnyLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const std::string other = (*root_ / "other").string();
+  auto prep = run_command(kBin + "/preprocess --quiet --output " + other + " /usr/share/common-licenses/MPL-2.0");
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string blend = "'0.7 " + data_ + " 0.3 " + other + "'";
+  expect_equal_runs(train("", *root_ / "blend-serial", blend, 8, "fp64"),
+                    train(kMpirun + "4 ", *root_ / "blend-dp-pp", blend, 4, "fp64", {"parallel.pipeline=2"}), true);
+}
+
 // A ZeRO-3 run at DP 2 stopped after 3 steps resumes exactly from its sharded weights and
 // optimizer state; the same checkpoint resumed at DP 4 with ZeRO-1 continues the same run (to
 // rounding): each rank picks its pieces out of the saved shards.

@@ -1,6 +1,8 @@
 // The installed programs, run as a user runs them.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include "core/config.h"
 #include "core/files.h"
 #include "core/plan/device_profile.h"
+#include "core/text.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
@@ -286,6 +289,30 @@ TEST(PreprocessProgram, AFailedOrInterruptedRunLeavesNothingBehind) {
           "kill -INT $pid; echo {\\\"text\\\": \\\"b\\\"} >&3; exec 3>&-; wait $pid; echo exit $?'");
   EXPECT_EQ(r.output, "error: interrupted by Interrupt: no dataset written\nexit 130\n");
   EXPECT_EQ(files_named(dir, "out"), std::vector<std::string>{});
+}
+
+// A blend of two datasets validates each: the log and the metrics give each dataset's loss
+// beside the blend's, which weighs them as the blend does.
+TEST(TrainProgram, ABlendValidatesEachDataset) {
+  const auto dir = scratch_dir();
+  const std::string gpl = (dir / "gpl").string(), lgpl = (dir / "lgpl").string();
+  for (const auto& [prefix, file] : {std::pair{gpl, "GPL-3"}, std::pair{lgpl, "LGPL-2.1"}}) {
+    Result r = run(kBin + "/preprocess --quiet --output " + prefix + " /usr/share/common-licenses/" + file);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string metrics = (dir / "metrics.jsonl").string();
+  Result r = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml train.iters=2 train.eval_interval=2 " +
+                 "train.eval_iters=1 data.valid_fraction=0.1 train.metrics_file=" + metrics + " data.path='0.25 " +
+                 gpl + " 0.75 " + lgpl + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("a blend of 2 datasets: 0.25 x " + gpl + ".bin"), std::string::npos) << r.output;
+  const std::string line = trident::split(trident::read_text_file(metrics, "metrics"), '\n').back();
+  const auto json = nlohmann::json::parse(line);
+  const double blended = json.at("valid_loss"), first = json.at("valid_loss/" + gpl), second = json.at("valid_loss/" + lgpl);
+  EXPECT_NEAR(blended, 0.25 * first + 0.75 * second, 1e-7) << line;  // printed to 9 digits
+  EXPECT_NE(first, second);
+  EXPECT_NE(r.output.find("| valid_loss "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(" + gpl + " "), std::string::npos) << r.output;
 }
 
 TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {

@@ -98,6 +98,9 @@ void RunLog::iteration(const IterationMetrics& m) const {
   if (config_.precision == Precision::fp16)
     text += str(" | loss_scale ", m.loss_scale, " | skipped ", m.skipped_total);
   if (!std::isnan(m.valid_loss)) text += str(" | valid_loss ", m.valid_loss);
+  for (size_t d = 0; d < m.valid_losses.size(); ++d)
+    text += str(d == 0 ? " (" : ", ", m.valid_losses[d].first, " ", m.valid_losses[d].second,
+                d + 1 == m.valid_losses.size() ? ")" : "");
   log::info(text);
 }
 
@@ -127,6 +130,7 @@ void RunLog::record(const IterationMetrics& m) {
       .add("tflops_hardware", m.tflops_hardware);
   if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
   if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
+  for (const auto& [dataset, loss] : m.valid_losses) json.add("valid_loss/" + dataset, loss);
   if (layout_.pp_size > 1)
     json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
   errno = 0;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.h"
 #include "core/layout.h"
@@ -34,7 +36,8 @@ struct IterationMetrics {
   double tflops_model = 0;       // per device, Megatron formula without recompute
   double tflops_hardware = 0;    // per device, recomputed forward work included
   double mfu = kUnknown;         // tflops_model / device peak, when the peak is known
-  double valid_loss = kUnknown;  // set on validation iterations
+  double valid_loss = kUnknown;  // set on validation iterations (a blend's: weighed as it is)
+  std::vector<std::pair<std::string, double>> valid_losses;  // each dataset's, when data.path blends several
   int64_t max_in_flight = 0;     // this rank's pipeline stage: peak micro-batches held
   double pipeline_transfer_ms = 0;  // this rank's time in pipeline exchanges
 };

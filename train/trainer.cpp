@@ -207,23 +207,51 @@ void Trainer::diverged(const std::string& what, int64_t iteration) const {
                              int(layout_.world_size()));
 }
 
-double Trainer::evaluate() {
-  if (!data_->valid) fail("evaluate() needs validation data: set data.valid_fraction > 0");
+namespace {
+
+int64_t validation_samples(const GPTData& data) {
+  int64_t samples = 0;
+  for (const auto& dataset : data.datasets) samples += dataset.valid ? dataset.valid->size() : 0;
+  return samples;
+}
+
+}  // namespace
+
+void Trainer::validate_into(IterationMetrics& m) {
+  const std::vector<double> losses = evaluate_datasets();
+  m.valid_loss = 0;
+  for (size_t d = 0; d < losses.size(); ++d) m.valid_loss += data_->datasets[d].weight * losses[d];
+  if (losses.size() > 1)
+    for (size_t d = 0; d < losses.size(); ++d) m.valid_losses.emplace_back(data_->datasets[d].name, losses[d]);
+}
+
+std::vector<double> Trainer::evaluate_datasets() {
+  if (!data_->validates()) fail("evaluate() needs validation data: set data.valid_fraction > 0");
   torch::NoGradGuard no_grad;
   for (auto& chunk : model_.chunks) chunk->eval();
-  auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-  for (int64_t i = 0; i < config_.train.eval_iters; ++i)
-    run_pipeline_forward(groups_->pp_group(), pipeline_options(),
-                         [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-                           auto out = stage_forward(*data_->valid, i * config_.batch.global_batch_size,
-                                                    chunk, micro, input);
-                           if (model_.chunks[size_t(chunk)]->stage().head)
-                             total += out.to(torch::kDouble) / double(layout_.micro_batches);
-                           return out;
-                         });
-  groups_->pp_group().all_reduce(total, ReduceOp::sum);
-  groups_->dp_cp_group().all_reduce(total, ReduceOp::avg);
-  return total.item<double>() / double(config_.train.eval_iters);
+  std::vector<double> losses;
+  for (const DatasetPart& dataset : data_->datasets) {
+    auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+    for (int64_t i = 0; i < config_.train.eval_iters; ++i)
+      run_pipeline_forward(groups_->pp_group(), pipeline_options(),
+                           [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
+                             auto out = stage_forward(*dataset.valid, i * config_.batch.global_batch_size, chunk,
+                                                      micro, input);
+                             if (model_.chunks[size_t(chunk)]->stage().head)
+                               total += out.to(torch::kDouble) / double(layout_.micro_batches);
+                             return out;
+                           });
+    groups_->pp_group().all_reduce(total, ReduceOp::sum);
+    groups_->dp_cp_group().all_reduce(total, ReduceOp::avg);
+    losses.push_back(total.item<double>() / double(config_.train.eval_iters));
+  }
+  return losses;
+}
+
+double Trainer::evaluate() {
+  IterationMetrics m;
+  validate_into(m);
+  return m.valid_loss;
 }
 
 PipelineOptions Trainer::pipeline_options() const {
@@ -237,7 +265,7 @@ PipelineOptions Trainer::pipeline_options() const {
   return options;
 }
 
-torch::Tensor Trainer::stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk, int64_t micro,
+torch::Tensor Trainer::stage_forward(const Samples& samples, int64_t consumed, int64_t chunk, int64_t micro,
                                      const torch::Tensor& input) {
   GPT& model = model_.chunks[size_t(chunk)];
   const bool first = model->stage().embedding, last = model->stage().head;
@@ -268,8 +296,8 @@ void Trainer::save_checkpoint() {
 void Trainer::train() {
   const auto& t = config_.train;
   log_->start(groups_->world().backend(), device_,
-             str(data_->stream->describe(), "; ", data_->train->size(), " train / ",
-                 data_->valid ? data_->valid->size() : 0, " validation samples"));
+             str(data_->describe(), "; ", data_->train->size(), " train / ", validation_samples(*data_),
+                 " validation samples"));
   if (iteration_ >= t.iters) {
     log::info(str("already at iteration ", iteration_, ", train.iters=", t.iters, ": nothing to do"));
     return;
@@ -290,7 +318,7 @@ void Trainer::train() {
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
-      if (m.iteration == it && validate) m.valid_loss = evaluate();
+      if (m.iteration == it && validate) validate_into(m);
       if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
         log_->iteration(m);
       log_->record(m);

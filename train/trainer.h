@@ -16,7 +16,7 @@
 namespace trident {
 
 struct GPTData;
-class GPTSamples;
+class Samples;
 struct PipelineOptions;
 class CheckpointStore;
 class ZeroOptimizer;
@@ -40,7 +40,9 @@ class Trainer {
   // One iteration: M micro-batches forward and backward, clip, AdamW step (skipped by fp16's
   // loss scaler when the gradients overflow).
   IterationMetrics step();
-  // Mean validation loss over train.eval_iters global batches (the same batches every call).
+  // Mean validation loss over train.eval_iters global batches (the same batches every call) of
+  // each dataset of data.path, in its order; evaluate() weighs them as the blend does.
+  std::vector<double> evaluate_datasets();
   double evaluate();
   void save_checkpoint();
 
@@ -62,7 +64,7 @@ class Trainer {
   PipelineOptions pipeline_options() const;
   // This stage's forward of micro-batch `micro` with model chunk `chunk`: activations for the
   // next stage, or, on the stage holding the head, the micro-batch's mean loss (in fp32 or fp64).
-  torch::Tensor stage_forward(const GPTSamples& samples, int64_t consumed, int64_t chunk, int64_t micro,
+  torch::Tensor stage_forward(const Samples& samples, int64_t consumed, int64_t chunk, int64_t micro,
                               const torch::Tensor& input);
   struct PendingStep;
   PendingStep run_step();
@@ -71,6 +73,8 @@ class Trainer {
   IterationMetrics complete(PendingStep& pending);
   // Throws JobError on every rank: the run diverged at `iteration`, for the reason given.
   [[noreturn]] void diverged(const std::string& what, int64_t iteration) const;
+  // The validation loss into `m`, and each dataset's when data.path blends several.
+  void validate_into(IterationMetrics& m);
 
   Config config_;
   Layout layout_;

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/hash.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
@@ -29,6 +30,7 @@ class IndexedTokenStream : public TokenStream {
     return str(dataset_.bin_path(), " (", dataset_.num_documents(), " documents, ", dataset_.num_tokens(),
                " tokens, ", tokenizer_ ? tokenizer_->describe() : "no tokenizer recorded", ")");
   }
+  const TokenizerRecord* tokenizer() const override { return tokenizer_ ? &*tokenizer_ : nullptr; }
 
  private:
   IndexedDataset dataset_;
@@ -61,9 +63,9 @@ std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t v
 
 GPTSamples::GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end,
                        int64_t seq_length, int64_t vocab_size, uint64_t seed)
-    : stream_(std::move(stream)),
+    : Samples(seq_length),
+      stream_(std::move(stream)),
       begin_(begin),
-      seq_length_(seq_length),
       vocab_size_(vocab_size),
       num_samples_(std::max<int64_t>(0, (end - begin - 1) / seq_length)),
       seed_(seed) {}
@@ -92,32 +94,131 @@ void GPTSamples::sample(int64_t index, int64_t* out) const {
            " is outside model.vocab_size (", vocab_size_, ")");
 }
 
-Batch GPTSamples::batch(int64_t first, int64_t count) const {
+Batch Samples::batch(int64_t first, int64_t count) const {
   auto rows = torch::empty({count, seq_length_ + 1}, torch::kLong);
   int64_t* data = rows.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) sample(first + i, data + i * (seq_length_ + 1));
   return {rows.narrow(1, 0, seq_length_).contiguous(), rows.narrow(1, 1, seq_length_).contiguous()};
 }
 
+BlendedSamples::BlendedSamples(std::vector<std::shared_ptr<const Samples>> parts, std::vector<double> weights,
+                               int64_t seq_length)
+    : Samples(seq_length), parts_(std::move(parts)), weights_(std::move(weights)) {
+  TRIDENT_CHECK(parts_.size() == weights_.size() && !parts_.empty(), parts_.size(), " parts, ", weights_.size(),
+                " weights");
+  taken_at_block_.push_back(std::vector<int64_t>(parts_.size(), 0));
+}
+
+int64_t BlendedSamples::size() const {
+  int64_t total = 0;
+  for (const auto& part : parts_) total += part->size();
+  return total;
+}
+
+size_t BlendedSamples::choose(int64_t index, const std::vector<int64_t>& taken) const {
+  const double samples = std::max(double(index), 1.0);
+  size_t best = 0;
+  double best_lag = weights_[0] * samples - double(taken[0]);
+  for (size_t d = 1; d < parts_.size(); ++d) {
+    const double lag = weights_[d] * samples - double(taken[d]);
+    if (lag > best_lag) best = d, best_lag = lag;
+  }
+  return best;
+}
+
+std::pair<size_t, int64_t> BlendedSamples::source(int64_t index) const {
+  TRIDENT_CHECK(index >= 0, "sample ", index);
+  const int64_t block = index / kBlock;
+  while (int64_t(taken_at_block_.size()) <= block) {  // the state at each block start, once
+    std::vector<int64_t> taken = taken_at_block_.back();
+    const int64_t start = (int64_t(taken_at_block_.size()) - 1) * kBlock;
+    for (int64_t i = start; i < start + kBlock; ++i) ++taken[choose(i, taken)];
+    taken_at_block_.push_back(std::move(taken));
+  }
+  if (block != block_) {
+    std::vector<int64_t> taken = taken_at_block_[size_t(block)];
+    block_sources_.clear();
+    for (int64_t i = block * kBlock; i < (block + 1) * kBlock; ++i) {
+      const size_t d = choose(i, taken);
+      block_sources_.emplace_back(d, taken[d]++);
+    }
+    block_ = block;
+  }
+  return block_sources_[size_t(index - block * kBlock)];
+}
+
+void BlendedSamples::sample(int64_t index, int64_t* out) const {
+  const auto [part, within] = source(index);
+  parts_[part]->sample(within, out);
+}
+
+namespace {
+
+// Blended datasets must share a tokenizer: the same type, ids and files.
+void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
+  const DatasetPart& first = datasets.front();
+  const TokenizerRecord* expected = first.stream->tokenizer();
+  const auto describe = [](const DatasetPart& part) {
+    const TokenizerRecord* record = part.stream->tokenizer();
+    return record ? str(record->describe(), " (", record->source, ")") : str("no tokenizer recorded");
+  };
+  for (const DatasetPart& part : datasets) {
+    const TokenizerRecord* record = part.stream->tokenizer();
+    bool same = (record == nullptr) == (expected == nullptr);
+    if (same && record)
+      same = record->type == expected->type && record->vocab_size == expected->vocab_size &&
+             record->end_of_document == expected->end_of_document && record->files.size() == expected->files.size();
+    for (size_t i = 0; same && record && i < record->files.size(); ++i)
+      same = read_text_file(record->files[i], "tokenizer file") == read_text_file(expected->files[i], "tokenizer file");
+    if (!same)
+      fail("data.path: dataset '", part.name, "' was made with another tokenizer than '", first.name, "': ",
+           describe(part), " against ", describe(first), "; blended datasets must share one");
+  }
+}
+
+}  // namespace
+
 GPTData::GPTData(const Config& config) {
   const auto& m = config.model;
-  stream = open_token_stream(config.data, m.vocab_size, config.train.seed);
-  const int64_t total = stream->size();
-  const int64_t valid_tokens = int64_t(double(total) * config.data.valid_fraction);
-  const int64_t train_end = total - valid_tokens;
-  train = std::make_unique<GPTSamples>(stream, 0, train_end, m.seq_length, m.vocab_size,
-                                       config.train.seed);
-  if (train->size() == 0)
-    fail(stream->describe(), " is too small: its training part holds ", train_end,
-         " tokens, fewer than one sample of model.seq_length + 1 = ", m.seq_length + 1);
-  if (valid_tokens > 0) {
-    valid = std::make_unique<GPTSamples>(stream, train_end, total, m.seq_length, m.vocab_size,
-                                         config.train.seed + 1);
-    if (valid->size() == 0)
-      fail(stream->describe(), ": the validation part (data.valid_fraction = ",
-           config.data.valid_fraction, ", ", valid_tokens,
-           " tokens) holds no sample of model.seq_length + 1 tokens; raise data.valid_fraction");
+  const bool synthetic = config.data.type == "synthetic";
+  const std::vector<BlendPart> blend = synthetic ? std::vector<BlendPart>{{1.0, ""}} : data_blend(config.data.path);
+  for (size_t d = 0; d < blend.size(); ++d) {
+    DataConfig data = config.data;
+    data.path = blend[d].prefix;
+    DatasetPart part{blend[d].prefix, blend[d].weight, open_token_stream(data, m.vocab_size, config.train.seed), {}, {}};
+    const int64_t total = part.stream->size();
+    const int64_t valid_tokens = int64_t(double(total) * config.data.valid_fraction);
+    const int64_t train_end = total - valid_tokens;
+    const uint64_t seed = config.train.seed + 2 * d;  // the first dataset's: a single dataset's as before blends
+    part.train = std::make_shared<GPTSamples>(part.stream, 0, train_end, m.seq_length, m.vocab_size, seed);
+    if (part.train->size() == 0)
+      fail(part.stream->describe(), " is too small: its training part holds ", train_end,
+           " tokens, fewer than one sample of model.seq_length + 1 = ", m.seq_length + 1);
+    if (valid_tokens > 0) {
+      part.valid = std::make_shared<GPTSamples>(part.stream, train_end, total, m.seq_length, m.vocab_size, seed + 1);
+      if (part.valid->size() == 0)
+        fail(part.stream->describe(), ": the validation part (data.valid_fraction = ", config.data.valid_fraction,
+             ", ", valid_tokens, " tokens) holds no sample of model.seq_length + 1 tokens; raise data.valid_fraction");
+    }
+    datasets.push_back(std::move(part));
   }
+  check_same_tokenizer(datasets);
+  if (datasets.size() == 1) {
+    train = datasets.front().train;
+    return;
+  }
+  std::vector<std::shared_ptr<const Samples>> parts;
+  std::vector<double> weights;
+  for (const auto& part : datasets) parts.push_back(part.train), weights.push_back(part.weight);
+  train = std::make_shared<BlendedSamples>(std::move(parts), std::move(weights), m.seq_length);
+}
+
+std::string GPTData::describe() const {
+  if (datasets.size() == 1) return datasets.front().stream->describe();
+  std::string text = str("a blend of ", datasets.size(), " datasets:");
+  for (const auto& part : datasets) text += str(" ", part.weight, " x ", part.stream->describe(), ";");
+  text.pop_back();
+  return text;
 }
 
 }  // namespace trident

@@ -1,5 +1,6 @@
 // GPT training samples: a token stream cut into sequences of seq_length + 1 tokens, split into
-// train and validation ranges, visited in a seeded shuffled order, epoch after epoch.
+// train and validation ranges, visited in a seeded shuffled order, epoch after epoch; several
+// datasets blended by weight as Megatron blends them.
 //
 // Which sample a rank reads is a pure function of (consumed samples, micro-batch, DP rank), so
 // resuming needs only the consumed-sample count and any DP size sees the same global batch.
@@ -9,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
@@ -16,6 +18,7 @@
 namespace trident {
 
 class IndexedDataset;
+struct TokenizerRecord;
 
 // Where tokens come from: a memory-mapped indexed dataset or a seeded random generator.
 class TokenStream {
@@ -24,6 +27,8 @@ class TokenStream {
   virtual int64_t size() const = 0;
   virtual void read(int64_t offset, int64_t count, int64_t* out) const = 0;
   virtual std::string describe() const = 0;
+  // What PREFIX.tokenizer.json records of the tokenizer that made it; null when unknown.
+  virtual const TokenizerRecord* tokenizer() const { return nullptr; }
 };
 
 std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t vocab_size,
@@ -34,34 +39,86 @@ struct Batch {
   torch::Tensor targets;  // [micro_batch, seq] int64, tokens shifted by one
 };
 
-class GPTSamples {
+// An endless order of samples of seq_length + 1 tokens.
+class Samples {
+ public:
+  explicit Samples(int64_t seq_length) : seq_length_(seq_length) {}
+  virtual ~Samples() = default;
+  virtual int64_t size() const = 0;  // samples in one epoch
+  // The sample at position `index` of the order.
+  virtual void sample(int64_t index, int64_t* out) const = 0;
+  // Samples [first, first + count) of the order, as one batch.
+  Batch batch(int64_t first, int64_t count) const;
+
+ protected:
+  int64_t seq_length_;
+};
+
+class GPTSamples : public Samples {
  public:
   // Samples from tokens [begin, end) of the stream.
   GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end, int64_t seq_length,
              int64_t vocab_size, uint64_t seed);
 
-  int64_t size() const { return num_samples_; }
+  int64_t size() const override { return num_samples_; }
   // The sample at position `index` of the endless shuffled order (epoch = index / size()).
-  void sample(int64_t index, int64_t* out) const;
-  // Samples [first, first + count) of the shuffled order, as one batch.
-  Batch batch(int64_t first, int64_t count) const;
+  void sample(int64_t index, int64_t* out) const override;
 
  private:
   const std::vector<int64_t>& order_for_epoch(int64_t epoch) const;
 
   std::shared_ptr<TokenStream> stream_;
-  int64_t begin_, seq_length_, vocab_size_, num_samples_;
+  int64_t begin_, vocab_size_, num_samples_;
   uint64_t seed_;
   mutable int64_t cached_epoch_ = -1;
   mutable std::vector<int64_t> cached_order_;
 };
 
+// Several datasets' samples interleaved by weight, as Megatron's BlendedDataset interleaves
+// them: sample i comes from the dataset furthest behind its share of the samples so far (the
+// largest weight * max(i, 1) - samples taken; the first such dataset on a tie) and is that
+// dataset's next sample. Every prefix of the order follows the weights to within one sample
+// per dataset. The state is kept every kBlock samples, so finding sample i costs at most one
+// block's steps and memory stays small however long the run.
+class BlendedSamples : public Samples {
+ public:
+  // `weights` sum to 1, one per part.
+  BlendedSamples(std::vector<std::shared_ptr<const Samples>> parts, std::vector<double> weights, int64_t seq_length);
+
+  int64_t size() const override;  // the parts' sizes summed
+  void sample(int64_t index, int64_t* out) const override;
+  // Which part blend sample `index` comes from, and which of that part's samples it is.
+  std::pair<size_t, int64_t> source(int64_t index) const;
+
+  static constexpr int64_t kBlock = 4096;
+
+ private:
+  // One step of the blend: the part that sample `index` takes, given the samples taken so far.
+  size_t choose(int64_t index, const std::vector<int64_t>& taken) const;
+
+  std::vector<std::shared_ptr<const Samples>> parts_;
+  std::vector<double> weights_;
+  mutable std::vector<std::vector<int64_t>> taken_at_block_;  // samples taken before block k
+  mutable int64_t block_ = -1;                                  // the block decoded below
+  mutable std::vector<std::pair<size_t, int64_t>> block_sources_;
+};
+
+// One dataset of data.path: its share of the blend, its tokens, and its samples.
+struct DatasetPart {
+  std::string name;  // the prefix data.path gives it
+  double weight = 1;
+  std::shared_ptr<TokenStream> stream;
+  std::shared_ptr<GPTSamples> train;
+  std::shared_ptr<GPTSamples> valid;  // null when data.valid_fraction is 0
+};
+
 // Train and validation samples of one config.
 struct GPTData {
   GPTData(const Config& config);
-  std::shared_ptr<TokenStream> stream;
-  std::unique_ptr<GPTSamples> train;
-  std::unique_ptr<GPTSamples> valid;  // null when data.valid_fraction is 0
+  std::vector<DatasetPart> datasets;  // one per prefix of data.path
+  std::shared_ptr<Samples> train;     // the datasets' train samples blended (the one dataset's own)
+  bool validates() const { return datasets.front().valid != nullptr; }
+  std::string describe() const;
 };
 
 // Position in the shuffled order of sample j of micro-batch m for DP rank r: each micro-step

@@ -201,6 +201,9 @@ const std::vector<Field>& schema() {
       field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
       field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
+      field("data.eod_mask_loss", TRIDENT_MEMBER(data.eod_mask_loss), any<bool>("true or false")),
+      field("data.reset_position_ids", TRIDENT_MEMBER(data.reset_position_ids), any<bool>("true or false")),
+      field("data.reset_attention_mask", TRIDENT_MEMBER(data.reset_attention_mask), any<bool>("true or false")),
 
       field("train.iters", TRIDENT_MEMBER(train.iters), at_least(1)),
       field("train.seed", TRIDENT_MEMBER(train.seed), any<uint64_t>("a non-negative integer")),
@@ -398,6 +401,9 @@ void Config::validate() const {
     fail("data.path is empty: give the prefix of a .bin/.idx pair (tools/preprocess makes one) ",
          "or set data.type=synthetic");
   if (data.type == "indexed") data_blend(data.path);
+  if (data.type == "synthetic" && (data.documents() || data.eod_mask_loss))
+    fail(data.eod_mask_loss ? "data.eod_mask_loss" : data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
+         " needs documents and their end-of-document token: data.type=synthetic has neither");
   if (train.eval_interval > 0 && data.valid_fraction <= 0)
     fail("train.eval_interval is set but data.valid_fraction is 0: there is no validation data");
 }

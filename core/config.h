@@ -126,6 +126,11 @@ struct DataConfig {
   std::string type = "indexed";  // indexed | synthetic
   std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
   double valid_fraction = 0.05;  // of each dataset
+  // Documents packed into a sample, as Megatron's options of the same names:
+  bool eod_mask_loss = false;         // no loss where the input is the end-of-document token
+  bool reset_position_ids = false;    // positions restart after each end-of-document token
+  bool reset_attention_mask = false;  // attention within each document only
+  bool documents() const { return reset_position_ids || reset_attention_mask; }
 };
 
 // One dataset of a blend and its share of the samples (weights sum to 1).

@@ -19,23 +19,44 @@ Norm norm(const ModelConfig& config, const TensorParallel& tp) {
 // Causal attention of queries [b, heads, n, d] at the last n of the keys' positions over keys and
 // values [b, groups, total, d], each group shared by heads / groups consecutive query heads:
 // query i, at position total - n + i, sees the keys up to it (n = total in training; fewer after
-// a KV cache).
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& grouped_k,
-                               const torch::Tensor& grouped_v, double dropout) {
+// a KV cache), and with `documents` ([b, n] ids, n = total) only those of its own document.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& grouped_k, const torch::Tensor& grouped_v,
+                               double dropout, const torch::Tensor& documents = {}) {
   const int64_t per_group = q.size(1) / grouped_k.size(1), n = q.size(2), total = grouped_k.size(2);
   const auto k = repeat_for_query_heads(grouped_k, per_group), v = repeat_for_query_heads(grouped_v, per_group);
+  torch::Tensor visible;  // [n, total] or [b, 1, n, n]; undefined: the plain causal mask of n = total
+  if (n != total || documents.defined())
+    visible = torch::ones({n, total}, q.options().dtype(torch::kBool)).tril(total - n);
+  if (documents.defined()) {
+    TRIDENT_CHECK(n == total && documents.sizes() == torch::IntArrayRef({q.size(0), n}), "documents ",
+                  documents.sizes(), " for queries ", q.sizes(), " over ", total, " keys");
+    visible = visible.logical_and(documents.unsqueeze(2).eq(documents.unsqueeze(1))).unsqueeze(1);
+  }
 #if TORCH_VERSION_MAJOR >= 2
-  if (n == total) return at::scaled_dot_product_attention(q, k, v, {}, dropout, /*is_causal=*/true);
-  const auto visible = torch::ones({n, total}, q.options().dtype(torch::kBool)).tril(total - n);
+  if (!visible.defined()) return at::scaled_dot_product_attention(q, k, v, {}, dropout, /*is_causal=*/true);
   return at::scaled_dot_product_attention(q, k, v, visible, dropout, /*is_causal=*/false);
 #else
   // LibTorch 1.x has no fused kernel: the textbook softmax(QK^T / sqrt(d)) V.
   auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  auto future = torch::ones({n, total}, q.options().dtype(torch::kBool)).triu(total - n + 1);
-  auto probs = scores.masked_fill(future, -std::numeric_limits<double>::infinity()).softmax(-1);
+  const auto hidden = visible.defined() ? visible.logical_not()
+                                        : torch::ones({n, total}, q.options().dtype(torch::kBool)).triu(1);
+  auto probs = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity()).softmax(-1);
   if (dropout > 0) probs = at::dropout(probs, dropout, /*train=*/true);
   return at::matmul(probs, v);
 #endif
+}
+
+// A block's inputs as one list, for recomputation: x, then the documents' ids and positions
+// (empty tensors when not given).
+std::vector<torch::Tensor> with_documents(const torch::Tensor& x, const Documents& documents) {
+  const auto none = torch::empty({0}, x.options().dtype(torch::kLong));
+  return {x, documents.ids.defined() ? documents.ids : none,
+          documents.positions.defined() ? documents.positions : none};
+}
+
+Documents documents_in(const std::vector<torch::Tensor>& inputs) {
+  const auto given = [](const torch::Tensor& t) { return t.numel() > 0 ? t : torch::Tensor(); };
+  return {given(inputs[1]), given(inputs[2])};
 }
 
 }  // namespace
@@ -50,12 +71,14 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
       cp_(std::move(cp)),
       streams_(std::move(streams)) {
   core_ = [this](const std::vector<torch::Tensor>& qkv) {
-    // This rank's heads (and tokens): masks of their own on every TP (and CP) rank.
+    // This rank's heads (and tokens): masks of their own on every TP (and CP) rank. A fourth
+    // tensor is the documents' ids over the whole sequence.
     const double p = is_training() ? dropout_ : 0.0;
-    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel);
-    if (p == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0);
+    const torch::Tensor documents = qkv.size() > 3 ? qkv[3] : torch::Tensor();
+    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel, documents);
+    if (p == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0, documents);
     return streams_->model_parallel.fork(qkv[0].device(),
-                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], p); });
+                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], p, documents); });
   };
   if (config.position_embedding_type == PositionEmbeddingType::rope) rotary_.emplace(config);
   const int64_t h = config.hidden_size;
@@ -87,9 +110,10 @@ torch::Tensor SelfAttentionImpl::output(const torch::Tensor& context) {
   return out(context.transpose(1, 2).flatten(2, 3));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const Heads h = project(x, torch::Tensor());
-  const std::vector<torch::Tensor> qkv_heads = {h.q, h.k, h.v};
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x, const Documents& documents) {
+  const Heads h = project(x, documents.positions);
+  std::vector<torch::Tensor> qkv_heads = {h.q, h.k, h.v};
+  if (documents.ids.defined()) qkv_heads.push_back(documents.ids);
   return output(recompute_core_ && is_training() ? recompute(core_, qkv_heads, *streams_) : core_(qkv_heads));
 }
 
@@ -128,15 +152,16 @@ BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recomp
       hidden_stream_(&hidden_stream(*streams, tp)),
       recompute_(recompute == Recompute::full),
       streams_(std::move(streams)) {
-  compute_ = [this](const std::vector<torch::Tensor>& x) { return compute(x[0]); };
+  compute_ = [this](const std::vector<torch::Tensor>& inputs) { return compute(inputs[0], documents_in(inputs)); };
   ln_1 = register_module("ln_1", norm(config, tp));
   attn = register_module("attn", SelfAttention(config, tp, recompute, cp, streams_));
   ln_2 = register_module("ln_2", norm(config, tp));
   mlp = register_module("mlp", MLP(config, tp));
 }
 
-torch::Tensor BlockImpl::forward(torch::Tensor x) {
-  return recompute_ && is_training() ? trident::recompute(compute_, {x}, *streams_) : compute(x);
+torch::Tensor BlockImpl::forward(torch::Tensor x, const Documents& documents) {
+  return recompute_ && is_training() ? trident::recompute(compute_, with_documents(x, documents), *streams_)
+                                     : compute(x, documents);
 }
 
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch::Tensor& positions,
@@ -146,8 +171,8 @@ torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch:
   return x + mlp(ln_2(x));
 }
 
-torch::Tensor BlockImpl::compute(const torch::Tensor& input) {
-  auto x = input + dropout(attn(ln_1(input)), hidden_dropout_, is_training(), *hidden_stream_);
+torch::Tensor BlockImpl::compute(const torch::Tensor& input, const Documents& documents) {
+  auto x = input + dropout(attn(ln_1(input), documents), hidden_dropout_, is_training(), *hidden_stream_);
   return x + dropout(mlp(ln_2(x)), hidden_dropout_, is_training(), *hidden_stream_);
 }
 
@@ -169,13 +194,16 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
   if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
+torch::Tensor GPTImpl::forward(const torch::Tensor& input, const Documents& documents) {
   Communicator& tp = *tp_.group;
   torch::Tensor x = input;
   if (gathered_) gathered_->acquire(rest_unit());
   if (stage_.embedding) {
     x = wte(input);
-    if (wpe) x = x + wpe(context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options()));
+    if (wpe)
+      x = x + wpe(documents.positions.defined()
+                      ? documents.positions
+                      : context_parallel_positions(input.size(1) * cp_.size(), cp_.rank(), cp_.size(), input.options()));
     if (tp_.sequence_parallel) x = scatter_to_sequence_parallel(x, tp);
     x = dropout(x, config_.hidden_dropout, is_training(), hidden_stream(*streams_, tp_));
   }
@@ -185,9 +213,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input) {
     for (int64_t i = 0; i < n; ++i)
       x = gathered_call(*gathered_, first + i, i + 1 < n ? std::optional(first + i + 1) : std::nullopt,
                         i > 0 ? std::optional(first + i - 1) : std::nullopt,
-                        [&](const torch::Tensor& in) { return blocks[size_t(i)](in); }, x);
+                        [&](const torch::Tensor& in) { return blocks[size_t(i)](in, documents); }, x);
   } else {
-    for (auto& block : blocks) x = block(x);
+    for (auto& block : blocks) x = block(x, documents);
   }
   if (!stage_.head) return x;
   x = ln_f(x);
@@ -213,11 +241,14 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache
   return torch::nn::functional::linear(ln_f(x), head_weight());
 }
 
-torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets) {
+torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets, const Documents& documents,
+                            const torch::Tensor& loss_mask) {
   TRIDENT_CHECK(stage_.head, "loss() needs the stage that holds the head");
-  auto logits = forward(input);
+  auto logits = forward(input, documents);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-  return vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group).mean();
+  auto losses = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
+  if (loss_mask.defined()) losses = losses * loss_mask.flatten().to(losses.scalar_type());
+  return losses.mean();
 }
 
 std::vector<int64_t> GPTImpl::parameter_units() const {

@@ -22,6 +22,15 @@
 
 namespace trident {
 
+// Documents packed into one sequence (data.reset_attention_mask, data.reset_position_ids): an
+// undefined member keeps the default, one document over the whole sequence.
+struct Documents {
+  torch::Tensor ids;        // [b, s] int64: each token's document, over the whole sequence (every
+                            // context-parallel rank holds all of it); attention stays within one
+  torch::Tensor positions;  // [b, s / c] int64: this rank's tokens' positions, restarting per document
+  bool any() const { return ids.defined() || positions.defined(); }
+};
+
 // The keys and values of the tokens a model has seen, layer by layer, for generation one token
 // at a time: each new token's forward attends to them instead of recomputing them.
 struct KvCache {
@@ -36,7 +45,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   // core_ holds `this` (for recomputation in backward).
   SelfAttentionImpl(const SelfAttentionImpl&) = delete;
   SelfAttentionImpl& operator=(const SelfAttentionImpl&) = delete;
-  torch::Tensor forward(const torch::Tensor& x);  // [b, s/c(/t with SP), h] -> same
+  torch::Tensor forward(const torch::Tensor& x, const Documents& documents = {});  // [b, s/c(/t with SP), h] -> same
   // New tokens [b, n, h] at `positions` [n], following the cached ones, whose keys and values
   // ([b, g, cached, d], undefined when none) gain theirs. One rank, no context parallelism.
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& keys,
@@ -56,8 +65,8 @@ class SelfAttentionImpl : public torch::nn::Module {
   struct Heads {
     torch::Tensor q, k, v;  // [b, heads, s, d] and [b, groups, s, d]
   };
-  // x's queries, keys and values, the queries and keys rotated with RoPE at `positions`
-  // (undefined: this rank's context-parallel chunks of the sequence, as in training).
+  // x's queries, keys and values, the queries and keys rotated with RoPE at `positions` ([n] or
+  // [b, n]; undefined: this rank's context-parallel chunks of the sequence, as in training).
   Heads project(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor output(const torch::Tensor& context);  // [b, heads, s, d] -> [b, s, h]
 
@@ -89,7 +98,7 @@ class BlockImpl : public torch::nn::Module {
   // compute_ holds `this` (for recomputation in backward).
   BlockImpl(const BlockImpl&) = delete;
   BlockImpl& operator=(const BlockImpl&) = delete;
-  torch::Tensor forward(torch::Tensor x);
+  torch::Tensor forward(torch::Tensor x, const Documents& documents = {});
   // In eval mode, with the attention's cache (SelfAttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& keys,
                                torch::Tensor& values);
@@ -98,7 +107,7 @@ class BlockImpl : public torch::nn::Module {
   MLP mlp{nullptr};
 
  private:
-  torch::Tensor compute(const torch::Tensor& x);
+  torch::Tensor compute(const torch::Tensor& x, const Documents& documents);
   double hidden_dropout_;
   RandomStream* hidden_stream_;  // model-parallel with sequence parallelism, else replicated
   bool recompute_;
@@ -137,13 +146,17 @@ class GPTImpl : public torch::nn::Module {
   // Tokens [b, s/c] int64 on the first stage, else the previous stage's activations
   // [b, s/c(/t with SP), h] -> logits [b, s/c, vocab / t] on the last stage (this rank's
   // vocabulary slice), else activations for the next stage.
-  torch::Tensor forward(const torch::Tensor& input);
+  // `documents`: packed documents kept apart (Documents).
+  torch::Tensor forward(const torch::Tensor& input, const Documents& documents = {});
   // Inference on a whole model in one process: tokens [b, n] that follow the `cache.tokens`
   // ones `cache` holds -> their logits [b, n, vocab], the cache extended by them. The positions
   // must stay below model.seq_length.
   torch::Tensor forward_cached(const torch::Tensor& input, KvCache& cache);
-  // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary.
-  torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets);
+  // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary; with
+  // `loss_mask` ([b, s/c], 1 where a token counts, 0 where not) the tokens that do not count add
+  // zero to the mean (the trainer rescales it to the tokens that count, trainer.cpp).
+  torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets, const Documents& documents = {},
+                     const torch::Tensor& loss_mask = {});
 
   // Draws every parameter as its role says (model/init.h): normal(0, std) for matrices and
   // embeddings, std / sqrt(2 * layers) for the projections that add into the residual stream

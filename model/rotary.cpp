@@ -31,8 +31,9 @@ Rotary::Rotary(const ModelConfig& config)
 std::pair<torch::Tensor, torch::Tensor> Rotary::tables(const torch::Tensor& positions, torch::Dtype dtype) const {
   const auto wide = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
   const auto w = frequencies(head_dim_, theta_, scaling_, wide).to(positions.device());
-  const auto angles = positions.to(wide).unsqueeze(1) * w.unsqueeze(0);  // [s, d/2]
-  const auto both = torch::cat({angles, angles}, -1);                      // [s, d]
+  const auto angles = positions.to(wide).unsqueeze(-1) * w;  // [s, d/2] or [b, s, d/2]
+  auto both = torch::cat({angles, angles}, -1);                 // [s, d] or [b, s, d]
+  if (positions.dim() == 2) both = both.unsqueeze(1);           // [b, 1, s, d]: each sample's own
   return {both.cos().to(dtype), both.sin().to(dtype)};
 }
 

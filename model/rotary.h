@@ -16,8 +16,9 @@ namespace trident {
 class Rotary {
  public:
   explicit Rotary(const ModelConfig& config);
-  // The cos and sin tables [s, d] for the global `positions` [s], in `dtype` (computed in fp64
-  // for fp64, else in fp32 as Hugging Face does).
+  // The cos and sin tables [s, d] for the global `positions` [s] (or [b, 1, s, d] for each
+  // sample's own positions [b, s]), in `dtype` (computed in fp64 for fp64, else in fp32 as
+  // Hugging Face does).
   std::pair<torch::Tensor, torch::Tensor> tables(const torch::Tensor& positions, torch::Dtype dtype) const;
   // Rotates queries or keys [b, heads, s, d] by the tables of their positions.
   static torch::Tensor rotate(const torch::Tensor& x, const std::pair<torch::Tensor, torch::Tensor>& tables);

@@ -21,15 +21,31 @@ Visibility visibility(int64_t query_chunk, int64_t key_chunk) {
   return key_chunk < query_chunk ? Visibility::all : key_chunk == query_chunk ? Visibility::causal : Visibility::none;
 }
 
-// Scaled scores of a query block over a key block, future positions at -inf.
-torch::Tensor block_scores(const torch::Tensor& q, const torch::Tensor& k, double scale, Visibility seen) {
+// Scaled scores of a query block over a key block, future positions and `hidden` ones (other
+// documents', [b, 1, n, n]; undefined: none) at -inf.
+torch::Tensor block_scores(const torch::Tensor& q, const torch::Tensor& k, double scale, Visibility seen,
+                           const torch::Tensor& hidden) {
   auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
   if (seen == Visibility::causal) {
     auto future = torch::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1);
     scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   }
+  if (hidden.defined()) scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   return scores;
 }
+
+// Where query chunk `query_chunk` may not look into key chunk `key_chunk` (global chunk indices)
+// because the tokens are in different documents: [b, 1, n, n], from the whole sequence's
+// document ids [b, s]; undefined without documents.
+torch::Tensor other_documents(const torch::Tensor& documents, int64_t chunks, int64_t query_chunk, int64_t key_chunk) {
+  if (!documents.defined()) return torch::Tensor();
+  const int64_t n = documents.size(1) / chunks;
+  return documents.narrow(1, query_chunk * n, n).unsqueeze(2).ne(documents.narrow(1, key_chunk * n, n).unsqueeze(1))
+      .unsqueeze(1);
+}
+
+// A log-sum-exp that is -inf (a row that saw no key) as 0, so that exp(x - it) is 0, not NaN.
+torch::Tensor finite(const torch::Tensor& lse) { return lse.masked_fill(lse.isinf(), 0); }
 
 torch::Dtype compute_dtype(const torch::Tensor& t) {
   return t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
@@ -84,11 +100,13 @@ torch::Tensor chunk(const torch::Tensor& t, int local) {
 }
 
 // The ring: at step j the keys and values in hand (`kv`, [2, b, heads, 2n, d]) are rank
-// (rank - j)'s, and the next step's are already on their way. `block(a, b, seen, kv)` runs for
-// every pair of local query chunk a and key chunk b that is not fully masked; `step_done()`
-// after each step, once the next keys and values have arrived.
+// (rank - j)'s, and the next step's are already on their way. `block(a, b, seen, kv, hidden)`
+// runs for every pair of local query chunk a and key chunk b that is not fully masked by
+// causality, `hidden` masking the pairs of tokens in different `documents` (other_documents);
+// `step_done()` after each step, once the next keys and values have arrived.
 template <typename Block, typename StepDone>
-void walk_ring(Communicator& group, torch::Tensor kv, const Block& block, const StepDone& step_done) {
+void walk_ring(Communicator& group, torch::Tensor kv, const torch::Tensor& documents, const Block& block,
+               const StepDone& step_done) {
   const int rank = group.rank(), size = group.size();
   for (int step = 0; step < size; ++step) {
     const int source = (rank + size - step) % size;
@@ -96,8 +114,9 @@ void walk_ring(Communicator& group, torch::Tensor kv, const Block& block, const 
     if (step + 1 < size) next.emplace(group, kv);
     for (int a : {0, 1})
       for (int b : {0, 1}) {
-        const Visibility seen = visibility(global_chunk(rank, size, a), global_chunk(source, size, b));
-        if (seen != Visibility::none) block(a, b, seen, kv);
+        const int64_t query_chunk = global_chunk(rank, size, a), key_chunk = global_chunk(source, size, b);
+        const Visibility seen = visibility(query_chunk, key_chunk);
+        if (seen != Visibility::none) block(a, b, seen, kv, other_documents(documents, 2 * size, query_chunk, key_chunk));
       }
     if (next) kv = next->wait();
     step_done();
@@ -107,7 +126,9 @@ void walk_ring(Communicator& group, torch::Tensor kv, const Block& block, const 
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q_in,
                                const torch::Tensor& k_in, const torch::Tensor& v_in, Communicator* group,
-                               double dropout, RandomStream* stream) {
+                               double dropout, RandomStream* stream, const torch::Tensor* documents_in) {
+    // By pointer: autograd takes every tensor argument for an input, and this one may be undefined.
+    const torch::Tensor documents = *documents_in;
     // Backward draws the same masks again, in the same order, from the stream as it is now.
     ctx->saved_data["dropout"] = dropout;
     const torch::Tensor start = dropout > 0 ? stream->started_state(q_in.device()) : torch::Tensor();
@@ -124,20 +145,23 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
       lse[a] = torch::full(out[a].sizes().slice(0, 3), -std::numeric_limits<double>::infinity(), q.options());
     }
     walk_ring(
-        *group, torch::stack({k, v}),
-        [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
-          const auto scores = block_scores(chunk(q, a), for_queries(chunk(kv[0], b)), scale, seen);
+        *group, torch::stack({k, v}), documents,
+        [&](int a, int b, Visibility seen, const torch::Tensor& kv, const torch::Tensor& hidden) {
+          const auto scores = block_scores(chunk(q, a), for_queries(chunk(kv[0], b)), scale, seen, hidden);
+          // With documents a query may see no key of a block (its lse -inf), or none yet.
           const auto block_lse = scores.logsumexp(-1);
-          const auto probs = masks.apply((scores - block_lse.unsqueeze(-1)).exp());
+          const auto probs = masks.apply((scores - finite(block_lse).unsqueeze(-1)).exp());
           const auto block_out = at::matmul(probs, for_queries(chunk(kv[1], b)));
           const auto merged = torch::logaddexp(lse[a], block_lse);
-          out[a] = out[a] * (lse[a] - merged).exp().unsqueeze(-1) + block_out * (block_lse - merged).exp().unsqueeze(-1);
+          out[a] = out[a] * (lse[a] - finite(merged)).exp().unsqueeze(-1) +
+                   block_out * (block_lse - finite(merged)).exp().unsqueeze(-1);
           lse[a] = merged;
         },
         [] {});
     if (dropout > 0) stream->set_state(masks.state());
     const torch::Tensor output = torch::cat({out[0], out[1]}, 2);
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->saved_data["documents"] = documents.defined() ? c10::IValue(documents) : c10::IValue();
     ctx->save_for_backward({q, k, v, output, torch::cat({lse[0], lse[1]}, 2)});
     return output.to(q_in.scalar_type());
   }
@@ -149,6 +173,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const torch::Tensor &q = saved[0], &output = saved[3], &lse = saved[4];
     const torch::Tensor grad_out = grads[0].to(q.scalar_type());
     const double dropout = ctx->saved_data["dropout"].toDouble();
+    const c10::IValue& saved_documents = ctx->saved_data["documents"];
+    const torch::Tensor documents = saved_documents.isNone() ? torch::Tensor() : saved_documents.toTensor();
     BlockDropout masks(dropout, dropout > 0 ? ctx->saved_data["rng"].toTensor() : torch::Tensor());
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     const int64_t per_group = q.size(1) / saved[1].size(1);
@@ -159,11 +185,12 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const torch::Tensor kv = torch::stack({saved[1], saved[2]});
     torch::Tensor grad_kv = torch::zeros_like(kv);  // travels with the keys and values it belongs to
     walk_ring(
-        *group, kv,
-        [&](int a, int b, Visibility seen, const torch::Tensor& kv) {
+        *group, kv, documents,
+        [&](int a, int b, Visibility seen, const torch::Tensor& kv, const torch::Tensor& hidden) {
           const auto qa = chunk(q, a), dout = chunk(grad_out, a);
           const auto ka = for_queries(chunk(kv[0], b)), va = for_queries(chunk(kv[1], b));
-          const auto probs = (block_scores(qa, ka, scale, seen) - chunk(lse.unsqueeze(-1), a)).exp();
+          // Every query sees at least itself: its final lse is finite.
+          const auto probs = (block_scores(qa, ka, scale, seen, hidden) - chunk(lse.unsqueeze(-1), a)).exp();
           // With dropout: O = (P * Z) V for the scaled mask Z, so dV = (P * Z)^T dO and
           // dP = (dO V^T) * Z; delta = rowsum(dO * O) = sum_j P_ij dP_ij still holds.
           const auto mask = masks.draw(probs);
@@ -178,7 +205,8 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         // After the last step the gradients in hand are the next rank's own: one more shift.
         [&] { grad_kv = RingShift(*group, grad_kv).wait(); });
     const auto type = grads[0].scalar_type();
-    return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_q.to(type), grad_kv[0].to(type), grad_kv[1].to(type), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -202,13 +230,17 @@ torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size,
 }
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const ContextParallel& cp, double dropout, RandomStream* stream) {
+                             const ContextParallel& cp, double dropout, RandomStream* stream,
+                             const torch::Tensor& documents) {
   TRIDENT_CHECK(q.dim() == 4 && q.size(2) % 2 == 0, "ring attention takes [b, heads, 2n, d] queries, got ", q.sizes());
   TRIDENT_CHECK(k.sizes() == v.sizes() && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
                 "ring attention takes keys and values of a number of heads dividing the queries', got ", k.sizes(),
                 " and ", v.sizes(), " for ", q.sizes());
   TRIDENT_CHECK(dropout == 0 || stream, "ring attention with dropout needs a random stream");
-  return RingAttention::apply(q, k, v, cp.group.get(), dropout, stream);
+  TRIDENT_CHECK(!documents.defined() || documents.sizes() == torch::IntArrayRef({q.size(0), q.size(2) * cp.size()}),
+                "ring attention takes the whole sequence's document ids [b, s], got ", documents.sizes(), " for ",
+                q.sizes(), " queries on each of ", cp.size(), " ranks");
+  return RingAttention::apply(q, k, v, cp.group.get(), dropout, stream, &documents);
 }
 
 }  // namespace trident

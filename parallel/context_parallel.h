@@ -51,8 +51,12 @@ torch::Tensor context_parallel_positions(int64_t seq_length, int rank, int size,
 // rank holding its two chunks of q, k and v. Differentiable; collective over
 // `cp.group` (which must outlive the backward pass). 16-bit inputs are computed in fp32.
 // `dropout` > 0 drops attention probabilities with masks drawn block by block from `stream`;
-// backward draws them again from the stream's state at the start of forward.
+// backward draws them again from the stream's state at the start of forward. `documents`, the
+// whole sequence's document ids [b, s] (every rank holds them), keeps attention within each
+// document: the pairs of tokens in different documents are masked block by block (a query
+// that sees no key of a block adds nothing from it).
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                             const ContextParallel& cp, double dropout = 0, RandomStream* stream = nullptr);
+                             const ContextParallel& cp, double dropout = 0, RandomStream* stream = nullptr,
+                             const torch::Tensor& documents = {});
 
 }  // namespace trident

@@ -19,11 +19,14 @@ torch::Tensor shared_random(std::vector<int64_t> shape, uint64_t seed) {
   return at::normal(0.0, 1.0, shape, generator, torch::TensorOptions().dtype(torch::kDouble));
 }
 
-torch::Tensor plain_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+// Causal attention over the whole sequence; with `documents` ([b, s] ids) within each document.
+torch::Tensor plain_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const torch::Tensor& documents = {}) {
   const int64_t s = q.size(2);
   auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
-  auto future = torch::ones({s, s}, torch::kBool).triu(1);
-  return at::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), v);
+  auto hidden = torch::ones({s, s}, torch::kBool).triu(1);
+  if (documents.defined()) hidden = hidden.logical_or(documents.unsqueeze(2).ne(documents.unsqueeze(1)).unsqueeze(1));
+  return at::matmul(scores.masked_fill(hidden, -INFINITY).softmax(-1), v);
 }
 
 void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const char* what) {
@@ -62,6 +65,37 @@ TEST(ContextParallel, RingAttentionEqualsCausalAttention) {
   auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, me, c); };
   auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
   auto out = ring_attention(q_mine, k_mine, v_mine, cp);
+  (out * mine(g)).sum().backward();
+
+  expect_close(out, mine(out_ref), "output");
+  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
+  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
+  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+}
+
+// Packed documents: ring attention keeps each token within its document, as the plain masked
+// attention does, including queries that see no key of a whole block (their document starts
+// after it) and documents that span ranks.
+TEST(ContextParallel, RingAttentionKeepsDocumentsApart) {
+  const ContextParallel cp{trident::testing::world_shared()};
+  const int c = cp.size(), me = cp.rank();
+  const int64_t batch = 2, heads = 2, chunk = 3, dim = 4, s = 2 * c * chunk;
+  auto q = shared_random({batch, heads, s, dim}, 11), k = shared_random({batch, heads, s, dim}, 12),
+       v = shared_random({batch, heads, s, dim}, 13), g = shared_random({batch, heads, s, dim}, 14);
+  // Row 0: a new document every 4 tokens; row 1: documents starting at 1 and at s - 2.
+  auto documents = (torch::arange(s, torch::kLong) / 4).repeat({batch, 1});
+  documents[1] = torch::zeros({s}, torch::kLong);
+  documents[1].narrow(0, 1, s - 1).fill_(1);
+  documents[1].narrow(0, s - 2, 2).fill_(2);
+
+  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
+  auto out_ref = plain_causal_attention(q_ref, k_ref, v_ref, documents);
+  (out_ref * g).sum().backward();
+  EXPECT_FALSE(torch::allclose(out_ref, plain_causal_attention(q, k, v), 1e-6, 1e-6)) << "the documents changed nothing";
+
+  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, me, c); };
+  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
+  auto out = ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
   (out * mine(g)).sum().backward();
 
   expect_close(out, mine(out_ref), "output");

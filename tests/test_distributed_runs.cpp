@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
@@ -327,6 +329,40 @@ TEST_F(DataParallelRuns, BlendedDataEqualsSerialInAnyLayout) {
   const std::string blend = "'0.7 " + data_ + " 0.3 " + other + "'";
   expect_equal_runs(train("", *root_ / "blend-serial", blend, 8, "fp64"),
                     train(kMpirun + "4 ", *root_ / "blend-dp-pp", blend, 4, "fp64", {"parallel.pipeline=2"}), true);
+}
+
+// Packed documents kept apart (data.eod_mask_loss, reset_position_ids, reset_attention_mask)
+// train the same in every layout, ring attention's masked blocks included: fp64, GPT-2's and
+// Llama's shapes, on documents of a line each (most samples hold several).
+TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const std::string lines = (*root_ / "lines.jsonl").string(), data = (*root_ / "lines").string();
+  {
+    std::ifstream in("/usr/share/common-licenses/GPL-3");
+    std::ofstream out(lines);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) out << nlohmann::json{{"text", line + "\n"}}.dump() << "\n";
+  }
+  auto prep = run_command(kBin + "/preprocess --quiet --output " + data + " " + lines);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::vector<std::string> documents = {"data.eod_mask_loss=true", "data.reset_position_ids=true",
+                                              "data.reset_attention_mask=true"};
+  for (const auto& architecture : {std::vector<std::string>{}, kLlama}) {
+    std::vector<std::string> serial = architecture;
+    serial.insert(serial.end(), documents.begin(), documents.end());
+    const std::string name = architecture.empty() ? "gpt" : "llama";
+    const RunResult reference = train("", *root_ / ("documents-serial-" + name), data, 8, "fp64", serial);
+    const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+        {"cp2-pp2", {"parallel.context=2", "parallel.pipeline=2"}},
+        {"tp2-sp-dp2", {"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=full"}}};
+    for (const auto& [layout, parallel] : layouts) {
+      std::vector<std::string> overrides = serial;
+      overrides.insert(overrides.end(), parallel.begin(), parallel.end());
+      SCOPED_TRACE(name + " " + layout);
+      expect_equal_runs(reference, train(kMpirun + "4 ", *root_ / ("documents-" + name + "-" + layout), data, 4, "fp64",
+                                         overrides), true);
+    }
+  }
 }
 
 // A ZeRO-3 run at DP 2 stopped after 3 steps resumes exactly from its sharded weights and

@@ -4,6 +4,7 @@
 #include "core/plan/flops.h"
 #include "model/gpt.h"
 #include "model/init.h"
+#include "train/data/samples.h"
 
 #include <map>
 #include "tests/helpers.h"
@@ -165,6 +166,53 @@ TEST_P(BothFamilies, RecomputeGivesIdenticalGradients) {
     EXPECT_EQ(loss.item<double>(), reference_loss);
     for (const auto& item : model->named_parameters())
       EXPECT_TRUE(torch::equal(item.value().grad(), reference[item.key()])) << item.key();
+  }
+}
+
+// Two documents packed into one sequence, kept apart (attention within each, positions
+// restarting, no loss where the input is the end-of-document token), give each token the logits
+// it gets when each document runs alone, and the same gradients: fp64, in every recompute mode.
+// Beside them in the batch, a sequence of one document gives what it gives unpacked.
+TEST_P(BothFamilies, PackedDocumentsEqualSeparateDocumentsInFp64) {
+  const ModelConfig m = GetParam();
+  const int64_t eod = m.vocab_size - 1;
+  // Row 0: a0 a1 a2 EOD b0 b1 b2 b3 (b4 the last target); row 1: one document of 8 tokens.
+  const auto sample = torch::randint(0, eod, {2, m.seq_length + 1}, torch::kLong);
+  sample[0][3] = eod;
+  const auto inputs = sample.narrow(1, 0, m.seq_length), targets = sample.narrow(1, 1, m.seq_length);
+  const PackedDocuments packed = packed_documents(inputs, eod);
+  EXPECT_TRUE(torch::equal(packed.positions[0], torch::tensor({0, 1, 2, 3, 0, 1, 2, 3}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(packed.ids[0], torch::tensor({0, 0, 0, 0, 1, 1, 1, 1}, torch::kLong)));
+  const Documents documents{packed.ids, packed.positions};
+  const auto mask = inputs.ne(eod);
+  const auto a = inputs.narrow(0, 0, 1).narrow(1, 0, 3), a_targets = targets.narrow(0, 0, 1).narrow(1, 0, 3);
+  const auto b = inputs.narrow(0, 0, 1).narrow(1, 4, 4), b_targets = targets.narrow(0, 0, 1).narrow(1, 4, 4);
+  const auto whole = inputs.narrow(0, 1, 1), whole_targets = targets.narrow(0, 1, 1);
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    const auto model_for = [&] {
+      GPT model(m, m.padded_vocab(), TensorParallel{}, Stage{}, mode);
+      model->to(torch::kDouble);
+      model->initialize(5);
+      return model;
+    };
+    GPT together = model_for(), apart = model_for();
+    {
+      torch::NoGradGuard no_grad;
+      const auto logits = together->forward(inputs, documents);
+      const auto close = [](const torch::Tensor& x, const torch::Tensor& y) { return torch::allclose(x, y, 1e-12, 1e-12); };
+      EXPECT_TRUE(close(logits[0].narrow(0, 0, 3), apart->forward(a)[0]));
+      EXPECT_TRUE(close(logits[0].narrow(0, 4, 4), apart->forward(b)[0]));
+      EXPECT_TRUE(close(logits[1], apart->forward(whole)[0]));
+      EXPECT_FALSE(close(together->forward(inputs)[0].narrow(0, 4, 4), apart->forward(b)[0]))
+          << "without documents the second document sees the first";
+    }
+    // Sums of per-token losses: the masked mean is over all 16 tokens.
+    (together->loss(inputs, targets, documents, mask) * 16).backward();
+    (apart->loss(a, a_targets) * 3 + apart->loss(b, b_targets) * 4 + apart->loss(whole, whole_targets) * 8).backward();
+    auto separate = apart->named_parameters();
+    for (const auto& item : together->named_parameters())
+      EXPECT_TRUE(torch::allclose(item.value().grad(), separate[item.key()].grad(), 1e-11, 1e-12))
+          << item.key() << " in recompute mode " << int(mode);
   }
 }
 

@@ -245,6 +245,10 @@ TEST(PreprocessProgram, JsonLinesGiveTheSameDatasetForAnyNumberOfWorkers) {
     EXPECT_EQ(trident::read_text_file((corpus / "inside.bin").string(), "dataset"),
               trident::read_text_file(one + ".bin", "dataset")) << "pass " << pass;
   }
+  // Megatron's way, the dataset named after its input: b.jsonl is read, not taken for b's own.
+  r = run(gpt2_preprocess("--output " + (corpus / "b").string() + " " + (corpus / "b.jsonl").string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("3000 documents"), std::string::npos) << r.output;
 }
 
 // A bad JSON line stops the run, naming file and line, before anything is written; with

@@ -9,7 +9,7 @@
 // under --json-keys (train/data/document_input.h); either may be gzip-compressed. Each document
 // is stored as its tokens, then the tokenizer's end-of-document id. Directories are walked in
 // sorted order; binary documents (holding a NUL byte), empty ones, symbolic links and the
-// output's own files (PREFIX.*) are skipped. --workers threads encode, and the dataset is the
+// output's own files (PREFIX.bin, PREFIX.tokenizer.json, ...) are skipped. --workers threads encode, and the dataset is the
 // same byte for byte for any number of them (train/data/parallel_encoding.h). The dataset
 // records its tokenizer in PREFIX.tokenizer.json with the tokenizer's files beside it
 // (train/data/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that
@@ -120,12 +120,19 @@ bool wanted(const fs::path& path, const Options& o) {
   });
 }
 
-// PREFIX.bin, PREFIX.tokenizer.json, PREFIX.bin.partial, ...: the dataset's own files are never
-// its input, whether a second run walks the folder or names them.
+// PREFIX.bin, PREFIX.idx, the tokenizer's files (PREFIX.tokenizer.json, ...) and their .partial
+// files: the dataset's own files are never its input, whether a second run walks the folder or
+// names them. (PREFIX.jsonl is an input: `--output data/web data/web.jsonl` is the usual way.)
 bool is_own_output(const fs::path& file, const Options& o) {
   const fs::path prefix = fs::absolute(o.output);
-  return file.filename().string().rfind(prefix.filename().string() + ".", 0) == 0 &&
-         fs::weakly_canonical(fs::absolute(file).parent_path()) == fs::weakly_canonical(prefix.parent_path());
+  if (fs::weakly_canonical(fs::absolute(file).parent_path()) != fs::weakly_canonical(prefix.parent_path())) return false;
+  std::string name = file.filename().string();
+  if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) name.resize(name.size() - 8);
+  std::vector<std::string> suffixes = trident::tokenizer_file_suffixes();
+  suffixes.insert(suffixes.end(), {".bin", ".idx", ".sentencepiece-corpus"});
+  return std::any_of(suffixes.begin(), suffixes.end(), [&](const std::string& suffix) {
+    return name == prefix.filename().string() + suffix;
+  });
 }
 
 std::vector<std::string> collect_files(const Options& o) {

@@ -143,17 +143,18 @@ Trainer::PendingStep Trainer::run_step() {
   // What each micro-batch back-propagates, in this one place: its mean loss / M, so that the M
   // micro-batches add up to this rank's mean (the average over the data- and context-parallel
   // ranks, each holding as many tokens, then makes it the global batch's), times fp16's loss
-  // scale.
+  // scale. With data.eod_mask_loss the tokens that do not count add zero to each mean, and the
+  // global batch's tokens over those that count (loss_normalizer) makes it the mean over these.
   const double loss_scale = scaler_->scale();
-  const double micro_batches = double(layout_.micro_batches);
+  const double divisor = double(layout_.micro_batches) / loss_normalizer(*data_->train, consumed_samples_);
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   const PipelineStats stats = run_pipeline(
       groups_->pp_group(), pipeline_options(),
       [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
         torch::Tensor out = stage_forward(*data_->train, consumed_samples_, chunk, micro, input);
         if (!model_.chunks[size_t(chunk)]->stage().head) return out;
-        loss_sum += out.detach().to(torch::kDouble) / micro_batches;
-        return out * (loss_scale / micro_batches);
+        loss_sum += out.detach().to(torch::kDouble) / divisor;
+        return out * (loss_scale / divisor);
       },
       [&] { grads.arm(); });
   const torch::Tensor grad_norm = finalize_grads(*optimizer_, *groups_, model_.roles()) / loss_scale;
@@ -232,15 +233,16 @@ std::vector<double> Trainer::evaluate_datasets() {
   std::vector<double> losses;
   for (const DatasetPart& dataset : data_->datasets) {
     auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-    for (int64_t i = 0; i < config_.train.eval_iters; ++i)
+    for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
+      const int64_t consumed = i * config_.batch.global_batch_size;
+      const double divisor = double(layout_.micro_batches) / loss_normalizer(*dataset.valid, consumed);
       run_pipeline_forward(groups_->pp_group(), pipeline_options(),
                            [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-                             auto out = stage_forward(*dataset.valid, i * config_.batch.global_batch_size, chunk,
-                                                      micro, input);
-                             if (model_.chunks[size_t(chunk)]->stage().head)
-                               total += out.to(torch::kDouble) / double(layout_.micro_batches);
+                             auto out = stage_forward(*dataset.valid, consumed, chunk, micro, input);
+                             if (model_.chunks[size_t(chunk)]->stage().head) total += out.to(torch::kDouble) / divisor;
                              return out;
                            });
+    }
     groups_->pp_group().all_reduce(total, ReduceOp::sum);
     groups_->dp_cp_group().all_reduce(total, ReduceOp::avg);
     losses.push_back(total.item<double>() / double(config_.train.eval_iters));
@@ -269,19 +271,41 @@ torch::Tensor Trainer::stage_forward(const Samples& samples, int64_t consumed, i
                                      const torch::Tensor& input) {
   GPT& model = model_.chunks[size_t(chunk)];
   const bool first = model->stage().embedding, last = model->stage().head;
+  const DataConfig& data = config_.data;
   const int64_t size = layout_.micro_batch;
   Batch batch;
-  if (first || last)
+  if (first || last || data.documents())  // every layer needs the documents
     batch = samples.batch(sample_position(consumed, micro, size, groups_->coordinates().dp, layout_.dp_size), size);
   // This rank's chunks of each sequence; from pinned memory, copies to the GPU do not make the
   // host wait for them.
   const auto& at = groups_->coordinates();
-  auto to_device = [&](const torch::Tensor& whole) {
-    const auto t = context_parallel_slice(whole, 1, at.cp, int(layout_.cp_size)).contiguous();
+  auto to_device = [&](const torch::Tensor& t) {
     return device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t;
   };
-  const torch::Tensor x = first ? to_device(batch.tokens) : input;
-  return last ? model->loss(x, to_device(batch.targets)) : model->forward(x);
+  auto rank_chunks = [&](const torch::Tensor& whole) {
+    return to_device(context_parallel_slice(whole, 1, at.cp, int(layout_.cp_size)).contiguous());
+  };
+  Documents documents;
+  if (data.documents()) {
+    const PackedDocuments packed = packed_documents(batch.tokens, data_->end_of_document);
+    if (data.reset_attention_mask) documents.ids = to_device(packed.ids);  // the whole sequence's
+    if (data.reset_position_ids) documents.positions = rank_chunks(packed.positions);
+  }
+  const torch::Tensor x = first ? rank_chunks(batch.tokens) : input;
+  if (!last) return model->forward(x, documents);
+  const torch::Tensor loss_mask =
+      data.eod_mask_loss ? rank_chunks(batch.tokens.ne(data_->end_of_document)) : torch::Tensor();
+  return model->loss(x, rank_chunks(batch.targets), documents, loss_mask);
+}
+
+double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const {
+  if (!config_.data.eod_mask_loss) return 1;
+  const torch::Tensor inputs = samples.batch(consumed, config_.batch.global_batch_size).tokens;
+  const int64_t counted = inputs.ne(data_->end_of_document).sum().item<int64_t>();
+  if (counted == 0)
+    fail("data.eod_mask_loss: every input token of the global batch at sample ", consumed,
+         " is the end-of-document token; there is no loss to take");
+  return double(inputs.numel()) / double(counted);
 }
 
 void Trainer::save_checkpoint() {

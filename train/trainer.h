@@ -64,6 +64,9 @@ class Trainer {
   PipelineOptions pipeline_options() const;
   // This stage's forward of micro-batch `micro` with model chunk `chunk`: activations for the
   // next stage, or, on the stage holding the head, the micro-batch's mean loss (in fp32 or fp64).
+  // With data.eod_mask_loss: the global batch's tokens over those of them whose loss counts
+  // (every rank reads the whole global batch to count them); else 1.
+  double loss_normalizer(const Samples& samples, int64_t consumed) const;
   torch::Tensor stage_forward(const Samples& samples, int64_t consumed, int64_t chunk, int64_t micro,
                               const torch::Tensor& input);
   struct PendingStep;

@@ -203,6 +203,16 @@ GPTData::GPTData(const Config& config) {
     datasets.push_back(std::move(part));
   }
   check_same_tokenizer(datasets);
+  if (config.data.documents() || config.data.eod_mask_loss) {
+    const TokenizerRecord* tokenizer = datasets.front().stream->tokenizer();
+    if (!tokenizer)
+      fail(config.data.eod_mask_loss        ? "data.eod_mask_loss"
+           : config.data.reset_position_ids ? "data.reset_position_ids"
+                                            : "data.reset_attention_mask",
+           " needs the end-of-document token, but dataset '", datasets.front().name,
+           "' records no tokenizer (no ", datasets.front().name, ".tokenizer.json: made by another program?)");
+    end_of_document = tokenizer->end_of_document;
+  }
   if (datasets.size() == 1) {
     train = datasets.front().train;
     return;
@@ -211,6 +221,18 @@ GPTData::GPTData(const Config& config) {
   std::vector<double> weights;
   for (const auto& part : datasets) parts.push_back(part.train), weights.push_back(part.weight);
   train = std::make_shared<BlendedSamples>(std::move(parts), std::move(weights), m.seq_length);
+}
+
+PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_document) {
+  //   tokens     a  b  E  c  d        ends    0 0 1 0 0      ids = ends before: 0 0 0 1 1
+  //   index      0  1  2  3  4        starts  0 0 3 0 0      (where the next document starts)
+  //   first index of the document: the largest start before the token, 0 0 0 3 3
+  //   positions = index - first:   0 1 2 0 1
+  const auto ends = tokens.eq(end_of_document).to(torch::kLong);
+  const auto index = torch::arange(tokens.size(1), tokens.options().dtype(torch::kLong)).expand_as(ends);
+  const auto starts = ends * (index + 1);
+  const auto before = torch::cat({torch::zeros_like(starts.narrow(1, 0, 1)), starts.narrow(1, 0, tokens.size(1) - 1)}, 1);
+  return {ends.cumsum(1) - ends, index - std::get<0>(before.cummax(1))};
 }
 
 std::string GPTData::describe() const {

@@ -112,11 +112,21 @@ struct DatasetPart {
   std::shared_ptr<GPTSamples> valid;  // null when data.valid_fraction is 0
 };
 
+// Documents packed into samples: for tokens [b, s], each token's document (how many
+// end-of-document tokens come before it: that token is its document's last) and its position in
+// its document. As Megatron's get_ltor_masks_and_position_ids with reset_attention_mask and
+// reset_position_ids.
+struct PackedDocuments {
+  torch::Tensor ids, positions;  // [b, s] int64
+};
+PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_document);
+
 // Train and validation samples of one config.
 struct GPTData {
   GPTData(const Config& config);
   std::vector<DatasetPart> datasets;  // one per prefix of data.path
   std::shared_ptr<Samples> train;     // the datasets' train samples blended (the one dataset's own)
+  int64_t end_of_document = -1;       // the tokenizer's, when data.eod_mask_loss or data.reset_* needs it
   bool validates() const { return datasets.front().valid != nullptr; }
   std::string describe() const;
 };

@@ -61,6 +61,14 @@ std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_json, const st
 // NFD, NFKD, byte fallback, dropout, ...
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json);
 
+// What a tokenizer writes beside dataset PREFIX: PREFIX + each of these (the sidecar, then the
+// tokenizers' own files).
+inline const std::vector<std::string>& tokenizer_file_suffixes() {
+  static const std::vector<std::string> suffixes = {".tokenizer.json", ".model", ".vocab.json", ".merges.txt",
+                                                    ".hf-tokenizer.json"};
+  return suffixes;
+}
+
 // What PREFIX.tokenizer.json records, read without loading the tokenizer (training needs only
 // the vocabulary size; export copies the files).
 struct TokenizerRecord {

@@ -201,6 +201,7 @@ const std::vector<Field>& schema() {
       field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
       field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
+      field("data.valid_path", TRIDENT_MEMBER(data.valid_path), any<std::string>("a file prefix, or a blend")),
       field("data.eod_mask_loss", TRIDENT_MEMBER(data.eod_mask_loss), any<bool>("true or false")),
       field("data.reset_position_ids", TRIDENT_MEMBER(data.reset_position_ids), any<bool>("true or false")),
       field("data.reset_attention_mask", TRIDENT_MEMBER(data.reset_attention_mask), any<bool>("true or false")),
@@ -404,8 +405,12 @@ void Config::validate() const {
   if (data.type == "synthetic" && (data.documents() || data.eod_mask_loss))
     fail(data.eod_mask_loss ? "data.eod_mask_loss" : data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
          " needs documents and their end-of-document token: data.type=synthetic has neither");
-  if (train.eval_interval > 0 && data.valid_fraction <= 0)
-    fail("train.eval_interval is set but data.valid_fraction is 0: there is no validation data");
+  if (!data.valid_path.empty() && data.type == "synthetic")
+    fail("data.valid_path is for indexed datasets, not data.type=synthetic");
+  if (!data.valid_path.empty()) data_blend(data.valid_path, "data.valid_path");
+  if (train.eval_interval > 0 && data.valid_fraction <= 0 && data.valid_path.empty())
+    fail("train.eval_interval is set but data.valid_fraction is 0 and data.valid_path is empty: there is no "
+         "validation data");
 }
 
 std::string Config::to_yaml() const {
@@ -421,12 +426,12 @@ std::string Config::to_yaml() const {
   return out;
 }
 
-std::vector<BlendPart> data_blend(const std::string& path) {
+std::vector<BlendPart> data_blend(const std::string& path, const std::string& key) {
   std::vector<std::string> words;
   std::istringstream in(path);
   for (std::string word; in >> word;) words.push_back(word);
   const auto wrong = [&](const std::string& what) {
-    fail("data.path: expected a dataset prefix, or weights and prefixes in pairs ('0.7 data/web 0.3 data/code'), "
+    fail(key, ": expected a dataset prefix, or weights and prefixes in pairs ('0.7 data/web 0.3 data/code'), "
          "got '", path, "': ", what);
   };
   if (words.size() == 1) return {{1.0, words[0]}};

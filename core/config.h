@@ -125,7 +125,9 @@ struct LossScaleConfig {
 struct DataConfig {
   std::string type = "indexed";  // indexed | synthetic
   std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
-  double valid_fraction = 0.05;  // of each dataset
+  double valid_fraction = 0.05;  // of each dataset, held out for validation (without valid_path)
+  std::string valid_path;        // datasets of their own for validation (a prefix or a blend), read
+                                 // whole; data.path's are then trained on whole
   // Documents packed into a sample, as Megatron's options of the same names:
   bool eod_mask_loss = false;         // no loss where the input is the end-of-document token
   bool reset_position_ids = false;    // positions restart after each end-of-document token
@@ -139,9 +141,9 @@ struct BlendPart {
   std::string prefix;
 };
 // data.path read as Megatron's --data-path: one prefix, or weights and prefixes in pairs,
-// "0.7 data/web 0.3 data/code", the weights normalised to sum to 1. Error naming data.path and
-// what is wrong (an odd count, a weight that is not a positive number).
-std::vector<BlendPart> data_blend(const std::string& path);
+// "0.7 data/web 0.3 data/code", the weights normalised to sum to 1. Error naming `key` and what
+// is wrong (an odd count, a weight that is not a positive number).
+std::vector<BlendPart> data_blend(const std::string& path, const std::string& key = "data.path");
 
 struct TrainConfig {
   int64_t iters = 100;

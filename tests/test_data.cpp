@@ -289,9 +289,52 @@ TEST(GPTData, BlendsDatasetsThatShareATokenizer) {
       ->save(code);
   config.model.vocab_size = 512;  // covers both: the tokenizers differ all the same
   EXPECT_EQ(error_of([&] { GPTData other(config); }),
-            "data.path: dataset '" + code + "' was made with another tokenizer than '" + web +
+            "dataset '" + code + "' was made with another tokenizer than '" + web +
                 "': GPT-2 byte-level BPE (268 ids) (" + code + ".tokenizer.json) against byte-level (256 ids) (" + web +
-                ".tokenizer.json); blended datasets must share one");
+                ".tokenizer.json); the datasets of data.path and data.valid_path must share one");
   config.data.path = "1 " + web + " 1 " + (dir / "missing").string();
   EXPECT_NE(error_of([&] { GPTData other(config); }).find((dir / "missing").string() + ".idx"), std::string::npos);
+}
+
+// The document options need the end-of-document token: synthetic data has none, and neither
+// has a dataset that records no tokenizer.
+TEST(GPTData, DocumentOptionsNeedTheEndOfDocumentToken) {
+  EXPECT_EQ(error_of([] { Config::parse("", {"data.type=synthetic", "data.reset_attention_mask=true"}); }),
+            "data.reset_attention_mask needs documents and their end-of-document token: data.type=synthetic has "
+            "neither");
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "made-elsewhere").string();
+  write_documents(prefix, {std::string(1000, 'x')});
+  const Config config = Config::parse("", {"data.path=" + prefix, "model.seq_length=9", "data.eod_mask_loss=true"});
+  EXPECT_EQ(error_of([&] { GPTData data(config); }),
+            "data.eod_mask_loss needs the end-of-document token, but dataset '" + prefix + "' records no tokenizer (no " +
+                prefix + ".tokenizer.json: made by another program?)");
+  byte_tokenizer()->save(prefix);
+  EXPECT_EQ(GPTData(config).end_of_document, 0);
+}
+
+// data.valid_path: validation datasets of their own, read whole; data.path's are then trained on
+// whole (data.valid_fraction does not apply), and each validation dataset reports its loss.
+TEST(GPTData, ValidatesOnDatasetsOfTheirOwn) {
+  const auto dir = scratch_dir();
+  const std::string train = (dir / "train").string(), held = (dir / "held").string(), more = (dir / "more").string();
+  write_documents(train, {std::string(1000, 't')});
+  write_documents(held, {std::string(100, 'h')});
+  write_documents(more, {std::string(300, 'm')});
+  Config config = Config::parse("", {"data.path=" + train, "model.seq_length=9", "data.valid_fraction=0.1",
+                                     "data.valid_path=1 " + held + " 3 " + more});
+  GPTData data(config);
+  EXPECT_EQ(data.train->size(), (1000 - 1) / 9);
+  EXPECT_EQ(data.datasets[0].valid, nullptr);
+  ASSERT_EQ(data.validation.size(), 2u);
+  EXPECT_EQ(data.validation[0].name, held);
+  EXPECT_EQ(data.validation[0].valid->size(), (100 - 1) / 9);
+  EXPECT_EQ(data.validation[1].weight, 0.75);
+  EXPECT_EQ(data.validation[1].valid->batch(0, 1).tokens[0][0].item<int64_t>(), 'm');
+  EXPECT_EQ(error_of([] { Config::parse("", {"data.path=t", "data.valid_path=0.5 a 1"}); }),
+            "data.valid_path: expected a dataset prefix, or weights and prefixes in pairs ('0.7 data/web 0.3 "
+            "data/code'), got '0.5 a 1': 3 words");
+  EXPECT_NE(error_of([] { Config::parse("", {"data.valid_path=a", "data.type=synthetic"}); }).find(
+                "data.valid_path is for indexed datasets"),
+            std::string::npos);
 }

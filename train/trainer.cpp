@@ -212,7 +212,7 @@ namespace {
 
 int64_t validation_samples(const GPTData& data) {
   int64_t samples = 0;
-  for (const auto& dataset : data.datasets) samples += dataset.valid ? dataset.valid->size() : 0;
+  for (const auto& dataset : data.validation) samples += dataset.valid->size();
   return samples;
 }
 
@@ -221,17 +221,17 @@ int64_t validation_samples(const GPTData& data) {
 void Trainer::validate_into(IterationMetrics& m) {
   const std::vector<double> losses = evaluate_datasets();
   m.valid_loss = 0;
-  for (size_t d = 0; d < losses.size(); ++d) m.valid_loss += data_->datasets[d].weight * losses[d];
+  for (size_t d = 0; d < losses.size(); ++d) m.valid_loss += data_->validation[d].weight * losses[d];
   if (losses.size() > 1)
-    for (size_t d = 0; d < losses.size(); ++d) m.valid_losses.emplace_back(data_->datasets[d].name, losses[d]);
+    for (size_t d = 0; d < losses.size(); ++d) m.valid_losses.emplace_back(data_->validation[d].name, losses[d]);
 }
 
 std::vector<double> Trainer::evaluate_datasets() {
-  if (!data_->validates()) fail("evaluate() needs validation data: set data.valid_fraction > 0");
+  if (!data_->validates()) fail("evaluate() needs validation data: set data.valid_fraction > 0 or data.valid_path");
   torch::NoGradGuard no_grad;
   for (auto& chunk : model_.chunks) chunk->eval();
   std::vector<double> losses;
-  for (const DatasetPart& dataset : data_->datasets) {
+  for (const DatasetPart& dataset : data_->validation) {
     auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
     for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
       const int64_t consumed = i * config_.batch.global_batch_size;

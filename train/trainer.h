@@ -41,7 +41,8 @@ class Trainer {
   // loss scaler when the gradients overflow).
   IterationMetrics step();
   // Mean validation loss over train.eval_iters global batches (the same batches every call) of
-  // each dataset of data.path, in its order; evaluate() weighs them as the blend does.
+  // each validation dataset (data.path's held-out parts, or data.valid_path's), in order;
+  // evaluate() weighs them as their blend does.
   std::vector<double> evaluate_datasets();
   double evaluate();
   void save_checkpoint();

@@ -154,7 +154,7 @@ void BlendedSamples::sample(int64_t index, int64_t* out) const {
 
 namespace {
 
-// Blended datasets must share a tokenizer: the same type, ids and files.
+// The datasets of a run must share a tokenizer: the same type, ids and files.
 void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
   const DatasetPart& first = datasets.front();
   const TokenizerRecord* expected = first.stream->tokenizer();
@@ -171,8 +171,8 @@ void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
     for (size_t i = 0; same && record && i < record->files.size(); ++i)
       same = read_text_file(record->files[i], "tokenizer file") == read_text_file(expected->files[i], "tokenizer file");
     if (!same)
-      fail("data.path: dataset '", part.name, "' was made with another tokenizer than '", first.name, "': ",
-           describe(part), " against ", describe(first), "; blended datasets must share one");
+      fail("dataset '", part.name, "' was made with another tokenizer than '", first.name, "': ", describe(part),
+           " against ", describe(first), "; the datasets of data.path and data.valid_path must share one");
   }
 }
 
@@ -182,12 +182,16 @@ GPTData::GPTData(const Config& config) {
   const auto& m = config.model;
   const bool synthetic = config.data.type == "synthetic";
   const std::vector<BlendPart> blend = synthetic ? std::vector<BlendPart>{{1.0, ""}} : data_blend(config.data.path);
-  for (size_t d = 0; d < blend.size(); ++d) {
+  const bool held_out = config.data.valid_path.empty();  // validation from each dataset's last part
+  const auto open = [&](const BlendPart& blended) {
     DataConfig data = config.data;
-    data.path = blend[d].prefix;
-    DatasetPart part{blend[d].prefix, blend[d].weight, open_token_stream(data, m.vocab_size, config.train.seed), {}, {}};
+    data.path = blended.prefix;
+    return DatasetPart{blended.prefix, blended.weight, open_token_stream(data, m.vocab_size, config.train.seed), {}, {}};
+  };
+  for (size_t d = 0; d < blend.size(); ++d) {
+    DatasetPart part = open(blend[d]);
     const int64_t total = part.stream->size();
-    const int64_t valid_tokens = int64_t(double(total) * config.data.valid_fraction);
+    const int64_t valid_tokens = held_out ? int64_t(double(total) * config.data.valid_fraction) : 0;
     const int64_t train_end = total - valid_tokens;
     const uint64_t seed = config.train.seed + 2 * d;  // the first dataset's: a single dataset's as before blends
     part.train = std::make_shared<GPTSamples>(part.stream, 0, train_end, m.seq_length, m.vocab_size, seed);
@@ -199,10 +203,26 @@ GPTData::GPTData(const Config& config) {
       if (part.valid->size() == 0)
         fail(part.stream->describe(), ": the validation part (data.valid_fraction = ", config.data.valid_fraction,
              ", ", valid_tokens, " tokens) holds no sample of model.seq_length + 1 tokens; raise data.valid_fraction");
+      validation.push_back(part);
     }
     datasets.push_back(std::move(part));
   }
-  check_same_tokenizer(datasets);
+  if (!held_out) {
+    const std::vector<BlendPart> valid_blend = data_blend(config.data.valid_path, "data.valid_path");
+    for (size_t d = 0; d < valid_blend.size(); ++d) {
+      DatasetPart part = open(valid_blend[d]);
+      const int64_t total = part.stream->size();
+      part.valid = std::make_shared<GPTSamples>(part.stream, 0, total, m.seq_length, m.vocab_size,
+                                                config.train.seed + 2 * d + 1);
+      if (part.valid->size() == 0)
+        fail(part.stream->describe(), " (data.valid_path) holds no sample of model.seq_length + 1 = ", m.seq_length + 1,
+             " tokens");
+      validation.push_back(std::move(part));
+    }
+  }
+  std::vector<DatasetPart> all = datasets;
+  if (!held_out) all.insert(all.end(), validation.begin(), validation.end());
+  check_same_tokenizer(all);
   if (config.data.documents() || config.data.eod_mask_loss) {
     const TokenizerRecord* tokenizer = datasets.front().stream->tokenizer();
     if (!tokenizer)

@@ -109,7 +109,7 @@ struct DatasetPart {
   double weight = 1;
   std::shared_ptr<TokenStream> stream;
   std::shared_ptr<GPTSamples> train;
-  std::shared_ptr<GPTSamples> valid;  // null when data.valid_fraction is 0
+  std::shared_ptr<GPTSamples> valid;  // null when it does not validate
 };
 
 // Documents packed into samples: for tokens [b, s], each token's document (how many
@@ -124,10 +124,12 @@ PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_doc
 // Train and validation samples of one config.
 struct GPTData {
   GPTData(const Config& config);
-  std::vector<DatasetPart> datasets;  // one per prefix of data.path
+  std::vector<DatasetPart> datasets;    // one per prefix of data.path
+  std::vector<DatasetPart> validation;  // those that validate (their `valid`): data.path's held-out
+                                        // parts, or data.valid_path's datasets read whole
   std::shared_ptr<Samples> train;     // the datasets' train samples blended (the one dataset's own)
   int64_t end_of_document = -1;       // the tokenizer's, when data.eod_mask_loss or data.reset_* needs it
-  bool validates() const { return datasets.front().valid != nullptr; }
+  bool validates() const { return !validation.empty(); }
   std::string describe() const;
 };
 

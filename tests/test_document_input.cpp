@@ -146,7 +146,8 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
   for (int workers : {1, 2, 5}) {
     InputReader reader({(dir / "many.jsonl").string()});
     std::vector<std::string> seen;
-    encode_in_order(reader, *bytes, workers, "text", [&](const EncodedBatch& batch) {
+    EncodingPool pool(*bytes, workers, "text");
+    pool.encode_in_order(reader, [&](const EncodedBatch& batch) {
       auto tokens = batch.tokens.begin();
       for (const auto& record : batch.records) {
         ASSERT_EQ(record.kind, RecordDocument::document);
@@ -164,9 +165,10 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
   for (int workers : {1, 3}) {
     InputReader reader({(dir / "many.jsonl").string(), (dir / "poisoned.jsonl").string()});
     size_t before = 0;
+    const FailingTokenizer failing;
+    EncodingPool pool(failing, workers, "text");
     const std::string error = error_of([&] {
-      encode_in_order(reader, FailingTokenizer(), workers, "text",
-                      [&](const EncodedBatch& batch) { before += batch.records.size(); });
+      pool.encode_in_order(reader, [&](const EncodedBatch& batch) { before += batch.records.size(); });
     });
     EXPECT_EQ(error, "cannot encode 'poison'") << workers << " workers";
     EXPECT_GT(before, 0u) << "the batches before the failing one are handed over first";

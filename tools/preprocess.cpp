@@ -289,10 +289,10 @@ int main(int argc, char** argv) {
     trident::IndexedDatasetWriter writer(options.output, trident::token_type_for_vocab(vocab_size));
     std::vector<int64_t> counts(size_t(vocab_size), 0);
     Tally tally{options.skip_bad_lines};
-    Progress progress(options.quiet);
+    trident::EncodingPool pool(*tokenizer, int(options.workers), options.json_key);
+    Progress progress(options.quiet);  // from when the tokenizer and its copies are ready
     trident::InputReader reader(files);
-    trident::encode_in_order(reader, *tokenizer, int(options.workers), options.json_key,
-                             [&](const trident::EncodedBatch& batch) {
+    pool.encode_in_order(reader, [&](const trident::EncodedBatch& batch) {
                                const int64_t* tokens = batch.tokens.data();
                                for (const auto& record : batch.records) {
                                  if (!tally.admit(record.kind, record.error)) continue;

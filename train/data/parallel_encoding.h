@@ -1,5 +1,5 @@
 // Encoding a corpus on several threads, results in input order. This thread reads the inputs in
-// batches of about 256 KB; `workers` threads each take a batch, take its documents out of their
+// batches of about 256 KB; the pool's threads each take a batch, take its documents out of their
 // records (document_of) and encode them with a tokenizer of their own (Tokenizer::clone); this
 // thread hands each batch's results to `consume` in input order, so what preprocess writes is
 // the same for any number of workers. Up to 8 batches per worker are in memory at once, so that
@@ -9,9 +9,15 @@
 //                                                   (any order)             (input order)
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "train/data/document_input.h"
@@ -32,8 +38,33 @@ struct EncodedBatch {
   std::vector<int64_t> tokens;  // each document's ids, then the end-of-document id, in order
 };
 
-// An error on a worker (a tokenizer's) is rethrown here when its batch's turn comes.
-void encode_in_order(InputReader& reader, const Tokenizer& tokenizer, int workers, const std::string& json_key,
-                     const std::function<void(const EncodedBatch& batch)>& consume);
+class EncodingPool {
+ public:
+  // `workers` threads, each cloning `tokenizer` for itself, all at once (a clone of a large
+  // vocabulary takes a while); returns when every one is ready, rethrowing a failed clone's error.
+  EncodingPool(const Tokenizer& tokenizer, int workers, std::string json_key);
+  ~EncodingPool();  // stops and joins the threads
+  EncodingPool(const EncodingPool&) = delete;
+  EncodingPool& operator=(const EncodingPool&) = delete;
+
+  // Encodes everything `reader` holds; an error on a worker (a tokenizer's) is rethrown here
+  // when its batch's turn comes.
+  void encode_in_order(InputReader& reader, const std::function<void(const EncodedBatch& batch)>& consume);
+
+ private:
+  struct Batch;
+  void work(const Tokenizer& original);
+  void stop();
+
+  int workers_;
+  std::string json_key_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable changed_;  // a batch queued or done, a worker ready, or stopping
+  std::deque<Batch*> queue_;
+  int ready_ = 0;
+  std::exception_ptr clone_error_;
+  bool stopping_ = false;
+};
 
 }  // namespace trident

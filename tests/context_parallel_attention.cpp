@@ -35,6 +35,25 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, co
       << what << " differs by " << (actual - expected).abs().max().item<double>();
 }
 
+// Ring attention of this rank's chunks of q, k, v (the whole sequence's, [b, heads, s, d]) against
+// the plain attention of the whole: the outputs, and the gradients of <output, g>.
+void expect_ring_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
+  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
+  auto out_ref = plain_causal_attention(q_ref, k_ref, v_ref, documents);
+  (out_ref * g).sum().backward();
+
+  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, cp.rank(), cp.size()); };
+  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
+  auto out = ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
+  (out * mine(g)).sum().backward();
+
+  expect_close(out, mine(out_ref), "output");
+  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
+  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
+  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+}
+
 }  // namespace
 
 TEST(ContextParallel, ChunksAndPositionsBalanceTheCausalMask) {
@@ -53,24 +72,11 @@ TEST(ContextParallel, ChunksAndPositionsBalanceTheCausalMask) {
 
 TEST(ContextParallel, RingAttentionEqualsCausalAttention) {
   const ContextParallel cp{trident::testing::world_shared()};
-  const int c = cp.size(), me = cp.rank();
+  const int c = cp.size();
   const int64_t batch = 2, heads = 3, chunk = 3, dim = 4, s = 2 * c * chunk;
   auto q = shared_random({batch, heads, s, dim}, 1), k = shared_random({batch, heads, s, dim}, 2),
        v = shared_random({batch, heads, s, dim}, 3), g = shared_random({batch, heads, s, dim}, 4);
-
-  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
-  auto out_ref = plain_causal_attention(q_ref, k_ref, v_ref);
-  (out_ref * g).sum().backward();
-
-  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, me, c); };
-  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
-  auto out = ring_attention(q_mine, k_mine, v_mine, cp);
-  (out * mine(g)).sum().backward();
-
-  expect_close(out, mine(out_ref), "output");
-  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
-  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
-  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+  expect_ring_equals_plain(cp, q, k, v, g);
 }
 
 // Packed documents: ring attention keeps each token within its document, as the plain masked
@@ -78,7 +84,7 @@ TEST(ContextParallel, RingAttentionEqualsCausalAttention) {
 // after it) and documents that span ranks.
 TEST(ContextParallel, RingAttentionKeepsDocumentsApart) {
   const ContextParallel cp{trident::testing::world_shared()};
-  const int c = cp.size(), me = cp.rank();
+  const int c = cp.size();
   const int64_t batch = 2, heads = 2, chunk = 3, dim = 4, s = 2 * c * chunk;
   auto q = shared_random({batch, heads, s, dim}, 11), k = shared_random({batch, heads, s, dim}, 12),
        v = shared_random({batch, heads, s, dim}, 13), g = shared_random({batch, heads, s, dim}, 14);
@@ -87,21 +93,9 @@ TEST(ContextParallel, RingAttentionKeepsDocumentsApart) {
   documents[1] = torch::zeros({s}, torch::kLong);
   documents[1].narrow(0, 1, s - 1).fill_(1);
   documents[1].narrow(0, s - 2, 2).fill_(2);
-
-  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
-  auto out_ref = plain_causal_attention(q_ref, k_ref, v_ref, documents);
-  (out_ref * g).sum().backward();
-  EXPECT_FALSE(torch::allclose(out_ref, plain_causal_attention(q, k, v), 1e-6, 1e-6)) << "the documents changed nothing";
-
-  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, me, c); };
-  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
-  auto out = ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
-  (out * mine(g)).sum().backward();
-
-  expect_close(out, mine(out_ref), "output");
-  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
-  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
-  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+  EXPECT_FALSE(torch::allclose(plain_causal_attention(q, k, v, documents), plain_causal_attention(q, k, v), 1e-6, 1e-6))
+      << "the documents changed nothing";
+  expect_ring_equals_plain(cp, q, k, v, g, documents);
 }
 
 // With dropout on the attention probabilities the masks are drawn block by block in forward

@@ -202,6 +202,7 @@ const std::vector<Field>& schema() {
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
       field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
       field("data.valid_path", TRIDENT_MEMBER(data.valid_path), any<std::string>("a file prefix, or a blend")),
+      field("data.cache_dir", TRIDENT_MEMBER(data.cache_dir), any<std::string>("a folder")),
       field("data.eod_mask_loss", TRIDENT_MEMBER(data.eod_mask_loss), any<bool>("true or false")),
       field("data.reset_position_ids", TRIDENT_MEMBER(data.reset_position_ids), any<bool>("true or false")),
       field("data.reset_attention_mask", TRIDENT_MEMBER(data.reset_attention_mask), any<bool>("true or false")),

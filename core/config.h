@@ -126,6 +126,7 @@ struct DataConfig {
   std::string type = "indexed";  // indexed | synthetic
   std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
   double valid_fraction = 0.05;  // of each dataset, held out for validation (without valid_path)
+  std::string cache_dir;         // where orders of many samples are kept; empty: beside each dataset
   std::string valid_path;        // datasets of their own for validation (a prefix or a blend), read
                                  // whole; data.path's are then trained on whole
   // Documents packed into a sample, as Megatron's options of the same names:

@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -337,4 +338,61 @@ TEST(GPTData, ValidatesOnDatasetsOfTheirOwn) {
   EXPECT_NE(error_of([] { Config::parse("", {"data.valid_path=a", "data.type=synthetic"}); }).find(
                 "data.valid_path is for indexed datasets"),
             std::string::npos);
+}
+
+// The shuffled order is today's for every run (pinned here), whether it lives in memory or in a
+// file; the file is built once, rebuilt when damaged, shared by processes that build it at once,
+// and a folder it cannot be written to is an error naming it.
+TEST(SampleOrder, ManySamplesLiveInAFileBuiltOnceInTheSameOrder) {
+  std::vector<int64_t> order(12);
+  shuffle_order(order.data(), 12, 99, 0);
+  EXPECT_EQ(order, (std::vector<int64_t>{10, 4, 0, 8, 2, 5, 7, 3, 1, 11, 6, 9}));
+  shuffle_order(order.data(), 12, 99, 1);
+  EXPECT_EQ(order, (std::vector<int64_t>{2, 8, 9, 5, 11, 0, 6, 1, 4, 10, 7, 3}));
+
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "cache" / "web").string();
+  const int64_t n = 5000;
+  const SampleOrder memory(n, 7, 2, prefix);  // under the limit: in memory
+  EXPECT_EQ(memory.file(), "");
+  std::string file;
+  {
+    const SampleOrder mapped(n, 7, 2, prefix, /*in_memory_limit=*/100);
+    file = mapped.file();
+    EXPECT_EQ(file.rfind(prefix + ".order-", 0), 0u) << file;
+    EXPECT_EQ(std::filesystem::file_size(file), 32u + 8u * uint64_t(n));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(mapped[i], memory[i]) << i;
+  }
+  const auto built = std::filesystem::last_write_time(file);
+  { const SampleOrder again(n, 7, 2, prefix, 100); EXPECT_EQ(again[n - 1], memory[n - 1]); }
+  EXPECT_EQ(std::filesystem::last_write_time(file), built) << "read again, not rebuilt";
+  EXPECT_NE(SampleOrder(n, 7, 3, prefix, 100).file(), file) << "another epoch, another file";
+
+  std::filesystem::resize_file(file, 100);  // damaged: rebuilt
+  { const SampleOrder rebuilt(n, 7, 2, prefix, 100); EXPECT_EQ(rebuilt[n / 2], memory[n / 2]); }
+  EXPECT_EQ(std::filesystem::file_size(file), 32u + 8u * uint64_t(n));
+
+  std::vector<std::thread> builders;  // at once, in a fresh folder: one builds, all read the same
+  std::vector<int64_t> seen(4, -1);
+  for (size_t t = 0; t < 4; ++t)
+    builders.emplace_back([&, t] { seen[t] = SampleOrder(n, 7, 2, (dir / "shared" / "web").string(), 100)[17]; });
+  for (auto& builder : builders) builder.join();
+  EXPECT_EQ(seen, std::vector<int64_t>(4, memory[17]));
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "shared"))
+    EXPECT_EQ(entry.path().extension(), ".bin") << entry.path() << ": nothing half-built left";
+
+  const std::string message = error_of([] { SampleOrder(5000, 7, 2, "/dev/null/cache/web", 100); });
+  EXPECT_EQ(message.rfind("the sample order file '/dev/null/cache/web.order-", 0), 0u) << message;
+  EXPECT_NE(message.find("cannot be written"), std::string::npos) << message;
+}
+
+// GPTSamples read the same samples with the order in a file as in memory, epoch after epoch.
+TEST(GPTSamples, AnOrderInAFileGivesTheSameSamples) {
+  const auto dir = scratch_dir();
+  write_documents((dir / "d").string(), {std::string(3000, 'a') + std::string(3000, 'b')});
+  const auto stream = open_token_stream(Config::parse("", {"data.path=" + (dir / "d").string()}).data, 256, 1);
+  const GPTSamples memory(stream, 0, stream->size(), 16, 256, 5);
+  const GPTSamples file(stream, 0, stream->size(), 16, 256, 5, (dir / "d").string(), /*in_memory_limit=*/10);
+  for (int64_t i = 0; i < 3 * memory.size(); i += 7)
+    EXPECT_TRUE(torch::equal(memory.batch(i, 1).tokens, file.batch(i, 1).tokens)) << i;
 }

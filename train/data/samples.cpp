@@ -1,13 +1,15 @@
 #include "train/data/samples.h"
 
 #include <algorithm>
-#include <numeric>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/hash.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
+
+namespace fs = std::filesystem;
 
 namespace trident {
 namespace {
@@ -61,31 +63,28 @@ std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t v
   return std::make_shared<IndexedTokenStream>(data.path, vocab_size);
 }
 
-GPTSamples::GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end,
-                       int64_t seq_length, int64_t vocab_size, uint64_t seed)
+GPTSamples::GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end, int64_t seq_length,
+                       int64_t vocab_size, uint64_t seed, std::string order_cache, int64_t in_memory_limit)
     : Samples(seq_length),
       stream_(std::move(stream)),
       begin_(begin),
       vocab_size_(vocab_size),
       num_samples_(std::max<int64_t>(0, (end - begin - 1) / seq_length)),
-      seed_(seed) {}
+      seed_(seed),
+      order_cache_(std::move(order_cache)),
+      in_memory_limit_(in_memory_limit) {}
 
-const std::vector<int64_t>& GPTSamples::order_for_epoch(int64_t epoch) const {
+const SampleOrder& GPTSamples::order_for_epoch(int64_t epoch) const {
   if (epoch != cached_epoch_) {
-    cached_order_.resize(size_t(num_samples_));
-    std::iota(cached_order_.begin(), cached_order_.end(), 0);
-    // Fisher-Yates with a counter-based generator keyed by (seed, epoch).
-    for (int64_t i = num_samples_ - 1; i > 0; --i) {
-      uint64_t r = splitmix64(seed_ ^ splitmix64(uint64_t(epoch) * 0x100000001B3ull + uint64_t(i)));
-      std::swap(cached_order_[size_t(i)], cached_order_[size_t(r % uint64_t(i + 1))]);
-    }
+    cached_order_.reset();  // one epoch's order at a time
+    cached_order_ = std::make_unique<SampleOrder>(num_samples_, seed_, epoch, order_cache_, in_memory_limit_);
     cached_epoch_ = epoch;
   }
-  return cached_order_;
+  return *cached_order_;
 }
 
 void GPTSamples::sample(int64_t index, int64_t* out) const {
-  const int64_t within = order_for_epoch(index / num_samples_)[size_t(index % num_samples_)];
+  const int64_t within = order_for_epoch(index / num_samples_)[index % num_samples_];
   const int64_t offset = begin_ + within * seq_length_;
   stream_->read(offset, seq_length_ + 1, out);
   for (int64_t i = 0; i <= seq_length_; ++i)
@@ -154,6 +153,15 @@ void BlendedSamples::sample(int64_t index, int64_t* out) const {
 
 namespace {
 
+// Where dataset `prefix`'s orders of many samples are kept (SampleOrder): data.cache_dir, else
+// beside the dataset (synthetic tokens: the system's temporary folder). The order depends only on
+// the number of samples, the seed and the epoch, so datasets may share a folder.
+std::string order_cache(const DataConfig& data, const std::string& prefix) {
+  const std::string name = prefix.empty() ? "trident-synthetic" : prefix;
+  if (!data.cache_dir.empty()) return (fs::path(data.cache_dir) / fs::path(name).filename()).string();
+  return prefix.empty() ? (fs::temp_directory_path() / name).string() : prefix;
+}
+
 // The datasets of a run must share a tokenizer: the same type, ids and files.
 void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
   const DatasetPart& first = datasets.front();
@@ -194,12 +202,14 @@ GPTData::GPTData(const Config& config) {
     const int64_t valid_tokens = held_out ? int64_t(double(total) * config.data.valid_fraction) : 0;
     const int64_t train_end = total - valid_tokens;
     const uint64_t seed = config.train.seed + 2 * d;  // the first dataset's: a single dataset's as before blends
-    part.train = std::make_shared<GPTSamples>(part.stream, 0, train_end, m.seq_length, m.vocab_size, seed);
+    part.train = std::make_shared<GPTSamples>(part.stream, 0, train_end, m.seq_length, m.vocab_size, seed,
+                                              order_cache(config.data, part.name));
     if (part.train->size() == 0)
       fail(part.stream->describe(), " is too small: its training part holds ", train_end,
            " tokens, fewer than one sample of model.seq_length + 1 = ", m.seq_length + 1);
     if (valid_tokens > 0) {
-      part.valid = std::make_shared<GPTSamples>(part.stream, train_end, total, m.seq_length, m.vocab_size, seed + 1);
+      part.valid = std::make_shared<GPTSamples>(part.stream, train_end, total, m.seq_length, m.vocab_size, seed + 1,
+                                                order_cache(config.data, part.name));
       if (part.valid->size() == 0)
         fail(part.stream->describe(), ": the validation part (data.valid_fraction = ", config.data.valid_fraction,
              ", ", valid_tokens, " tokens) holds no sample of model.seq_length + 1 tokens; raise data.valid_fraction");
@@ -213,7 +223,7 @@ GPTData::GPTData(const Config& config) {
       DatasetPart part = open(valid_blend[d]);
       const int64_t total = part.stream->size();
       part.valid = std::make_shared<GPTSamples>(part.stream, 0, total, m.seq_length, m.vocab_size,
-                                                config.train.seed + 2 * d + 1);
+                                                config.train.seed + 2 * d + 1, order_cache(config.data, part.name));
       if (part.valid->size() == 0)
         fail(part.stream->describe(), " (data.valid_path) holds no sample of model.seq_length + 1 = ", m.seq_length + 1,
              " tokens");

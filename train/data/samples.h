@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "train/data/sample_order.h"
 
 namespace trident {
 
@@ -56,22 +57,26 @@ class Samples {
 
 class GPTSamples : public Samples {
  public:
-  // Samples from tokens [begin, end) of the stream.
+  // Samples from tokens [begin, end) of the stream. `order_cache`: where an epoch's order of
+  // many samples is kept as a file (SampleOrder); empty: in memory however many.
   GPTSamples(std::shared_ptr<TokenStream> stream, int64_t begin, int64_t end, int64_t seq_length,
-             int64_t vocab_size, uint64_t seed);
+             int64_t vocab_size, uint64_t seed, std::string order_cache = "",
+             int64_t in_memory_limit = SampleOrder::kInMemoryLimit);
 
   int64_t size() const override { return num_samples_; }
   // The sample at position `index` of the endless shuffled order (epoch = index / size()).
   void sample(int64_t index, int64_t* out) const override;
 
  private:
-  const std::vector<int64_t>& order_for_epoch(int64_t epoch) const;
+  const SampleOrder& order_for_epoch(int64_t epoch) const;
 
   std::shared_ptr<TokenStream> stream_;
   int64_t begin_, vocab_size_, num_samples_;
   uint64_t seed_;
+  std::string order_cache_;
+  int64_t in_memory_limit_;
   mutable int64_t cached_epoch_ = -1;
-  mutable std::vector<int64_t> cached_order_;
+  mutable std::unique_ptr<SampleOrder> cached_order_;
 };
 
 // Several datasets' samples interleaved by weight, as Megatron's BlendedDataset interleaves

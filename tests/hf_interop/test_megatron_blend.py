@@ -42,8 +42,8 @@ def megatron_helpers():
 
 
 def megatron_orders():
+    helpers = megatron_helpers()  # first: it skips when numpy is missing
     import numpy
-    helpers = megatron_helpers()
     orders = {}
     for path, weights in BLENDS.items():
         w = numpy.array(weights, dtype=numpy.float64)

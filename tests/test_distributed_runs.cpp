@@ -193,6 +193,13 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"MpiFourRanksFp64", kMpirun + "4 ", 2, "fp64", {}},
         ParallelRun{"EnvLaunchTwoRanksFp64", kEnvLaunch + "2 -- ", 8, "fp64", {}},
         ParallelRun{"EnvLaunchFourRanksFp32", kEnvLaunch + "4 -- ", 1, "fp32", {}},
+        // Across simulated hosts (a network namespace each) with torchrun's variables alone: Gloo
+        // finds the interface that routes to MASTER_ADDR (the host name resolves to loopback).
+        ParallelRun{"HostsTwoDataParallelFp64", kHostsLaunch + "2 -- ", 8, "fp64", {}},
+        ParallelRun{"HostsTwoTensorParallelFp64", kHostsLaunch + "2 -- ", 8, "fp64", {"parallel.tensor=2"}},
+        ParallelRun{"HostsTwoPipelineFp64", kHostsLaunch + "2 -- ", 2, "fp64", {"parallel.pipeline=2"}},
+        ParallelRun{"HostsFourTensorByPipelineFp32", kHostsLaunch + "4 -- ", 2, "fp32",
+                    {"parallel.tensor=2", "parallel.pipeline=2"}},
         // Tensor parallelism, with and without sequence parallelism, and TP x DP.
         ParallelRun{"TensorParallelTwoFp64", kMpirun + "2 ", 8, "fp64", {"parallel.tensor=2"}},
         ParallelRun{"TensorParallelFourFp32", kMpirun + "4 ", 8, "fp32", {"parallel.tensor=4"}},

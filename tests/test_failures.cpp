@@ -47,14 +47,14 @@ Timed run_timed(const std::string& command) {
   return {result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
-// The error lines of a job's output, without launch_env.sh's "[rank r] " prefix.
+// The error lines of a job's output, without launch_env.sh's "[rank r] " or launch_hosts.sh's
+// "[host r] " prefix.
 std::vector<std::string> error_lines(const std::string& output) {
   std::vector<std::string> lines;
   std::istringstream in(output);
   for (std::string line; std::getline(in, line);) {
-    const size_t at = line.rfind("] error", 0) == std::string::npos && line.rfind("[rank ", 0) == 0
-                          ? line.find("] ") + 2
-                          : 0;
+    const bool prefixed = line.rfind("[rank ", 0) == 0 || line.rfind("[host ", 0) == 0;
+    const size_t at = prefixed ? line.find("] ") + 2 : 0;
     if (line.compare(at, 5, "error") == 0) lines.push_back(line.substr(at));
   }
   return lines;
@@ -253,6 +253,27 @@ TEST(JobFailure, AMissingPeerEndsTheConnectionAfterTheTimeout) {
                                     "MASTER_PORT=" + port + " within parallel.timeout_s=3 s: ", 0), 0u)
       << run.result.output;
   EXPECT_EQ(error_lines(run.result.output).size(), 1u) << run.result.output;
+}
+
+// Across hosts, Gloo must not bind to loopback: its peers would be told to connect to their own
+// host. Forced by GLOO_SOCKET_IFNAME, or by a MASTER_ADDR that the host name's loopback entry in
+// /etc/hosts resolves (Debian's default), each rank says so at once, naming both.
+TEST(JobFailure, AcrossHostsLoopbackIsRefusedNamingTheInterfaceAndMasterAddr) {
+  if (const std::string why = missing_backend(kHostsLaunch); !why.empty()) GTEST_SKIP() << why;
+  const std::string command = train_command(kHostsLaunch + "2 -- env GLOO_SOCKET_IFNAME=lo ", kSynthetic);
+  Timed run = run_timed(command);
+  expect_ended_in_failure(run, 10);
+  const auto lines = error_lines(run.result.output);
+  ASSERT_EQ(lines.size(), 2u) << run.result.output;  // one per host: neither can reach the other
+  for (const auto& line : lines)
+    EXPECT_NE(line.find("would connect to its peers from the loopback interface lo (127.0.0.1, GLOO_SOCKET_IFNAME), "
+                        "but the job spans hosts (WORLD_SIZE=2, LOCAL_WORLD_SIZE=1)"),
+              std::string::npos) << line;
+
+  run = run_timed(train_command(kHostsLaunch + "2 -- bash -c 'MASTER_ADDR=$(hostname) exec \"$0\" \"$@\"' ", kSynthetic));
+  expect_ended_in_failure(run, 10);
+  EXPECT_NE(run.result.output.find("from the loopback interface lo (127.0.0.1, the route to MASTER_ADDR="),
+            std::string::npos) << run.result.output;
 }
 
 // A loss that goes to nan stops the program (exit 2, one line naming the iteration).

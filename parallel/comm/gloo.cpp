@@ -13,6 +13,8 @@
 #include "parallel/comm/backends.h"
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
+#include "parallel/comm/network_route.h"
+#include "parallel/comm/watchdog.h"
 
 namespace trident {
 namespace {
@@ -74,19 +76,25 @@ struct GlooPendingWorks : PendingCollective {
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                   std::chrono::seconds timeout)
-      : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {
+  // Connects this rank to every other through `interface` (Gloo's full mesh), within
+  // `connect_within`: a peer that never answers ends this process then (the watchdog), since
+  // Gloo's own connect retries would wait several timeouts.
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::seconds timeout,
+                   LocalInterface interface, std::chrono::seconds connect_within)
+      : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout), interface_(std::move(interface)) {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
-    options->devices.push_back(interface
-                                   ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
-                                   : c10d::ProcessGroupGloo::createDefaultDevice());
+    options->devices.push_back(std::getenv("GLOO_SOCKET_IFNAME")
+                                   ? c10d::ProcessGroupGloo::createDeviceForInterface(interface_.name)
+                                   : c10d::ProcessGroupGloo::createDeviceForHostname(interface_.address));
+    const std::string what = str("gloo: rank ", rank, " of ", size, " connecting to its peers from interface ",
+                                 interface_.name, " (", interface_.address, ")");
     try {
+      CallWatch watch(what, connect_within);
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, options);
     } catch (const std::exception& e) {
-      fail("gloo: connecting ", size, " processes failed within parallel.timeout_s=", timeout.count(),
-           " s: ", describe(e));
+      fail(what, " failed: ", describe(e),
+           " (a peer advertised an address this host cannot reach: check that every host routes to "
+           "MASTER_ADDR through the network they share, or set GLOO_SOCKET_IFNAME on each)");
     }
   }
 
@@ -179,7 +187,7 @@ class GlooCommunicator : public Communicator {
     while (members[size_t(new_rank)].second != rank_) ++new_rank;
     auto prefix = "split" + std::to_string(splits_++) + "/" + std::to_string(color);
     auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
-    auto group = std::make_shared<GlooCommunicator>(store, new_rank, int(members.size()), timeout_);
+    auto group = std::make_shared<GlooCommunicator>(store, new_rank, int(members.size()), timeout_, interface_, timeout_);
     group->set_name("split");
     return group;
   }
@@ -189,8 +197,26 @@ class GlooCommunicator : public Communicator {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   int rank_, size_;
   std::chrono::seconds timeout_;
+  LocalInterface interface_;
   int splits_ = 0;
 };
+
+// The interface Gloo binds to: GLOO_SOCKET_IFNAME's, else the one routing to MASTER_ADDR. A job
+// across hosts cannot bind to loopback: its peers would be told to connect to their own host.
+LocalInterface gloo_interface(const LaunchInfo& launch) {
+  const char* chosen = std::getenv("GLOO_SOCKET_IFNAME");
+  LocalInterface interface = chosen && *chosen
+                                 ? interface_named(chosen, "GLOO_SOCKET_IFNAME")
+                                 : interface_toward(launch.master_addr, int(launch.master_port), "MASTER_ADDR");
+  if (interface.loopback && launch.world_size > launch.local_world_size)
+    fail("gloo: rank ", launch.rank, " would connect to its peers from the loopback interface ", interface.name,
+         " (", interface.address, chosen && *chosen ? ", GLOO_SOCKET_IFNAME" : ", the route to MASTER_ADDR=",
+         chosen && *chosen ? "" : launch.master_addr, "), but the job spans hosts (WORLD_SIZE=", launch.world_size,
+         ", LOCAL_WORLD_SIZE=", launch.local_world_size, "): set MASTER_ADDR to rank 0's address on the network ",
+         "the hosts share (not a name this host resolves to 127.x, as Debian's /etc/hosts does), or ",
+         "GLOO_SOCKET_IFNAME to that network's interface");
+  return interface;
+}
 
 }  // namespace
 
@@ -202,6 +228,7 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
   const std::string store_at = str("the TCPStore at MASTER_ADDR=", launch.master_addr,
                                    " MASTER_PORT=", launch.master_port);
   const std::string within = str(" within parallel.timeout_s=", timeout.count(), " s");
+  const LocalInterface interface = gloo_interface(launch);
   // c10d logs every connection retry and timeout through glog (or its own logger) before
   // throwing the exception that says the same, which trident reports once.
   log::QuietStderr quiet;
@@ -232,7 +259,10 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
   } catch (const c10::Error& e) {
     fail("lost ", store_at, " while the processes gathered: ", describe(e));
   }
-  return std::make_shared<GlooCommunicator>(store, int(launch.rank), int(launch.world_size), timeout);
+  // What is left of the deadline, at least a second: the mesh connects within the same deadline.
+  const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()) + std::chrono::seconds(1);
+  return std::make_shared<GlooCommunicator>(store, int(launch.rank), int(launch.world_size), timeout, interface,
+                                            std::max(left, std::chrono::seconds(1)));
 }
 
 }  // namespace trident

@@ -155,9 +155,12 @@ struct TrainConfig {
   int64_t save_interval = 0;  // 0: save only at the end (when checkpoint_dir is set)
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
+  bool async_save = false;     // write checkpoints in the background from a host copy of the state
+  double exit_after_minutes = 0;  // 0: no limit; else stop (saving) after this much training time
   bool resume = true;          // continue from checkpoint_dir/latest when it exists
   std::string init_from;       // a Hugging Face GPT-2 or Llama folder to start from (unless resuming)
   std::string metrics_file;    // JSON lines, one object per iteration
+  std::string log_dir;         // one log per rank; empty: beside metrics_file, else none
   std::string device = "cpu";  // cpu | cuda
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks

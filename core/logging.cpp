@@ -3,13 +3,55 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+
+#include "core/error.h"
 
 namespace trident::log {
 namespace {
 int this_rank = 0;
 int world = 1;
+
+// The rank log; lines may come from the watchdogs' threads too.
+std::mutex file_mutex;
+FILE* file = nullptr;
+std::string file_path;
+
+void to_file(const char* kind, const std::string& line) {
+  std::lock_guard<std::mutex> lock(file_mutex);
+  if (!file) return;
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  std::fprintf(file, "%s %s%s\n", stamp, kind, line.c_str());
+  std::fflush(file);
+}
 }  // namespace
+
+void open_rank_log(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  FILE* opened = std::fopen(path.c_str(), "a");
+  if (!opened) fail("train.log_dir: cannot open the rank log '", path, "': ", std::strerror(errno));
+  std::lock_guard<std::mutex> lock(file_mutex);
+  if (file) std::fclose(file);
+  file = opened;
+  file_path = path;
+}
+
+void to_rank_log(const std::string& line) { to_file("", line); }
+
+std::string rank_log() {
+  std::lock_guard<std::mutex> lock(file_mutex);
+  return file_path;
+}
 
 void set_process(int rank, int world_size) {
   this_rank = rank;
@@ -19,12 +61,14 @@ void set_process(int rank, int world_size) {
 bool primary() { return this_rank == 0; }
 
 void info(const std::string& line) {
+  to_file("", line);
   if (!primary()) return;
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
 }
 
 void warn(const std::string& line) {
+  to_file("warning: ", line);
   if (!primary()) return;
   std::fprintf(stderr, "warning: %s\n", line.c_str());
 }
@@ -35,6 +79,9 @@ void error(const std::string& line) {
     std::fprintf(stderr, "error (rank %d): %s\n", this_rank, line.c_str());
   else
     std::fprintf(stderr, "error: %s\n", line.c_str());
+  to_file("error: ", line);
+  if (const std::string log = rank_log(); !log.empty())
+    std::fprintf(stderr, "  (rank %d's log: %s)\n", this_rank, log.c_str());
   std::fflush(stderr);
 }
 

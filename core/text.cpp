@@ -55,6 +55,12 @@ std::vector<std::string> split(const std::string& text, char separator) {
   return out;
 }
 
+std::string fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
 std::string si_units(double value, int precision) {
   static const char* prefixes[] = {"", " K", " M", " G", " T", " P", " E"};
   int index = 0;

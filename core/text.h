@@ -21,5 +21,7 @@ std::vector<std::string> split(const std::string& text, char separator);
 std::string si_units(double value, int precision = 3);
 // Bytes in binary units: 3.37e6 -> "3.21 MiB".
 std::string binary_bytes(double bytes);
+// `digits` after the point: fixed(3.14159, 2) -> "3.14".
+std::string fixed(double value, int digits);
 
 }  // namespace trident

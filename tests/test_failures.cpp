@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/config.h"
+#include "core/files.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
@@ -336,24 +337,116 @@ TEST(JobFailure, ADiskFullDuringASaveKeepsTheLatestCheckpoint) {
   EXPECT_NE(r.output.find("latest: iter_0000002\n"), std::string::npos) << r.output;
 }
 
-// The same with a write that fails on a file-size limit (EFBIG), on any machine: the next run
-// resumes from the checkpoint that was kept and reaches the end.
+// The same with a write that fails on a file-size limit (EFBIG), on any machine, written in the
+// foreground or in the background (train.async_save: the failure is reported when the save is
+// published): the next run resumes from the checkpoint that was kept and reaches the end.
 TEST(JobFailure, AFailedWriteKeepsTheLatestCheckpointAndTheRunResumes) {
+  for (const std::string async : {"train.async_save=false", "train.async_save=true"}) {
+    SCOPED_TRACE(async);
+    const auto dir = scratch_dir();
+    auto with = [&](const std::string& iters) { return saving_command(dir / "ckpt", iters) + " " + async; };
+    ASSERT_EQ(run_command(with("train.iters=2")).exit_code, 0);
+    // Files up to 200 KiB: the model's shard fits, the optimizer's does not.
+    const auto r = run_command("bash -c 'trap \"\" XFSZ; ulimit -f 200; exec " + with("train.iters=4") + "'");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    const auto errors = error_lines(r.output);
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    const std::string shard = CheckpointStore((dir / "ckpt").string()).staging_path(4) + "/" + optimizer_file(0, 0, 0);
+    EXPECT_EQ(errors.front(), "error: writing '" + shard + "' failed: File too large") << r.output;
+    std::vector<std::string> left;
+    for (const auto& entry : fs::directory_iterator(dir / "ckpt")) left.push_back(entry.path().filename().string());
+    std::sort(left.begin(), left.end());
+    EXPECT_EQ(left, (std::vector<std::string>{"iter_0000002", "latest"}));
+    const auto resumed = run_command(with("train.iters=4"));
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from " + (dir / "ckpt/iter_0000002").string()), std::string::npos) << resumed.output;
+  }
+}
+
+// train.async_save writes the very checkpoint a synchronous save writes (the files byte for byte),
+// while training goes on, and says how long training stopped for it.
+TEST(Checkpoints, ABackgroundSaveWritesWhatASynchronousSaveWrites) {
   const auto dir = scratch_dir();
-  auto with = [&](const std::string& iters) { return saving_command(dir / "ckpt", iters); };
-  ASSERT_EQ(run_command(with("train.iters=2")).exit_code, 0);
-  // Files up to 200 KiB: the model's shard fits, the optimizer's does not.
-  const auto r = run_command("bash -c 'trap \"\" XFSZ; ulimit -f 200; exec " + with("train.iters=4") + "'");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  const auto errors = error_lines(r.output);
-  ASSERT_EQ(errors.size(), 1u) << r.output;
-  const std::string shard = CheckpointStore((dir / "ckpt").string()).staging_path(4) + "/" + optimizer_file(0, 0, 0);
-  EXPECT_EQ(errors.front(), "error: writing '" + shard + "' failed: File too large") << r.output;
-  std::vector<std::string> left;
-  for (const auto& entry : fs::directory_iterator(dir / "ckpt")) left.push_back(entry.path().filename().string());
-  std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"iter_0000002", "latest"}));
-  const auto resumed = run_command(with("train.iters=4"));
-  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed from " + (dir / "ckpt/iter_0000002").string()), std::string::npos) << resumed.output;
+  for (const std::string async : {"false", "true"}) {
+    const auto r = run_command(saving_command(dir / async, "train.iters=6") + " train.async_save=" + async);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (async == "true") {
+      EXPECT_NE(r.output.find("checkpoint " + (dir / "true/iter_0000004").string() + ": training stopped "),
+                std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("saved checkpoint " + (dir / "true/iter_0000004").string() +
+                              ": written in the background in "), std::string::npos) << r.output;
+    }
+  }
+  for (const std::string checkpoint : {"iter_0000004", "iter_0000006"})
+    for (const auto& file : fs::directory_iterator(dir / "false" / checkpoint)) {
+      if (file.path().extension() != ".safetensors") continue;  // progress.yaml holds each run's config
+      EXPECT_EQ(read_text_file(file.path().string(), "file"), read_text_file((dir / "true" / checkpoint / file.path().filename()).string(), "file")) << file.path();
+    }
+}
+
+// SIGTERM (SLURM's warning before the time limit) to one rank, or train.exit_after_minutes: every
+// rank finishes the iteration, the job saves, says so in one line and exits with 143 (3 for the
+// time limit); the same command resumes from there. Under env:// and mpirun (signalling a rank,
+// as SLURM signals every task).
+TEST(JobFailure, AStopSignalOrTimeLimitSavesAndExitsWithItsCode) {
+  const auto dir = scratch_dir();
+  auto endless = [&](const fs::path& ckpt, const std::string& seed) {
+    return train_command("", {"data.type=synthetic", "train.iters=1000000", "train.log_interval=100000",
+                              "train.checkpoint_dir=" + ckpt.string(), "train.seed=" + seed})
+        .substr(std::string("timeout 120 ").size());
+  };
+  auto expect_stopped = [&](const Timed& run, const fs::path& ckpt, const std::string& by, int code) {
+    EXPECT_EQ(run.result.exit_code, code) << run.result.output;
+    const size_t at = run.result.output.find("stopped by " + by + " after iteration ");
+    ASSERT_NE(at, std::string::npos) << run.result.output;
+    const int64_t iteration = std::stoll(run.result.output.substr(at + by.size() + 28));
+    EXPECT_EQ(CheckpointStore(ckpt.string()).latest(), iteration) << run.result.output;
+    EXPECT_NE(run.result.output.find("saved in " + CheckpointStore(ckpt.string()).path(iteration) +
+                                     "; the same command resumes (exit code " + std::to_string(code) + ")"),
+              std::string::npos) << run.result.output;
+    EXPECT_TRUE(error_lines(run.result.output).empty()) << run.result.output;
+  };
+  if (missing_backend(kEnvLaunch).empty()) {
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal TERM -- " +
+                                endless(dir / "env", "1"));
+    expect_stopped(run, dir / "env", "SIGTERM", 143);
+  }
+  if (missing_backend(kMpirun).empty()) {
+    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + endless(dir / "mpi", "636363") +
+                                " & job=$!; sleep 4; pkill -TERM -n -f train.seed=636363; wait $job'");
+    expect_stopped(run, dir / "mpi", "SIGTERM", 143);
+  }
+  const Timed run = run_timed("timeout 120 " + endless(dir / "one", "1") + " train.exit_after_minutes=0.05");
+  expect_stopped(run, dir / "one", "train.exit_after_minutes", 3);
+  const auto resumed = run_command(endless(dir / "one", "1") + " train.exit_after_minutes=0.02");
+  EXPECT_EQ(resumed.exit_code, 3) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
+}
+
+// Every rank writes its own log beside the metrics (or in train.log_dir); the error of a rank
+// names its log; a log that cannot be opened is one error naming train.log_dir before training.
+TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
+  if (const std::string why = missing_backend(kEnvLaunch); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = scratch_dir();
+  const auto r = run_command(train_command(kEnvLaunch + "2 -- ", {"data.type=synthetic", "train.iters=2",
+                                                                  "train.metrics_file=" + (dir / "metrics.jsonl").string()}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string rank : {"0", "1"}) {
+    const std::string log = read_text_file((dir / "logs" / ("rank-" + rank + ".log")).string(), "log");
+    EXPECT_NE(log.find("Z iter 2/2 | samples 32 |"), std::string::npos) << log;
+  }
+  const Timed killed = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 -- " +
+                                 train_command("", {"data.type=synthetic", "train.iters=1000000",
+                                                    "train.log_dir=" + (dir / "killed").string()})
+                                     .substr(std::string("timeout 120 ").size()));
+  expect_ended_in_failure(killed, 60);
+  EXPECT_NE(killed.result.output.find("[rank 0]   (rank 0's log: " + (dir / "killed/rank-0.log").string() + ")"),
+            std::string::npos) << killed.result.output;
+  EXPECT_NE(read_text_file((dir / "killed/rank-0.log").string(), "log").find("Z error: gloo all_reduce"), std::string::npos);
+
+  write_text_file((dir / "a-file").string(), "");
+  const auto bad = run_command(train_command("", {"data.type=synthetic", "train.log_dir=" + (dir / "a-file").string()}));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_EQ(bad.output.rfind("error: train.log_dir: cannot open the rank log '" + (dir / "a-file/rank-0.log").string() +
+                             "': Not a directory\n", 0), 0u) << bad.output;
 }

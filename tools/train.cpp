@@ -16,6 +16,7 @@
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
 #include "train/device.h"
+#include "train/stop_signals.h"
 #include "train/trainer.h"
 
 namespace {
@@ -100,9 +101,9 @@ int main(int argc, char** argv) {
   try {
     // With a config that did not load, the default timeout connects the ranks to agree on it.
     const auto timeout = input_error ? CommOptions{}.timeout : comm_options(config).timeout;
+    install_stop_signals();  // SIGTERM, SIGINT: finish the iteration, save, exit (train/stop_signals.h)
     Trainer trainer(config, launch, join_job(launch, timeout, input_error));
-    trainer.train();
-    return 0;
+    return trainer.train().exit_code;
   } catch (const std::exception& e) {
     return report_failure(e, int(launch.world_size));
   }

@@ -3,12 +3,14 @@
 #include <torch/utils.h>
 
 #include <cmath>
+#include <filesystem>
 #include <optional>
 
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
+#include "core/text.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
@@ -24,8 +26,21 @@
 #include "train/checkpoint/tensors.h"
 #include "train/data/samples.h"
 #include "train/device.h"
+#include "train/stop_signals.h"
+#include "train/checkpoint/background_save.h"
 
 namespace trident {
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Where each rank keeps its log: train.log_dir, else logs/ beside train.metrics_file, else nowhere.
+std::string rank_log_dir(const TrainConfig& t) {
+  if (!t.log_dir.empty() || t.metrics_file.empty()) return t.log_dir;
+  return (std::filesystem::path(t.metrics_file).parent_path() / "logs").string();
+}
+}  // namespace
 
 Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Communicator> cpu_world)
     : config_(std::move(config)),
@@ -43,6 +58,8 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   // checkpoint that fails on some ranks only ends all of them, reported once by rank 0. The
   // collectives (groups, publishing loaded weights) run between the phases.
   agree(*cpu_world_, [&] {
+    if (const std::string dir = rank_log_dir(config_.train); !dir.empty())
+      log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"));
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
@@ -308,23 +325,56 @@ double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const 
   return double(inputs.numel()) / double(counted);
 }
 
-void Trainer::save_checkpoint() {
-  if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
+CheckpointRequest Trainer::checkpoint_request() const {
   const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state()};
-  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_,
-                           {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_});
-  last_saved_ = iteration_;
-  log::info(str("saved checkpoint ", checkpoints_->path(iteration_)));
+  return {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_};
 }
 
-void Trainer::train() {
+void Trainer::save_checkpoint() {
+  if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
+  if (background_save_) publish_background_save();
+  if (last_saved_ == iteration_ && checkpoints_->latest() == iteration_) return;
+  const auto start = std::chrono::steady_clock::now();
+  trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
+  last_saved_ = iteration_;
+  log::info(str("saved checkpoint ", checkpoints_->path(iteration_), " in ",
+                fixed(seconds_since(start), 2), " s (training stopped for the write)"));
+}
+
+void Trainer::start_background_save() {
+  if (background_save_) publish_background_save();  // one pending save at a time: bounded memory
+  const auto start = std::chrono::steady_clock::now();
+  background_save_ = std::make_unique<BackgroundSave>(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
+  last_saved_ = iteration_;
+  log::info(str("checkpoint ", checkpoints_->path(iteration_), ": training stopped ", fixed(seconds_since(start), 2),
+                " s to copy the state; writing it in the background"));
+}
+
+void Trainer::publish_background_save() {
+  std::unique_ptr<BackgroundSave> save = std::move(background_save_);
+  const double waited = save->publish();
+  log::info(str("saved checkpoint ", checkpoints_->path(save->iteration()), ": written in the background in ",
+                fixed(save->write_seconds(), 2), " s (training waited ", fixed(waited, 2), " s for it)"));
+}
+
+Trainer::Control Trainer::agree_on_control() {
+  int64_t stop = stop_signal();
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 60;
+  if (config_.train.exit_after_minutes > 0 && minutes >= config_.train.exit_after_minutes) stop = kTimeLimit;
+  const bool writing = background_save_ && !background_save_->written();
+  auto flags = torch::tensor({stop, int64_t(writing)}, torch::kLong);
+  cpu_world_->all_reduce(flags, ReduceOp::max);
+  return {int(flags[0].item<int64_t>()), background_save_ && flags[1].item<int64_t>() == 0};
+}
+
+TrainingEnd Trainer::train() {
   const auto& t = config_.train;
   log_->start(groups_->world().backend(), device_,
              str(data_->describe(), "; ", data_->train->size(), " train / ", validation_samples(*data_),
                  " validation samples"));
   if (iteration_ >= t.iters) {
     log::info(str("already at iteration ", iteration_, ", train.iters=", t.iters, ": nothing to do"));
-    return;
+    return {};
   }
   log_->open_metrics(/*resumed=*/iteration_ > 0);
   const int64_t first_iteration = iteration_;
@@ -332,26 +382,40 @@ void Trainer::train() {
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one
   // of them is logged, validated or checkpointed.
   std::vector<PendingStep> pending;
-  while (iteration_ < t.iters) {
+  int stop = 0;
+  while (iteration_ < t.iters && !stop) {
     pending.push_back(run_step());
     const int64_t it = iteration_;
+    const Control control = agree_on_control();
+    if (control.save_written) publish_background_save();
+    stop = control.stop;
     const bool validate = t.eval_interval > 0 && (it % t.eval_interval == 0 || it == t.iters);
-    const bool save = checkpoints_ && t.save_interval > 0 && it % t.save_interval == 0;
-    const bool logged = it % t.log_interval == 0 || it == t.iters || it == first_iteration + 1;
+    const bool save = checkpoints_ && t.save_interval > 0 && it % t.save_interval == 0 && !stop;
+    const bool logged = it % t.log_interval == 0 || it == t.iters || it == first_iteration + 1 || stop;
     if (!(validate || save || logged)) continue;
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
       if (m.iteration == it && validate) validate_into(m);
-      if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss))
+      if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss) ||
+          (stop && m.iteration == it))
         log_->iteration(m);
       log_->record(m);
       for (const auto& callback : callbacks_) callback(m);
     }
     pending.clear();
-    if (save) save_checkpoint();
+    if (save && t.async_save) start_background_save();
+    else if (save) save_checkpoint();
   }
-  if (checkpoints_ && last_saved_ != iteration_) save_checkpoint();
+  if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
+  if (!stop) return {};
+  TrainingEnd end{false, stop == kTimeLimit ? "train.exit_after_minutes" : signal_name(stop),
+                  stop == kTimeLimit ? 3 : 128 + stop};
+  const std::string kept = checkpoints_ ? str("saved in ", checkpoints_->path(iteration_), "; the same command resumes")
+                                        : "nothing saved: train.checkpoint_dir is not set";
+  log::info(str("stopped by ", end.stopped_by, " after iteration ", iteration_, " of ", t.iters, ": ", kept,
+                " (exit code ", end.exit_code, ")"));
+  return end;
 }
 
 }  // namespace trident

@@ -1,6 +1,7 @@
 // The training loop as a library: build from a Config, then train() or step() yourself.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,10 +20,24 @@ struct GPTData;
 class Samples;
 struct PipelineOptions;
 class CheckpointStore;
+struct CheckpointRequest;
 class ZeroOptimizer;
 class LossScaler;
 class ProcessGroups;
 class Communicator;
+
+class BackgroundSave;
+
+// How train() ended: every iteration done, or stopped early, for a stop signal (SIGTERM, SIGINT:
+// train/stop_signals.h) on any rank or train.exit_after_minutes, after saving a checkpoint (when
+// train.checkpoint_dir is set).
+struct TrainingEnd {
+  bool completed = true;
+  std::string stopped_by;  // "SIGTERM", "SIGINT", "train.exit_after_minutes"
+  // For a program to exit with: 0 when completed, 128 + the signal's number (143 for SIGTERM, 130
+  // for SIGINT, as a shell reports them), 3 at train.exit_after_minutes.
+  int exit_code = 0;
+};
 
 class Trainer {
  public:
@@ -35,8 +50,9 @@ class Trainer {
                    std::shared_ptr<Communicator> cpu_world = nullptr);
   ~Trainer();
 
-  // Iterates up to train.iters, logging, validating and checkpointing as configured.
-  void train();
+  // Iterates up to train.iters, logging, validating and checkpointing as configured, or until a
+  // stop is asked for (see TrainingEnd).
+  TrainingEnd train();
   // One iteration: M micro-batches forward and backward, clip, AdamW step (skipped by fp16's
   // loss scaler when the gradients overflow).
   IterationMetrics step();
@@ -45,6 +61,8 @@ class Trainer {
   // evaluate() weighs them as their blend does.
   std::vector<double> evaluate_datasets();
   double evaluate();
+  // Saves the checkpoint of the current iteration now (after publishing one still being written
+  // in the background). Collective.
   void save_checkpoint();
 
   // Called after every iteration of train(), validation included.
@@ -79,6 +97,19 @@ class Trainer {
   [[noreturn]] void diverged(const std::string& what, int64_t iteration) const;
   // The validation loss into `m`, and each dataset's when data.path blends several.
   void validate_into(IterationMetrics& m);
+  // What every rank acts on together at the end of an iteration, agreed in one small all-reduce
+  // over the CPU world: a stop asked for on any rank (a signal's number, or kTimeLimit) and
+  // whether the checkpoint written in the background is written on every rank.
+  struct Control {
+    int stop = 0;
+    bool save_written = false;
+  };
+  static constexpr int kTimeLimit = 1000;  // above every signal's number
+  Control agree_on_control();
+  CheckpointRequest checkpoint_request() const;
+  // train.async_save: copies the state to host memory and writes it in the background.
+  void start_background_save();
+  void publish_background_save();
 
   Config config_;
   Layout layout_;
@@ -97,6 +128,8 @@ class Trainer {
   int64_t consumed_samples_ = 0;
   int64_t last_saved_ = -1;
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
+  std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
 };
 

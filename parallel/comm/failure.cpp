@@ -65,6 +65,7 @@ std::shared_ptr<Communicator> join_job(const LaunchInfo& launch, std::chrono::se
 
 int report_failure(const std::exception& e, int world_size) {
   if (const auto* job = dynamic_cast<const JobError*>(&e)) {
+    log::to_rank_log(job->report());
     if (log::primary()) {
       std::fflush(stdout);
       std::fputs(job->report().c_str(), stderr);

@@ -167,17 +167,17 @@ std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
   return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".safetensors");
 }
 
-FileRecord write_model_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank,
-                             std::vector<TensorPiece>& index) {
+namespace {
+
+std::vector<StoredPiece> model_pieces(const PlacedParameters& local) {
   std::vector<StoredPiece> pieces;
   for (const auto& p : local.params)
     if (stores(p.role, local.tp.rank))
       pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, local.tp), 0, p.tensor.numel()), p.tensor});
-  return write_pieces(folder, model_file(local.tp.rank, pp_rank), std::move(pieces), index);
+  return pieces;
 }
 
-FileRecord write_optimizer_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank, int shard,
-                                 const ZeroOptimizer& optimizer, std::vector<TensorPiece>& index) {
+std::vector<StoredPiece> optimizer_pieces(const PlacedParameters& local, const ZeroOptimizer& optimizer) {
   std::vector<StoredPiece> pieces;
   for (const auto& s : optimizer.state_pieces()) {
     const RoledParameter& p = local.params[s.param];
@@ -189,13 +189,10 @@ FileRecord write_optimizer_shard(const std::string& folder, const PlacedParamete
     pieces.push_back({piece_of(p, StateKind::exp_avg, place, s.offset, s.numel), s.exp_avg});
     pieces.push_back({piece_of(p, StateKind::exp_avg_sq, place, s.offset, s.numel), s.exp_avg_sq});
   }
-  return write_pieces(folder, optimizer_file(local.tp.rank, pp_rank, shard), std::move(pieces), index);
+  return pieces;
 }
 
-std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
-                                           const Config& config) {
-  const fs::path dir(folder);
-  std::vector<FileRecord> files;
+FileRecord write_shared_state(const std::string& folder, const TrainingProgress& progress, const Config& config) {
   YAML::Node progress_yaml;
   progress_yaml["iteration"] = progress.iteration;
   progress_yaml["consumed_samples"] = progress.consumed_samples;
@@ -204,8 +201,41 @@ std::vector<FileRecord> write_shared_state(const std::string& folder, const Trai
   progress_yaml["loss_scale"]["good_steps"] = progress.loss_scale.good_steps;
   progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
-  files.push_back(write_text(dir / "progress.yaml", YAML::Dump(progress_yaml) + "\n"));
-  return files;
+  return write_text(fs::path(folder) / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
+}
+
+}  // namespace
+
+RankShare rank_share(const ProcessGroups& groups, const CheckpointRequest& request) {
+  const ZeroOptimizer& optimizer = request.optimizer;
+  const int64_t pp_rank = groups.coordinates().pp;
+  RankShare share;
+  share.rank = groups.world().rank();
+  if (!writes_checkpoint_files(groups, optimizer.sharded())) return share;
+  const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
+  const int64_t tp_rank = request.local.tp.rank;
+  if (shard == 0 && !optimizer.sharded_weights())
+    share.files.emplace_back(model_file(tp_rank, pp_rank), model_pieces(request.local));
+  if (shard == 0 || optimizer.sharded())
+    share.files.emplace_back(optimizer_file(tp_rank, pp_rank, shard), optimizer_pieces(request.local, optimizer));
+  if (share.rank == 0) share.shared.emplace(request.progress, request.config);
+  return share;
+}
+
+RankShare host_copy(const RankShare& share) {
+  torch::NoGradGuard no_grad;
+  RankShare copy = share;
+  for (auto& [file, pieces] : copy.files)
+    for (auto& piece : pieces) piece.value = piece.value.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  return copy;
+}
+
+void write_share(const std::string& folder, const RankShare& share) {
+  std::vector<FileRecord> files;
+  std::vector<TensorPiece> index;
+  for (const auto& [file, pieces] : share.files) files.push_back(write_pieces(folder, file, pieces, index));
+  if (share.shared) files.push_back(write_shared_state(folder, share.shared->first, share.shared->second));
+  if (!share.files.empty() || share.shared) write_manifest_part(folder, share.rank, files, index);
 }
 
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
@@ -240,30 +270,13 @@ bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer
 
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
                      const CheckpointRequest& request) {
-  const ZeroOptimizer& optimizer = request.optimizer;
-  const int64_t iteration = request.progress.iteration, pp_rank = groups.coordinates().pp;
-  const int world_rank = groups.world().rank();
-  const bool leader = world_rank == 0;
+  const int64_t iteration = request.progress.iteration;
+  const bool leader = groups.world().rank() == 0;
   try {
     agree(cpu_world, [&] {
       if (leader) store.begin(iteration);
     });
-    agree(cpu_world, [&] {
-      if (!writes_checkpoint_files(groups, optimizer.sharded())) return;
-      const std::string folder = store.staging_path(iteration);
-      std::vector<FileRecord> files;
-      std::vector<TensorPiece> pieces;
-      const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
-      if (shard == 0 && !optimizer.sharded_weights())
-        files.push_back(write_model_shard(folder, request.local, pp_rank, pieces));
-      if (shard == 0 || optimizer.sharded())
-        files.push_back(write_optimizer_shard(folder, request.local, pp_rank, shard, optimizer, pieces));
-      if (leader) {
-        auto shared = write_shared_state(folder, request.progress, request.config);
-        files.insert(files.end(), shared.begin(), shared.end());
-      }
-      write_manifest_part(folder, world_rank, files, pieces);
-    });
+    agree(cpu_world, [&] { write_share(store.staging_path(iteration), rank_share(groups, request)); });
     agree(cpu_world, [&] {
       if (leader) store.commit(iteration, request.config.train.keep_checkpoints, request.loss);
     });

@@ -19,6 +19,7 @@
 #include "parallel/comm/process_groups.h"
 #include "parallel/parameter_role.h"
 #include "train/checkpoint/manifest.h"
+#include "train/checkpoint/tensors.h"
 
 namespace trident {
 
@@ -128,16 +129,24 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
 std::string model_file(int64_t tp_rank, int64_t pp_rank);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
 
-// This rank's files, of pipeline stage `pp_rank`; each returns the record of the file it wrote
-// and adds its tensor pieces to `index`. A failed write (a full disk, an I/O error) throws Error
-// naming the file. `shard`: this rank's place in the group the optimizer shards over (data x
-// context parallel).
-FileRecord write_model_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank,
-                             std::vector<TensorPiece>& index);
-FileRecord write_optimizer_shard(const std::string& folder, const PlacedParameters& local, int64_t pp_rank, int shard,
-                                 const ZeroOptimizer& optimizer, std::vector<TensorPiece>& index);
-std::vector<FileRecord> write_shared_state(const std::string& folder, const TrainingProgress& progress,
-                                           const Config& config);
+// One rank's part of a checkpoint, taken on the main thread and written on any thread: the
+// tensors of each file it writes (model_/optimizer_ files above) and, on rank 0, the run's
+// progress and config (progress.yaml).
+struct RankShare {
+  int rank = 0;
+  std::vector<std::pair<std::string, std::vector<StoredPiece>>> files;  // file name, its tensors
+  std::optional<std::pair<TrainingProgress, Config>> shared;           // rank 0's
+};
+// What this rank writes of `request`: views of the live state, nothing written yet (empty for a
+// rank that writes nothing).
+RankShare rank_share(const ProcessGroups& groups, const CheckpointRequest& request);
+// `share` with every tensor copied to host memory, so that training may change the state while
+// the copy is written.
+RankShare host_copy(const RankShare& share);
+// Writes `share`'s files into `folder` and records them with their tensor pieces in the
+// manifest (write_manifest_part). A failed write (a full disk, an I/O error) throws Error naming
+// the file.
+void write_share(const std::string& folder, const RankShare& share);
 
 // The readers check every file against the checkpoint's manifest before loading it.
 // What progress.yaml holds: how far the run got and its whole config.

@@ -1,0 +1,61 @@
+#include "train/checkpoint/background_save.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "parallel/comm/failure.h"
+
+namespace trident {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+}  // namespace
+
+BackgroundSave::BackgroundSave(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
+                               const CheckpointRequest& request)
+    : store_(store), cpu_world_(cpu_world), iteration_(request.progress.iteration),
+      keep_(request.config.train.keep_checkpoints), loss_(request.loss), leader_(groups.world().rank() == 0) {
+  try {
+    agree(cpu_world, [&] {
+      if (leader_) store.begin(iteration_);
+    });
+  } catch (const JobError&) {
+    if (leader_) store.abandon(iteration_);
+    throw;
+  }
+  RankShare copy = host_copy(rank_share(groups, request));
+  writer_ = std::thread([this, copy = std::move(copy)] {
+    const auto start = Clock::now();
+    try {
+      write_share(store_.staging_path(iteration_), copy);
+    } catch (...) {
+      failure_ = std::current_exception();
+    }
+    write_seconds_ = seconds_since(start);
+    written_ = true;
+  });
+}
+
+BackgroundSave::~BackgroundSave() {
+  if (writer_.joinable()) writer_.join();
+}
+
+double BackgroundSave::publish() {
+  const auto start = Clock::now();
+  writer_.join();
+  const double waited = seconds_since(start);
+  try {
+    agree(cpu_world_, [&] {
+      if (failure_) std::rethrow_exception(failure_);
+    });
+    agree(cpu_world_, [&] {
+      if (leader_) store_.commit(iteration_, keep_, loss_);
+    });
+  } catch (const JobError&) {
+    if (leader_) store_.abandon(iteration_);
+    throw;
+  }
+  return waited;
+}
+
+}  // namespace trident

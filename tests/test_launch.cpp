@@ -71,4 +71,22 @@ TEST(Launch, PartialOrInconsistentVariablesAreErrors) {
       << message;
   message = error_of([] { detect_launch(env({{"SLURM_PROCID", "1"}})); });
   EXPECT_NE(message.find("SLURM_NTASKS is not set"), std::string::npos) << message;
+  // torchrun-style variables left around an mpirun job that they do not describe.
+  message = error_of([] {
+    detect_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                       {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  });
+  EXPECT_NE(message.find("RANK=0 WORLD_SIZE=2 (torchrun-style) disagree with OMPI_COMM_WORLD_RANK=1 "
+                         "OMPI_COMM_WORLD_SIZE=2 (mpirun)"), std::string::npos) << message;
+}
+
+// A mistake in the launch variables is said once per job: by the process that looks like rank 0,
+// or by any process that cannot tell its rank.
+TEST(Launch, TheApparentRankDecidesWhoReportsALaunchError) {
+  EXPECT_EQ(apparent_rank(env({{"OMPI_COMM_WORLD_RANK", "1"}, {"RANK", "1"}})), 1);
+  EXPECT_EQ(apparent_rank(env({{"RANK", "0"}})), 0);
+  EXPECT_EQ(apparent_rank(env({{"SLURM_PROCID", "3"}, {"RANK", "0"}})), 0);  // torchrun inside srun
+  EXPECT_EQ(apparent_rank(env({{"OMPI_COMM_WORLD_RANK", "1"}, {"RANK", "0"}})), std::nullopt);
+  EXPECT_EQ(apparent_rank(env({{"RANK", "one"}})), std::nullopt);
+  EXPECT_EQ(apparent_rank(env({})), std::nullopt);
 }

@@ -60,6 +60,15 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
   r = run("WORLD_SIZE=2 " + kBin + "/train --config " + config);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("missing RANK, MASTER_ADDR, MASTER_PORT"), std::string::npos) << r.output;
+  // Open MPI's variables copied outside mpirun: one line naming the variable, no MPI notice.
+  r = run("OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " + kBin + "/train --config " + kSource +
+          "/configs/gpt-tiny.yaml data.type=synthetic");
+  if (r.output.find("not built into this trident") == std::string::npos) {  // a build with MPI
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.output, "error (rank 0): launch environment: OMPI_COMM_WORLD_SIZE=2 but MPI started 1 process(es): "
+                        "this process was not started by mpirun; unset the OMPI_COMM_WORLD_* variables to run a "
+                        "single process\n");
+  }
 
   const std::string synthetic = kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.type=synthetic ";
   r = run(synthetic + "parallel.zero_stage=4");

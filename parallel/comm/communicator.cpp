@@ -150,7 +150,16 @@ std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const Comm
   if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
 #endif
 #ifdef TRIDENT_WITH_MPI
-  return make_mpi_world_communicator(options.timeout);
+  auto world = make_mpi_world_communicator(options.timeout);
+  // Launcher variables copied into a shell or a script outside mpirun/srun: MPI started alone.
+  if (world->size() != launch.world_size) {
+    const bool slurm = launch.launcher == "slurm";
+    fail("launch environment: ", slurm ? "SLURM_NTASKS" : "OMPI_COMM_WORLD_SIZE", "=", launch.world_size,
+         " but MPI started ", world->size(), " process(es): this process was not started by ",
+         slurm ? "srun with MPI support (srun --mpi=pmix)" : "mpirun", "; unset ",
+         slurm ? "SLURM_NTASKS and SLURM_PROCID" : "the OMPI_COMM_WORLD_* variables", " to run a single process");
+  }
+  return world;
 #endif
   TRIDENT_CHECK(false, "check_backend let through a launch that no backend can connect");
   return nullptr;

@@ -90,11 +90,43 @@ LaunchInfo from_launcher(const EnvLookup& env, const LauncherVariables& names) {
   return info;
 }
 
+// torchrun-style variables around a process that mpirun started (exported in the shell, or by a
+// wrapper) describe another job: they must agree with Open MPI's, else mpirun's are the truth.
+void check_not_mixed(const EnvLookup& env, const LaunchInfo& torchrun) {
+  if (!env(kOpenMpi.size) || !*env(kOpenMpi.size)) return;
+  const LaunchInfo mpi = from_launcher(env, kOpenMpi);
+  if (mpi.rank != torchrun.rank || mpi.world_size != torchrun.world_size)
+    fail("launch environment: RANK=", torchrun.rank, " WORLD_SIZE=", torchrun.world_size,
+         " (torchrun-style) disagree with ", kOpenMpi.rank, "=", mpi.rank, " ", kOpenMpi.size, "=", mpi.world_size,
+         " (mpirun): unset RANK and WORLD_SIZE under mpirun, or start the job without mpirun");
+}
+
 }  // namespace
+
+std::optional<int64_t> apparent_rank(const EnvLookup& env) {
+  std::vector<int64_t> ranks;
+  for (const char* name : {kOpenMpi.rank, "RANK", kSlurm.rank}) {
+    const char* value = env(name);
+    if (!value || !*value) continue;
+    int64_t rank = -1;
+    auto [end, ec] = std::from_chars(value, value + std::strlen(value), rank);
+    if (ec != std::errc() || *end != '\0' || rank < 0) return std::nullopt;
+    ranks.push_back(rank);
+  }
+  // SLURM's rank is srun's task, which mpirun or torchrun inside it may subdivide: it only
+  // counts alone. Open MPI's and torchrun's must agree.
+  if (ranks.empty() || (ranks.size() > 1 && env(kOpenMpi.rank) && env("RANK") && ranks[0] != ranks[1]))
+    return std::nullopt;
+  return ranks.front();
+}
 
 LaunchInfo detect_launch(const EnvLookup& env) {
   auto set = [&](const char* name) { return env(name) && *env(name); };
-  if (set("RANK") || set("WORLD_SIZE")) return from_torchrun(env);
+  if (set("RANK") || set("WORLD_SIZE")) {
+    LaunchInfo info = from_torchrun(env);
+    check_not_mixed(env, info);
+    return info;
+  }
   if (set(kOpenMpi.size) || set(kOpenMpi.rank)) return from_launcher(env, kOpenMpi);
   if (set(kSlurm.rank) && set(kSlurm.size)) return from_launcher(env, kSlurm);
   // Outside srun, a SLURM allocation's shell sets SLURM_NTASKS but no SLURM_PROCID.
@@ -111,7 +143,10 @@ std::optional<LaunchInfo> detect_launch_or_report() {
     log::set_process(int(launch.rank), int(launch.world_size));
     return launch;
   } catch (const std::exception& e) {
-    log::error(e.what());
+    // Every process of the job has the same variables' mistake: the one that looks like rank 0
+    // says it, for all (a process that cannot tell its rank speaks for itself).
+    const std::optional<int64_t> rank = apparent_rank();
+    if (!rank || *rank == 0) log::error(e.what());
     return std::nullopt;
   }
 }

@@ -29,9 +29,14 @@ using EnvLookup = std::function<const char*(const char*)>;
 // Partial or inconsistent variables throw Error naming them.
 LaunchInfo detect_launch(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
 
+// The rank this process seems to have, from the first of OMPI_COMM_WORLD_RANK, RANK and
+// SLURM_PROCID that is set, when it reads as a rank (and Open MPI's and torchrun's agree);
+// nothing otherwise.
+std::optional<int64_t> apparent_rank(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
+
 // For a program's start: this process's launch, with the log told its rank; or, when the
-// variables are wrong, nothing after printing why (every process that cannot tell its rank
-// says so: there is no rank 0 to speak for them).
+// variables are wrong, nothing after printing why: once for the job, by the process whose
+// apparent_rank is 0, and by every process that has none (no rank 0 speaks for them).
 std::optional<LaunchInfo> detect_launch_or_report();
 
 }  // namespace trident

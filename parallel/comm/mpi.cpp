@@ -253,6 +253,11 @@ bool mpi_running() {
 }
 
 void abort_mpi_job(int exit_code) {
+  // A process that MPI started alone (launcher variables without mpirun) has no job to end, and
+  // MPI_Abort would only add Open MPI's notice to the error.
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) std::_Exit(exit_code);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }

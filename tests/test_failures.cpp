@@ -194,11 +194,15 @@ TEST(JobFailure, InputErrorsArePrintedOnceUnderEveryLauncher) {
 // SIGSTOP on one rank: the others' watchdog (MPI) or Gloo's own timeout ends the job after
 // parallel.timeout_s, whichever collective they wait in: with ZeRO-3 mostly a block's
 // all-gather (started ahead as a prefetch, waited for when the block runs).
+// The rank that waited names the silent one from the flight records (parallel/comm/flight_recorder.h).
 TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
+  const auto dir = scratch_dir();
+  const std::string silent = "left no flight record within 5 s: stopped, stuck outside communication, or cut off";
   for (const std::string zero : {"parallel.zero_stage=0", "parallel.zero_stage=3"}) {
     SCOPED_TRACE(zero);
     const std::string endless = train_command("", {"data.type=synthetic", "train.iters=1000000", zero,
-                                                   "train.log_interval=100000", "parallel.timeout_s=4"});
+                                                   "train.log_interval=100000", "parallel.timeout_s=4",
+                                                   "train.log_dir=" + (dir / zero).string()});
     const std::string command = endless.substr(std::string("timeout 120 ").size());
     if (missing_backend(kMpirun).empty()) {
       // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
@@ -209,6 +213,7 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
       EXPECT_NE(run.result.output.find(" group made no progress for 4 s (parallel.timeout_s): a peer is stopped, "
                                        "stuck or lost"),
                 std::string::npos) << run.result.output;
+      EXPECT_NE(run.result.output.find(silent), std::string::npos) << run.result.output;
     }
     if (missing_backend(kEnvLaunch).empty()) {
       const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal STOP -- " + command);
@@ -216,7 +221,26 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
       EXPECT_NE(run.result.output.find(" group: no answer from a peer within parallel.timeout_s=4 s"),
                 std::string::npos) << run.result.output;
       EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo "), std::string::npos) << run.result.output;
+      EXPECT_NE(run.result.output.find("; rank 1 " + silent), std::string::npos) << run.result.output;
     }
+  }
+}
+
+// A link cut between two hosts: both ranks time out in the same operation and say so, naming
+// it, within parallel.timeout_s and the few seconds they wait for each other's records.
+TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
+  if (const std::string why = missing_backend(kHostsLaunch); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = scratch_dir();
+  const Timed run = run_timed("timeout 120 " + kHostsLaunch + "2 --cut-link 1 --after 4 -- " +
+                              train_command("", {"data.type=synthetic", "train.iters=1000000", "parallel.timeout_s=4",
+                                                 "train.log_interval=100000", "train.log_dir=" + dir.string()})
+                                  .substr(std::string("timeout 120 ").size()));
+  expect_ended_in_failure(run, 30);
+  const auto lines = error_lines(run.result.output);
+  ASSERT_EQ(lines.size(), 2u) << run.result.output;
+  for (const auto& line : lines) {
+    EXPECT_NE(line.find("no answer from a peer within parallel.timeout_s=4 s"), std::string::npos) << line;
+    EXPECT_NE(line.find("; this rank was in #"), std::string::npos) << line;
   }
 }
 
@@ -435,6 +459,9 @@ TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
     const std::string log = read_text_file((dir / "logs" / ("rank-" + rank + ".log")).string(), "log");
     EXPECT_NE(log.find("Z iter 2/2 | samples 32 |"), std::string::npos) << log;
   }
+  // The straggler report of each log interval.
+  EXPECT_NE(r.output.find("[rank 0] ranks over iterations 2-2: computing slowest rank "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" s; waiting in communication min "), std::string::npos) << r.output;
   const Timed killed = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 -- " +
                                  train_command("", {"data.type=synthetic", "train.iters=1000000",
                                                     "train.log_dir=" + (dir / "killed").string()})

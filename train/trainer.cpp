@@ -18,6 +18,7 @@
 #include "optim/zero.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline.h"
@@ -58,8 +59,10 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
   // checkpoint that fails on some ranks only ends all of them, reported once by rank 0. The
   // collectives (groups, publishing loaded weights) run between the phases.
   agree(*cpu_world_, [&] {
-    if (const std::string dir = rank_log_dir(config_.train); !dir.empty())
+    if (const std::string dir = rank_log_dir(config_.train); !dir.empty()) {
       log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"));
+      FlightRecorder::process().keep_records_in(dir, launch.job, int(launch.rank));
+    }
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
@@ -357,6 +360,26 @@ void Trainer::publish_background_save() {
                 fixed(save->write_seconds(), 2), " s (training waited ", fixed(waited, 2), " s for it)"));
 }
 
+void Trainer::report_stragglers(int64_t from_iteration) {
+  const auto now = std::chrono::steady_clock::now();
+  const double blocked = FlightRecorder::process().blocked_seconds();
+  const double wall = std::chrono::duration<double>(now - last_report_).count();
+  const double waiting = blocked - last_report_blocked_s_;
+  last_report_ = now;
+  last_report_blocked_s_ = blocked;
+  const int n = cpu_world_->size();
+  auto all = torch::empty({n, 2}, torch::kDouble);
+  cpu_world_->all_gather(all, torch::tensor({wall - waiting, waiting}, torch::kDouble));
+  auto compute = all.select(1, 0), wait = all.select(1, 1);
+  const int64_t slowest = compute.argmax().item<int64_t>(), fastest = compute.argmin().item<int64_t>();
+  const auto sorted = std::get<0>(wait.sort());
+  log::info(str("ranks over iterations ", from_iteration, "-", iteration_, ": computing slowest rank ", slowest, " ",
+                fixed(compute[slowest].item<double>(), 2), " s, fastest rank ", fastest, " ",
+                fixed(compute[fastest].item<double>(), 2), " s; waiting in communication min ",
+                fixed(sorted[0].item<double>(), 2), " / median ", fixed(sorted[n / 2].item<double>(), 2), " / max ",
+                fixed(sorted[n - 1].item<double>(), 2), " s"));
+}
+
 Trainer::Control Trainer::agree_on_control() {
   int64_t stop = stop_signal();
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 60;
@@ -383,6 +406,9 @@ TrainingEnd Trainer::train() {
   // of them is logged, validated or checkpointed.
   std::vector<PendingStep> pending;
   int stop = 0;
+  int64_t last_reported = first_iteration;
+  last_report_ = std::chrono::steady_clock::now();
+  last_report_blocked_s_ = FlightRecorder::process().blocked_seconds();
   while (iteration_ < t.iters && !stop) {
     pending.push_back(run_step());
     const int64_t it = iteration_;
@@ -404,6 +430,8 @@ TrainingEnd Trainer::train() {
       for (const auto& callback : callbacks_) callback(m);
     }
     pending.clear();
+    if (logged && cpu_world_->size() > 1) report_stragglers(last_reported + 1);
+    if (logged) last_reported = it;
     if (save && t.async_save) start_background_save();
     else if (save) save_checkpoint();
   }

@@ -107,6 +107,10 @@ class Trainer {
   static constexpr int kTimeLimit = 1000;  // above every signal's number
   Control agree_on_control();
   CheckpointRequest checkpoint_request() const;
+  // At a log interval of a job of several ranks (collective over the CPU world): each rank's
+  // time since the last report spent computing and spent waiting in communication (the flight
+  // recorder's), gathered, and one line naming the slowest and fastest rank.
+  void report_stragglers(int64_t from_iteration);
   // train.async_save: copies the state to host memory and writes it in the background.
   void start_background_save();
   void publish_background_save();
@@ -130,6 +134,8 @@ class Trainer {
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_report_ = started_;
+  double last_report_blocked_s_ = 0;
   std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
 };
 

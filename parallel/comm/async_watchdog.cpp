@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "parallel/comm/flight_recorder.h"
 
 namespace trident {
 
@@ -77,7 +78,8 @@ void AsyncWatchdog::fail(const std::string& why) {
 AsyncWatchdog& nccl_watchdog() {
   // Never destroyed, its thread never joined: the process may end at any moment.
   static AsyncWatchdog* watchdog = new AsyncWatchdog(std::chrono::milliseconds(250), [](const std::string& why) {
-    log::error(why);
+    const std::string behind = FlightRecorder::process().explain_failure(std::chrono::seconds(5));
+    log::error(behind.empty() ? why : str(why, "; ", behind));
     std::_Exit(2);
   });
   return *watchdog;

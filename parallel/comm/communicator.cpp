@@ -7,6 +7,7 @@
 #include "core/text.h"
 #include "parallel/comm/backends.h"
 #include "parallel/comm/launch.h"
+#include "parallel/comm/recorded_communicator.h"
 
 namespace trident {
 namespace {
@@ -143,11 +144,20 @@ void check_backend(const LaunchInfo& launch, const CommOptions& options) {
          ", which is not built into this trident (it has: ", available_backends(), ")");
 }
 
+namespace {
+// Every world of several processes is watched by the flight recorder.
+std::shared_ptr<Communicator> recorded_world(std::shared_ptr<Communicator> world) {
+  std::vector<int> ranks(size_t(world->size()));
+  for (int r = 0; r < world->size(); ++r) ranks[size_t(r)] = r;
+  return recorded(std::move(world), std::move(ranks));
+}
+}  // namespace
+
 std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const CommOptions& options) {
   check_backend(launch, options);
   if (launch.world_size == 1 && options.backend != "mpi") return make_self_communicator();
 #ifdef TRIDENT_WITH_GLOO
-  if (launch.launcher == "torchrun") return make_gloo_world_communicator(launch, options.timeout);
+  if (launch.launcher == "torchrun") return recorded_world(make_gloo_world_communicator(launch, options.timeout));
 #endif
 #ifdef TRIDENT_WITH_MPI
   auto world = make_mpi_world_communicator(options.timeout);
@@ -159,7 +169,7 @@ std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const Comm
          slurm ? "srun with MPI support (srun --mpi=pmix)" : "mpirun", "; unset ",
          slurm ? "SLURM_NTASKS and SLURM_PROCID" : "the OMPI_COMM_WORLD_* variables", " to run a single process");
   }
-  return world;
+  return recorded_world(std::move(world));
 #endif
   TRIDENT_CHECK(false, "check_backend let through a launch that no backend can connect");
   return nullptr;
@@ -169,7 +179,7 @@ std::shared_ptr<Communicator> device_world(std::shared_ptr<Communicator> cpu_wor
                                            const LaunchInfo& launch, const CommOptions& options) {
   if (!options.device.is_cuda()) return cpu_world;
 #ifdef TRIDENT_WITH_NCCL
-  return make_nccl_world_communicator(launch, *cpu_world, options.timeout);
+  return recorded_world(make_nccl_world_communicator(launch, *cpu_world, options.timeout));
 #else
   (void)launch;
   fail("train.device=cuda needs the NCCL backend, which is not built into this trident");

@@ -35,7 +35,7 @@ class Communicator {
   // What the group is for, in error messages: "the data-parallel group" (ProcessGroups names
   // them; "world" and "split" by default).
   const std::string& name() const { return name_; }
-  void set_name(std::string name) { name_ = std::move(name); }
+  virtual void set_name(std::string name) { name_ = std::move(name); }
 
   virtual void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::sum) = 0;
   // Starts an all-reduce that may overlap with computation. The default completes at once.

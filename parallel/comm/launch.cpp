@@ -59,6 +59,7 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
   info.agent_store = agent && std::strcmp(agent, "True") == 0;
   info.restart_count = optional_integer(env, "TORCHELASTIC_RESTART_COUNT", 0);
   check_ranks(info, "RANK", "WORLD_SIZE");
+  info.job = str("torchrun-", info.master_port);
   return info;
 }
 
@@ -87,6 +88,12 @@ LaunchInfo from_launcher(const EnvLookup& env, const LauncherVariables& names) {
                               ? optional_integer(env, names.local_size, info.world_size)
                               : info.world_size;
   check_ranks(info, names.rank, names.size);
+  for (const char* id : {"SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
+    if (env(id) && *env(id)) {
+      info.job = str(names.launcher, "-", env(id));
+      if (info.launcher == "slurm" && env("SLURM_STEP_ID")) info.job += str(".", env("SLURM_STEP_ID"));
+      break;
+    }
   return info;
 }
 

@@ -19,6 +19,9 @@ struct LaunchInfo {
   bool agent_store = false; // TORCHELASTIC_USE_AGENT_STORE: every rank is a TCPStore client
   int64_t restart_count = 0; // TORCHELASTIC_RESTART_COUNT: torchrun's attempt (keys apart in its store)
   std::string launcher = "single process";  // torchrun | mpirun | slurm | single process
+  // What tells this job from another in shared folders (flight records): SLURM's job and step,
+  // Open MPI's job id, torchrun's MASTER_PORT; "" for a single process.
+  std::string job;
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "parallel/comm/flight_recorder.h"
 
 namespace trident {
 namespace {
@@ -45,8 +46,10 @@ class Watchdog {
     for (;;) {
       never_.wait_for(lock, kTick);
       if (armed_ && Clock::now() > deadline_) {
+        const std::string behind = FlightRecorder::process().explain_failure(std::chrono::seconds(5));
         log::error(str(what_, " made no progress for ", timeout_.count(),
-                       " s (parallel.timeout_s): a peer is stopped, stuck or lost; ending the job"));
+                       " s (parallel.timeout_s): a peer is stopped, stuck or lost; ending the job",
+                       behind.empty() ? "" : "; ", behind));
         // Not end_job(): only the main thread may call MPI. A rank that exits without
         // finalizing makes mpirun end the job.
         std::_Exit(2);

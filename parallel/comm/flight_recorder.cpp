@@ -1,0 +1,158 @@
+#include "parallel/comm/flight_recorder.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The world ranks in a group key "data-parallel[0,2]".
+std::vector<int> members_of(const std::string& group) {
+  std::vector<int> ranks;
+  const size_t open = group.rfind('[');
+  if (open == std::string::npos) return ranks;
+  for (const auto& part : split(group.substr(open + 1, group.size() - open - 2), ','))
+    if (!part.empty()) ranks.push_back(std::stoi(part));
+  return ranks;
+}
+
+struct LastOperation {
+  int64_t sequence = -1;
+  std::string operation, state;
+};
+
+// The `last` line of `group` in a rank's record; sequence -1 when the record has none.
+LastOperation last_in_record(const std::string& file, const std::string& group) {
+  std::ifstream in(file);
+  LastOperation last;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string kind, key;
+    words >> kind >> key;
+    if (kind == "last" && key == group) words >> last.sequence >> last.operation >> last.state;
+  }
+  return last;
+}
+
+}  // namespace
+
+FlightRecorder& FlightRecorder::process() {
+  static FlightRecorder* recorder = new FlightRecorder;
+  return *recorder;
+}
+
+std::string FlightRecorder::record_file(int rank) const {
+  return (fs::path(folder_) / str("flight-", job_.empty() ? "" : job_ + "-", "rank-", rank, ".txt")).string();
+}
+
+void FlightRecorder::keep_records_in(std::string folder, std::string job, int world_rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  folder_ = std::move(folder);
+  job_ = std::move(job);
+  rank_ = world_rank;
+  if (!folder_.empty()) std::remove(record_file(rank_).c_str());  // a previous run's
+}
+
+int64_t FlightRecorder::started(const std::string& group, int64_t sequence, const char* operation, int64_t bytes) {
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  Entry entry{next_id_++, sequence, bytes, operation, group, now, -1};
+  last_[group] = entry;
+  entries_.push_back(std::move(entry));
+  if (entries_.size() > kKept) entries_.pop_front();
+  return entries_.back().id;
+}
+
+void FlightRecorder::finished(int64_t id, double blocked_s) {
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocked_s_ += blocked_s;
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
+    if (it->id == id) {
+      it->end_s = now;
+      auto last = last_.find(it->group);
+      if (last != last_.end() && last->second.id == id) last->second.end_s = now;
+      return;
+    }
+}
+
+double FlightRecorder::blocked_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocked_s_;
+}
+
+std::string FlightRecorder::write_record() const {
+  std::ostringstream out;
+  for (const auto& [group, e] : last_)
+    out << "last " << group << " " << e.sequence << " " << e.operation << " " << (e.end_s < 0 ? "in-flight" : "finished")
+        << "\n";
+  for (const auto& e : entries_)
+    out << "entry " << e.sequence << " " << e.operation << " " << e.group << " " << e.bytes << " " << fixed(e.start_s, 6)
+        << " " << (e.end_s < 0 ? std::string("-") : fixed(e.end_s, 6)) << "\n";
+  const std::string file = record_file(rank_), partial = file + ".partial";
+  std::ofstream(partial) << out.str();
+  fs::rename(partial, file);  // whole, for the ranks reading it
+  return file;
+}
+
+std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {
+  std::string folder, group, file;
+  int64_t sequence = -1;
+  std::string operation;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (folder_.empty()) return "";
+    try {
+      file = write_record();
+    } catch (const std::exception&) {
+      return "";
+    }
+    for (const auto& e : entries_)
+      if (e.end_s < 0) {
+        group = e.group, sequence = e.sequence, operation = e.operation;
+        break;
+      }
+    folder = folder_;
+  }
+  if (sequence < 0) return str("flight record in ", file);
+  // The others write theirs when their own wait times out; give them a few seconds.
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<int> missing;
+  for (;;) {
+    missing.clear();
+    for (int member : members_of(group))
+      if (member != rank_ && !fs::exists(record_file(member))) missing.push_back(member);
+    if (missing.empty() || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<std::string> behind;
+  for (int member : members_of(group)) {
+    if (member == rank_ || std::find(missing.begin(), missing.end(), member) != missing.end()) continue;
+    const LastOperation last = last_in_record(record_file(member), group);
+    if (last.sequence < sequence)
+      behind.push_back(last.sequence < 0 ? str("rank ", member, " (no operation on this group yet)")
+                                         : str("rank ", member, " (at #", last.sequence, " ", last.operation, ", ",
+                                               last.state, ")"));
+  }
+  std::vector<std::string> silent;
+  for (int m : missing) silent.push_back(str(m));
+  std::string verdict;
+  if (!behind.empty()) verdict = str("behind: ", join(behind, ", "));
+  if (!silent.empty())
+    verdict += str(verdict.empty() ? "" : "; ", "rank", silent.size() > 1 ? "s " : " ", join(silent, ", "),
+                   " left no flight record within ", wait.count(), " s: stopped, stuck outside communication, or cut off");
+  if (verdict.empty()) verdict = str("every rank of the group reached #", sequence, ": the transfer itself failed (a lost link or host?)");
+  return str("this rank was in #", sequence, " ", operation, " on ", group, "; ", verdict, " (flight records in ", folder, ")");
+}
+
+}  // namespace trident

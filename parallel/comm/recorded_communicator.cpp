@@ -1,0 +1,145 @@
+#include "parallel/comm/recorded_communicator.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "parallel/comm/flight_recorder.h"
+
+namespace trident {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// How long a failing rank waits for the other ranks' flight records.
+constexpr std::chrono::seconds kRecordsWait{5};
+
+// Runs `body`, the wait of recorded operation `id`; an Error from it gets the flight recorder's
+// explanation of who was behind.
+template <typename Body>
+void waited(int64_t id, Body&& body) {
+  const auto start = Clock::now();
+  try {
+    body();
+  } catch (const JobError&) {
+    throw;
+  } catch (const Error& e) {
+    const std::string behind = FlightRecorder::process().explain_failure(kRecordsWait);
+    if (behind.empty()) throw;
+    throw Error(str(e.what(), "; ", behind));
+  }
+  FlightRecorder::process().finished(id, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+class RecordedPending : public PendingCollective {
+ public:
+  RecordedPending(std::unique_ptr<PendingCollective> inner, int64_t id) : inner_(std::move(inner)), id_(id) {}
+  void wait() override { waited(id_, [&] { inner_->wait(); }); }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  int64_t id_;
+};
+
+int64_t bytes_of(const torch::Tensor& t) { return int64_t(t.numel() * t.element_size()); }
+
+class RecordedCommunicator : public Communicator {
+ public:
+  RecordedCommunicator(std::shared_ptr<Communicator> inner, std::vector<int> world_ranks)
+      : inner_(std::move(inner)), world_ranks_(std::move(world_ranks)) {
+    TRIDENT_CHECK(int(world_ranks_.size()) == inner_->size(), world_ranks_.size(), " world ranks for a group of ",
+                  inner_->size());
+    set_name(inner_->name());
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+  void set_name(std::string name) override {
+    inner_->set_name(name);
+    Communicator::set_name(name);
+    std::vector<std::string> ranks;
+    for (int r : world_ranks_) ranks.push_back(std::to_string(r));
+    key_ = str(name, "[", join(ranks, ","), "]");
+  }
+
+  void all_reduce(torch::Tensor& tensor, ReduceOp op) override {
+    run("all_reduce", bytes_of(tensor), [&] { inner_->all_reduce(tensor, op); });
+  }
+  std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& tensor, ReduceOp op) override {
+    return started("all_reduce", bytes_of(tensor), [&] { return inner_->all_reduce_async(tensor, op); });
+  }
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) override {
+    run("reduce_scatter", bytes_of(in), [&] { inner_->reduce_scatter(out, in, op); });
+  }
+  std::unique_ptr<PendingCollective> reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in,
+                                                          ReduceOp op) override {
+    return started("reduce_scatter", bytes_of(in), [&] { return inner_->reduce_scatter_async(out, in, op); });
+  }
+  void all_gather(torch::Tensor& out, const torch::Tensor& in) override {
+    run("all_gather", bytes_of(out), [&] { inner_->all_gather(out, in); });
+  }
+  std::unique_ptr<PendingCollective> all_gather_async(torch::Tensor& out, const torch::Tensor& in) override {
+    return started("all_gather", bytes_of(out), [&] { return inner_->all_gather_async(out, in); });
+  }
+  void broadcast(torch::Tensor& tensor, int root) override {
+    run("broadcast", bytes_of(tensor), [&] { inner_->broadcast(tensor, root); });
+  }
+  void send(const torch::Tensor& tensor, int peer) override {
+    run("send", bytes_of(tensor), [&] { inner_->send(tensor, peer); });
+  }
+  void recv(torch::Tensor& tensor, int peer) override {
+    run("recv", bytes_of(tensor), [&] { inner_->recv(tensor, peer); });
+  }
+  void exchange(std::vector<Transfer>& transfers) override {
+    run("exchange", transfer_bytes(transfers), [&] { inner_->exchange(transfers); });
+  }
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+    const int64_t bytes = transfer_bytes(transfers);
+    return started("exchange", bytes, [&] { return inner_->exchange_async(std::move(transfers)); });
+  }
+  void barrier() override {
+    run("barrier", 0, [&] { inner_->barrier(); });
+  }
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    std::shared_ptr<Communicator> group;
+    run("split", 0, [&] { group = inner_->split(color, key); });
+    // The new group's members' world ranks: every member tells its own.
+    auto mine = torch::tensor({int64_t(world_ranks_[size_t(rank())])}, torch::kLong);
+    auto all = torch::empty({group->size()}, torch::kLong);
+    group->all_gather(all, mine);
+    std::vector<int> ranks(size_t(group->size()));
+    for (int r = 0; r < group->size(); ++r) ranks[size_t(r)] = int(all[r].item<int64_t>());
+    return recorded(group, ranks);
+  }
+
+ private:
+  static int64_t transfer_bytes(const std::vector<Transfer>& transfers) {
+    int64_t bytes = 0;
+    for (const auto& t : transfers) bytes += bytes_of(t.tensor);
+    return bytes;
+  }
+  template <typename Body>
+  void run(const char* operation, int64_t bytes, Body&& body) {
+    waited(FlightRecorder::process().started(key_, ++sequence_, operation, bytes), body);
+  }
+  template <typename Start>
+  std::unique_ptr<PendingCollective> started(const char* operation, int64_t bytes, Start&& start) {
+    const int64_t id = FlightRecorder::process().started(key_, ++sequence_, operation, bytes);
+    std::unique_ptr<PendingCollective> pending;
+    waited(-1, [&] { pending = start(); });  // an error while starting is explained too
+    return std::make_unique<RecordedPending>(std::move(pending), id);
+  }
+
+  std::shared_ptr<Communicator> inner_;
+  std::vector<int> world_ranks_;
+  std::string key_;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> recorded(std::shared_ptr<Communicator> inner, std::vector<int> world_ranks) {
+  return std::make_shared<RecordedCommunicator>(std::move(inner), std::move(world_ranks));
+}
+
+}  // namespace trident

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "parallel/comm/network_route.h"
 
 namespace trident {
 namespace {
@@ -28,10 +29,10 @@ std::vector<int> members_of(const std::string& group) {
 
 struct LastOperation {
   int64_t sequence = -1;
-  std::string operation, state;
+  std::string operation, state, address;
 };
 
-// The `last` line of `group` in a rank's record; sequence -1 when the record has none.
+// The `last` line of `group` in a rank's record (sequence -1 when it has none), and its address.
 LastOperation last_in_record(const std::string& file, const std::string& group) {
   std::ifstream in(file);
   LastOperation last;
@@ -39,6 +40,7 @@ LastOperation last_in_record(const std::string& file, const std::string& group) 
     std::istringstream words(line);
     std::string kind, key;
     words >> kind >> key;
+    if (kind == "address") last.address = key;
     if (kind == "last" && key == group) words >> last.sequence >> last.operation >> last.state;
   }
   return last;
@@ -61,6 +63,11 @@ void FlightRecorder::keep_records_in(std::string folder, std::string job, int wo
   job_ = std::move(job);
   rank_ = world_rank;
   if (!folder_.empty()) std::remove(record_file(rank_).c_str());  // a previous run's
+}
+
+void FlightRecorder::set_address(std::string address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  address_ = std::move(address);
 }
 
 int64_t FlightRecorder::started(const std::string& group, int64_t sequence, const char* operation, int64_t bytes) {
@@ -93,6 +100,7 @@ double FlightRecorder::blocked_seconds() const {
 
 std::string FlightRecorder::write_record() const {
   std::ostringstream out;
+  if (!address_.empty()) out << "address " << address_ << "\n";
   for (const auto& [group, e] : last_)
     out << "last " << group << " " << e.sequence << " " << e.operation << " " << (e.end_s < 0 ? "in-flight" : "finished")
         << "\n";
@@ -135,10 +143,14 @@ std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {
     if (missing.empty() || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::vector<std::string> behind;
+  std::vector<std::string> behind, unreachable;
   for (int member : members_of(group)) {
     if (member == rank_ || std::find(missing.begin(), missing.end(), member) != missing.end()) continue;
     const LastOperation last = last_in_record(record_file(member), group);
+    // A peer that reached this operation too but does not answer from here: a lost link or host.
+    if (last.sequence >= sequence && !last.address.empty() &&
+        !host_answers(last.address, std::chrono::milliseconds(1000)))
+      unreachable.push_back(str("rank ", member, " (", last.address, ")"));
     if (last.sequence < sequence)
       behind.push_back(last.sequence < 0 ? str("rank ", member, " (no operation on this group yet)")
                                          : str("rank ", member, " (at #", last.sequence, " ", last.operation, ", ",
@@ -147,7 +159,8 @@ std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {
   std::vector<std::string> silent;
   for (int m : missing) silent.push_back(str(m));
   std::string verdict;
-  if (!behind.empty()) verdict = str("behind: ", join(behind, ", "));
+  if (!unreachable.empty()) verdict = str("unreachable from this rank: ", join(unreachable, ", "));
+  if (!behind.empty()) verdict += str(verdict.empty() ? "" : "; ", "behind: ", join(behind, ", "));
   if (!silent.empty())
     verdict += str(verdict.empty() ? "" : "; ", "rank", silent.size() > 1 ? "s " : " ", join(silent, ", "),
                    " left no flight record within ", wait.count(), " s: stopped, stuck outside communication, or cut off");

@@ -10,6 +10,7 @@
 // off). All ranks of a job must see the folder (one machine, or a shared file system).
 //
 // record file, one line each:
+//   address <this rank's address>                                 when known (Gloo)
 //   last <group> <sequence> <operation> <finished|in-flight>     the newest operation per group
 //   entry <sequence> <operation> <group> <bytes> <start_s> <end_s|->   oldest first
 #pragma once
@@ -31,6 +32,10 @@ class FlightRecorder {
   // Where records go on a failure, which job (LaunchInfo::job, keeping jobs apart in a shared
   // folder) and world rank this process is; no folder: no records.
   void keep_records_in(std::string folder, std::string job, int world_rank);
+
+  // This rank's address on the network the job uses (Gloo's), written into its record so that a
+  // rank that failed can tell an unreachable peer from a stopped one.
+  void set_address(std::string address);
 
   // An operation starting on `group` (its key, e.g. "data-parallel[0,2]"); returns its id.
   int64_t started(const std::string& group, int64_t sequence, const char* operation, int64_t bytes);
@@ -60,7 +65,7 @@ class FlightRecorder {
   std::map<std::string, Entry> last_;  // per group
   int64_t next_id_ = 0;
   double blocked_s_ = 0;
-  std::string folder_, job_;
+  std::string folder_, job_, address_;
   int rank_ = 0;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 };

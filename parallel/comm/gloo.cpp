@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "parallel/comm/backends.h"
 #include "parallel/comm/failure.h"
+#include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/network_route.h"
 #include "parallel/comm/watchdog.h"
@@ -229,6 +230,7 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
                                    " MASTER_PORT=", launch.master_port);
   const std::string within = str(" within parallel.timeout_s=", timeout.count(), " s");
   const LocalInterface interface = gloo_interface(launch);
+  FlightRecorder::process().set_address(interface.address);
   // c10d logs every connection retry and timeout through glog (or its own logger) before
   // throwing the exception that says the same, which trident reports once.
   log::QuietStderr quiet;

@@ -5,6 +5,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -84,6 +85,34 @@ LocalInterface interface_toward(const std::string& host, int port, const std::st
     for (const ifaddrs* entry = interfaces.list; entry; entry = entry->ifa_next)
       if (is_ip(entry) && (entry->ifa_flags & IFF_LOOPBACK)) return {entry->ifa_name, source, true};
   fail("the route to ", what, "=", host, " leaves from ", source, ", which no interface of this host holds");
+}
+
+bool host_answers(const std::string& address, std::chrono::milliseconds within) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  // Port 1 (tcpmux) is almost never served: a live host refuses at once.
+  if (getaddrinfo(address.c_str(), "1", &hints, &found) != 0) return false;
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found, freeaddrinfo);
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  bool answered = false;
+  if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    answered = true;
+  } else if (errno == EINPROGRESS) {
+    pollfd waiting{fd, POLLOUT, 0};
+    if (poll(&waiting, 1, int(within.count())) == 1) {
+      int error = 0;
+      socklen_t length = sizeof error;
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      answered = error == 0 || error == ECONNREFUSED;
+    }
+  } else {
+    answered = errno == ECONNREFUSED;
+  }
+  close(fd);
+  return answered;
 }
 
 LocalInterface interface_named(const std::string& name, const std::string& what) {

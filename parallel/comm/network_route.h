@@ -3,6 +3,7 @@
 // one the peers can reach; the route to MASTER_ADDR is the interface the store already uses.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 namespace trident {
@@ -18,6 +19,10 @@ struct LocalInterface {
 // interfaces. Throws Error naming `what` (e.g. "MASTER_ADDR") when `host` does not resolve or
 // nothing routes to it.
 LocalInterface interface_toward(const std::string& host, int port, const std::string& what);
+
+// Whether `address` answers a TCP connection attempt within `within`: a connection, or a refusal
+// (its host is up and routes back), is an answer; silence or "unreachable" is none.
+bool host_answers(const std::string& address, std::chrono::milliseconds within);
 
 // The interface called `name` and its first IPv4 (else IPv6) address; throws Error naming `what`
 // (e.g. "GLOO_SOCKET_IFNAME") when this host has no such interface with an address.

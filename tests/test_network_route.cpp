@@ -25,10 +25,10 @@ TEST(NetworkRoute, UnknownHostsAndInterfacesAreErrorsNamingTheVariable) {
   EXPECT_NE(message.find("lo"), std::string::npos) << message;
 }
 
-// A live host refuses a connection to a port nobody serves: that is an answer; an address
-// nothing routes to (TEST-NET-1, RFC 5737) gives none within the time allowed.
-TEST(NetworkRoute, ALiveHostAnswersAndALostOneDoesNot) {
+// A live host refuses a connection to a port nobody serves: that is an answer. (A host that gives
+// none is a cut link: JobFailure.ACutLinkEndsTheJobAcrossHosts, across simulated hosts; this
+// machine's own network may answer for any address.)
+TEST(NetworkRoute, ALiveHostAnswers) {
   EXPECT_TRUE(host_answers("127.0.0.1", std::chrono::milliseconds(1000)));
-  EXPECT_FALSE(host_answers("192.0.2.1", std::chrono::milliseconds(300)));
   EXPECT_FALSE(host_answers("not-an-address", std::chrono::milliseconds(300)));
 }

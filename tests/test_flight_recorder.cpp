@@ -42,3 +42,19 @@ TEST(FlightRecorder, WithoutAFolderThereIsNoRecord) {
   recorder.started("world[0,1]", 1, "barrier", 0);
   EXPECT_EQ(recorder.explain_failure(std::chrono::seconds(1)), "");
 }
+
+// The first rank to fail claims the job's error; a rank that fails the same way after it (numbers
+// aside) stays silent, a different cause is said.
+TEST(FlightRecorder, OnlyTheFirstRankReportsACauseTheOthersShare) {
+  const auto dir = scratch_dir();
+  FlightRecorder& recorder = FlightRecorder::process();
+  recorder.keep_records_in(dir.string(), "job9", 1);
+  EXPECT_TRUE(recorder.first_to_report("token id 250 at position 17 of 'corpus'"));
+  recorder.keep_records_in(dir.string(), "job9", 2);
+  EXPECT_FALSE(recorder.first_to_report("token id 250 at position 4131 of 'corpus'"));
+  EXPECT_TRUE(recorder.first_to_report("a peer closed its connection"));
+  recorder.keep_records_in(dir.string(), "job9", 0);  // a new run of the job: rank 0 clears the claim
+  EXPECT_TRUE(recorder.first_to_report("token id 250 at position 4131 of 'corpus'"));
+  recorder.keep_records_in("", "", 0);
+  EXPECT_TRUE(recorder.first_to_report("anything"));  // no folder: every rank speaks
+}

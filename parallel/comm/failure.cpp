@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "core/error.h"
 #include "core/logging.h"
 #include "parallel/comm/backends.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/comm/flight_recorder.h"
 
 namespace trident {
 
@@ -74,9 +76,19 @@ int report_failure(const std::exception& e, int world_size) {
     return 2;
   }
   const int code = dynamic_cast<const Error*>(&e) ? 2 : 1;
-  log::error(describe(e));
-  if (world_size > 1) end_job(code);
-  return code;
+  const std::string cause = describe(e);
+  if (world_size == 1 || FlightRecorder::process().first_to_report(cause)) {
+    log::error(cause);
+    if (world_size > 1) end_job(code);
+    return code;
+  }
+  // Another rank already said the same: this one keeps it for its log, and under MPI lets the
+  // first one's MPI_Abort end it (two ranks aborting at once make Open MPI print its own errors).
+  log::to_rank_log("error: " + cause);
+#ifdef TRIDENT_WITH_MPI
+  if (mpi_running()) std::this_thread::sleep_for(std::chrono::seconds(10));
+#endif
+  std::_Exit(code);
 }
 
 void end_job(int exit_code) {

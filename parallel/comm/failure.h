@@ -41,7 +41,8 @@ std::shared_ptr<Communicator> join_job(const LaunchInfo& launch, std::chrono::se
 // Prints the failure that ends this program and returns its exit code (2 for failures trident
 // diagnosed, 1 for anything else). A JobError is printed by rank 0 alone and every rank returns;
 // any other error is this rank's own: printed with its rank, then, in a job of several
-// processes, end_job() ends them all.
+// processes, end_job() ends them all. When another rank of the job already reported the same
+// cause (FlightRecorder::first_to_report), this rank stays silent (its log keeps the line).
 int report_failure(const std::exception& e, int world_size);
 
 // Ends every process of the job now, from the main thread, skipping destructors (they could

@@ -1,6 +1,10 @@
 #include "parallel/comm/flight_recorder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,16 +57,20 @@ FlightRecorder& FlightRecorder::process() {
   return *recorder;
 }
 
-std::string FlightRecorder::record_file(int rank) const {
-  return (fs::path(folder_) / str("flight-", job_.empty() ? "" : job_ + "-", "rank-", rank, ".txt")).string();
+std::string FlightRecorder::job_file(const std::string& kind, const std::string& name) const {
+  return (fs::path(folder_) / str(kind, "-", job_.empty() ? "" : job_ + "-", name, ".txt")).string();
 }
+
+std::string FlightRecorder::record_file(int rank) const { return job_file("flight", str("rank-", rank)); }
 
 void FlightRecorder::keep_records_in(std::string folder, std::string job, int world_rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   folder_ = std::move(folder);
   job_ = std::move(job);
   rank_ = world_rank;
-  if (!folder_.empty()) std::remove(record_file(rank_).c_str());  // a previous run's
+  if (folder_.empty()) return;
+  std::remove(record_file(rank_).c_str());  // a previous run's
+  if (rank_ == 0) std::remove(job_file("error", "first").c_str());
 }
 
 void FlightRecorder::set_address(std::string address) {
@@ -111,6 +119,44 @@ std::string FlightRecorder::write_record() const {
   std::ofstream(partial) << out.str();
   fs::rename(partial, file);  // whole, for the ranks reading it
   return file;
+}
+
+namespace {
+// A cause with its numbers blanked: "peer [127.0.0.1]:41168" and "peer [127.0.0.1]:52210" match.
+std::string without_numbers(const std::string& text) {
+  std::string out;
+  for (char c : text)
+    if (!std::isdigit(static_cast<unsigned char>(c)) || out.empty() || out.back() != '#')
+      out += std::isdigit(static_cast<unsigned char>(c)) ? '#' : c;
+  return out;
+}
+}  // namespace
+
+bool FlightRecorder::first_to_report(const std::string& cause) {
+  std::string file;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (folder_.empty()) return true;
+    file = job_file("error", "first");
+  }
+  const int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd >= 0) {
+    const std::string line = str(rank_, " ", cause);
+    // One write: a reader sees all of it or nothing (and then speaks for itself).
+    const ssize_t written = ::write(fd, line.data(), line.size());
+    (void)written;
+    ::close(fd);
+    return true;
+  }
+  // Another rank claimed it; it writes its cause at once after creating the file.
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    std::ifstream in(file);
+    std::string rank, first;
+    if (in >> rank && std::getline(in, first) && !first.empty())
+      return without_numbers(first.substr(1)) != without_numbers(cause);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {

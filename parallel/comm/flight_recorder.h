@@ -49,6 +49,12 @@ class FlightRecorder {
   // for the error line ("" without a folder or an operation in flight).
   std::string explain_failure(std::chrono::seconds wait);
 
+  // Whether this rank is the first of the job to report `cause`: the first rank to fail claims
+  // error-<job>-first.txt in the records' folder with its cause; a rank failing after it with the same
+  // cause, numbers aside (ports, ranks, positions), is not, and stays silent. True without a
+  // folder, or when the claim cannot be read.
+  bool first_to_report(const std::string& cause);
+
   static constexpr size_t kKept = 512;
 
  private:
@@ -58,6 +64,7 @@ class FlightRecorder {
     double start_s, end_s;  // end_s < 0: in flight
   };
   std::string write_record() const;  // returns the file written (mutex_ held)
+  std::string job_file(const std::string& kind, const std::string& name) const;  // <kind>-<job>-<name>.txt
   std::string record_file(int rank) const;
 
   mutable std::mutex mutex_;

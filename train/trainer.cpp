@@ -336,7 +336,7 @@ CheckpointRequest Trainer::checkpoint_request() const {
 void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   if (background_save_) publish_background_save();
-  if (last_saved_ == iteration_ && checkpoints_->latest() == iteration_) return;
+  if (last_saved_ == iteration_) return;  // saved (or resumed from) already: the same on every rank
   const auto start = std::chrono::steady_clock::now();
   trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;

@@ -62,7 +62,7 @@ class Trainer {
   std::vector<double> evaluate_datasets();
   double evaluate();
   // Saves the checkpoint of the current iteration now (after publishing one still being written
-  // in the background). Collective.
+  // in the background), unless it is saved already. Collective.
   void save_checkpoint();
 
   // Called after every iteration of train(), validation included.

@@ -32,6 +32,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // Where this communicator's tensors live: the CPU, or NCCL's GPU.
+  virtual torch::Device device() const { return torch::kCPU; }
   // What the group is for, in error messages: "the data-parallel group" (ProcessGroups names
   // them; "world" and "split" by default).
   const std::string& name() const { return name_; }

@@ -153,6 +153,7 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  torch::Device device() const override { return torch::Device(torch::kCUDA, c10::DeviceIndex(device_)); }
 
   void all_reduce(torch::Tensor& t, ReduceOp op) override { all_reduce_async(t, op)->wait(); }
   std::unique_ptr<PendingCollective> all_reduce_async(torch::Tensor& t, ReduceOp op) override {

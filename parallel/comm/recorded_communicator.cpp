@@ -54,6 +54,7 @@ class RecordedCommunicator : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return inner_->backend(); }
+  torch::Device device() const override { return inner_->device(); }
   void set_name(std::string name) override {
     inner_->set_name(name);
     Communicator::set_name(name);
@@ -103,12 +104,15 @@ class RecordedCommunicator : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key) override {
     std::shared_ptr<Communicator> group;
     run("split", 0, [&] { group = inner_->split(color, key); });
-    // The new group's members' world ranks: every member tells its own.
-    auto mine = torch::tensor({int64_t(world_ranks_[size_t(rank())])}, torch::kLong);
-    auto all = torch::empty({group->size()}, torch::kLong);
+    // The new group's members' world ranks: every member tells its own (on the group's device:
+    // NCCL moves GPU tensors only).
+    const auto on = torch::TensorOptions().dtype(torch::kLong).device(group->device());
+    auto mine = torch::full({1}, int64_t(world_ranks_[size_t(rank())]), on);
+    auto all = torch::empty({group->size()}, on);
     group->all_gather(all, mine);
+    const auto gathered = all.cpu();
     std::vector<int> ranks(size_t(group->size()));
-    for (int r = 0; r < group->size(); ++r) ranks[size_t(r)] = int(all[r].item<int64_t>());
+    for (int r = 0; r < group->size(); ++r) ranks[size_t(r)] = int(gathered[r].item<int64_t>());
     return recorded(group, ranks);
   }
 

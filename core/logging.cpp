@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,9 @@ int world = 1;
 std::mutex file_mutex;
 FILE* file = nullptr;
 std::string file_path;
+// The real stderr while a QuietStderr sends fd 2 to /dev/null (errors must still be seen: a
+// watchdog may end the process inside a quiet section); -1 otherwise.
+std::atomic<int> real_stderr{-1};
 
 void to_file(const char* kind, const std::string& line) {
   std::lock_guard<std::mutex> lock(file_mutex);
@@ -75,18 +79,20 @@ void warn(const std::string& line) {
 
 void error(const std::string& line) {
   std::fflush(stdout);
-  if (world > 1)
-    std::fprintf(stderr, "error (rank %d): %s\n", this_rank, line.c_str());
-  else
-    std::fprintf(stderr, "error: %s\n", line.c_str());
-  to_file("error: ", line);
-  if (const std::string log = rank_log(); !log.empty())
-    std::fprintf(stderr, "  (rank %d's log: %s)\n", this_rank, log.c_str());
   std::fflush(stderr);
+  const int quiet_saved = real_stderr.load();
+  const int fd = quiet_saved >= 0 ? quiet_saved : 2;
+  if (world > 1)
+    dprintf(fd, "error (rank %d): %s\n", this_rank, line.c_str());
+  else
+    dprintf(fd, "error: %s\n", line.c_str());
+  to_file("error: ", line);
+  if (const std::string log = rank_log(); !log.empty()) dprintf(fd, "  (rank %d's log: %s)\n", this_rank, log.c_str());
 }
 
 QuietStderr::QuietStderr() : saved_(::dup(2)) {
   std::fflush(stderr);
+  real_stderr = saved_;
   const int null = ::open("/dev/null", O_WRONLY);
   ::dup2(null, 2);
   ::close(null);
@@ -95,6 +101,7 @@ QuietStderr::QuietStderr() : saved_(::dup(2)) {
 QuietStderr::~QuietStderr() {
   std::fflush(stderr);
   ::dup2(saved_, 2);
+  real_stderr = -1;
   ::close(saved_);
 }
 

@@ -246,7 +246,9 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
 
 // A link cut between two hosts: both ranks time out in the same operation and each names the
 // other as unreachable (the peer's address from its flight record does not answer), within
-// parallel.timeout_s and the few seconds they spend on each other's records.
+// parallel.timeout_s and the few seconds they spend on each other's records. The two lines say
+// the same, numbers aside, unless one rank waited in a send and the other in a receive: the
+// second to fail then stays silent (FlightRecorder::first_to_report).
 TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
   if (const std::string why = missing_backend(kHostsLaunch); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
@@ -256,7 +258,8 @@ TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
                                   .substr(std::string("timeout 120 ").size()));
   expect_ended_in_failure(run, 30);
   const auto lines = error_lines(run.result.output);
-  ASSERT_EQ(lines.size(), 2u) << run.result.output;
+  ASSERT_GE(lines.size(), 1u) << run.result.output;
+  ASSERT_LE(lines.size(), 2u) << run.result.output;
   for (const auto& line : lines) {
     EXPECT_NE(line.find("no answer from a peer within parallel.timeout_s=4 s"), std::string::npos) << line;
     EXPECT_NE(line.find("; this rank was in #"), std::string::npos) << line;
@@ -512,7 +515,7 @@ TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
   expect_ended_in_failure(killed, 60);
   EXPECT_NE(killed.result.output.find("[rank 0]   (rank 0's log: " + (dir / "killed/rank-0.log").string() + ")"),
             std::string::npos) << killed.result.output;
-  EXPECT_NE(read_text_file((dir / "killed/rank-0.log").string(), "log").find("Z error: gloo all_reduce"), std::string::npos);
+  EXPECT_NE(read_text_file((dir / "killed/rank-0.log").string(), "log").find("Z error: gloo "), std::string::npos);
 
   write_text_file((dir / "a-file").string(), "");
   const auto bad = run_command(train_command("", {"data.type=synthetic", "train.log_dir=" + (dir / "a-file").string()}));

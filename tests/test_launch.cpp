@@ -90,3 +90,11 @@ TEST(Launch, TheApparentRankDecidesWhoReportsALaunchError) {
   EXPECT_EQ(apparent_rank(env({{"RANK", "one"}})), std::nullopt);
   EXPECT_EQ(apparent_rank(env({})), std::nullopt);
 }
+
+// Only a mistake every process shares is left to rank 0; one of this process's own is its to say.
+TEST(Launch, AMistakeOfOneProcessIsNotLeftToRankZero) {
+  EXPECT_TRUE(shared_mistake(env({{"RANK", "1"}, {"WORLD_SIZE", "2"}})));  // no MASTER_ADDR anywhere
+  EXPECT_FALSE(shared_mistake(env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
+  EXPECT_FALSE(shared_mistake(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
+                                   {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}})));
+}

@@ -436,7 +436,7 @@ TrainingEnd Trainer::train() {
     else if (save) save_checkpoint();
   }
   if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
-  if (!stop) return {};
+  if (!stop || iteration_ >= t.iters) return {};  // a stop asked for at the very end changes nothing
   TrainingEnd end{false, stop == kTimeLimit ? "train.exit_after_minutes" : signal_name(stop),
                   stop == kTimeLimit ? 3 : 128 + stop};
   const std::string kept = checkpoints_ ? str("saved in ", checkpoints_->path(iteration_), "; the same command resumes")

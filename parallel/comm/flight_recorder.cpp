@@ -159,7 +159,7 @@ bool FlightRecorder::first_to_report(const std::string& cause) {
   return true;
 }
 
-std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {
+std::string FlightRecorder::explain_failure(std::chrono::seconds wait, int64_t id) {
   std::string folder, group, file;
   int64_t sequence = -1;
   std::string operation;
@@ -172,7 +172,7 @@ std::string FlightRecorder::explain_failure(std::chrono::seconds wait) {
       return "";
     }
     for (const auto& e : entries_)
-      if (e.end_s < 0) {
+      if (id >= 0 ? e.id == id : e.end_s < 0) {
         group = e.group, sequence = e.sequence, operation = e.operation;
         break;
       }

@@ -44,10 +44,10 @@ class FlightRecorder {
   // Seconds spent blocked in communication since the process started (the straggler report).
   double blocked_seconds() const;
 
-  // On a failure: writes this rank's record, waits up to `wait` for the records of the other
-  // ranks of the group of the oldest operation in flight, and says who was behind, in a clause
-  // for the error line ("" without a folder or an operation in flight).
-  std::string explain_failure(std::chrono::seconds wait);
+  // On a failure of operation `id` (-1: unknown, the oldest in flight): writes this rank's
+  // record, waits up to `wait` for the records of the other ranks of its group, and says who was
+  // behind, in a clause for the error line ("" without a folder or an operation to explain).
+  std::string explain_failure(std::chrono::seconds wait, int64_t id = -1);
 
   // Whether this rank is the first of the job to report `cause`: the first rank to fail claims
   // error-<job>-first.txt in the records' folder with its cause; a rank failing after it with the same

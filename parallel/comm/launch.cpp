@@ -59,7 +59,9 @@ LaunchInfo from_torchrun(const EnvLookup& env) {
   info.agent_store = agent && std::strcmp(agent, "True") == 0;
   info.restart_count = optional_integer(env, "TORCHELASTIC_RESTART_COUNT", 0);
   check_ranks(info, "RANK", "WORLD_SIZE");
-  info.job = str("torchrun-", info.master_port);
+  // Two jobs on the default port differ in torchrun's run id (--rdzv-id), when it gives one.
+  const char* run_id = env("TORCHELASTIC_RUN_ID");
+  info.job = str("torchrun-", run_id && *run_id ? str(run_id, "-") : "", info.master_port);
   return info;
 }
 
@@ -127,6 +129,20 @@ std::optional<int64_t> apparent_rank(const EnvLookup& env) {
   return ranks.front();
 }
 
+bool shared_mistake(const EnvLookup& env) {
+  const EnvLookup as_rank_zero = [&](const char* name) -> const char* {
+    for (const char* rank : {kOpenMpi.rank, kOpenMpi.local_rank, "RANK", "LOCAL_RANK", kSlurm.rank, kSlurm.local_rank})
+      if (std::strcmp(name, rank) == 0) return env(name) && *env(name) ? "0" : env(name);
+    return env(name);
+  };
+  try {
+    detect_launch(as_rank_zero);
+    return false;
+  } catch (const Error&) {
+    return true;
+  }
+}
+
 LaunchInfo detect_launch(const EnvLookup& env) {
   auto set = [&](const char* name) { return env(name) && *env(name); };
   if (set("RANK") || set("WORLD_SIZE")) {
@@ -150,10 +166,11 @@ std::optional<LaunchInfo> detect_launch_or_report() {
     log::set_process(int(launch.rank), int(launch.world_size));
     return launch;
   } catch (const std::exception& e) {
-    // Every process of the job has the same variables' mistake: the one that looks like rank 0
-    // says it, for all (a process that cannot tell its rank speaks for itself).
+    // A mistake every process of the job shares (the same variables, ranks aside) is said by the
+    // one that looks like rank 0, for all; one of this process's own (its rank beyond the world
+    // size, variables that disagree) and one of a process that cannot tell its rank, by it.
     const std::optional<int64_t> rank = apparent_rank();
-    if (!rank || *rank == 0) log::error(e.what());
+    if (!rank || *rank == 0 || !shared_mistake()) log::error(e.what());
     return std::nullopt;
   }
 }

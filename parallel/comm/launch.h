@@ -37,9 +37,13 @@ LaunchInfo detect_launch(const EnvLookup& env = [](const char* name) { return st
 // nothing otherwise.
 std::optional<int64_t> apparent_rank(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
 
+// Whether the launch variables' mistake is one every process of the job shares: they fail as
+// well with this process's rank variables set to 0.
+bool shared_mistake(const EnvLookup& env = [](const char* name) { return std::getenv(name); });
+
 // For a program's start: this process's launch, with the log told its rank; or, when the
-// variables are wrong, nothing after printing why: once for the job, by the process whose
-// apparent_rank is 0, and by every process that has none (no rank 0 speaks for them).
+// variables are wrong, nothing after printing why: a shared_mistake once for the job, by the
+// process whose apparent_rank is 0; any other by the process that has it.
 std::optional<LaunchInfo> detect_launch_or_report();
 
 }  // namespace trident

@@ -13,20 +13,26 @@ using Clock = std::chrono::steady_clock;
 // How long a failing rank waits for the other ranks' flight records.
 constexpr std::chrono::seconds kRecordsWait{5};
 
-// Runs `body`, the wait of recorded operation `id`; an Error from it gets the flight recorder's
+// Runs `body`, a part of recorded operation `id`; an Error from it gets the flight recorder's
 // explanation of who was behind.
 template <typename Body>
-void waited(int64_t id, Body&& body) {
-  const auto start = Clock::now();
+void explained(int64_t id, Body&& body) {
   try {
     body();
   } catch (const JobError&) {
     throw;
   } catch (const Error& e) {
-    const std::string behind = FlightRecorder::process().explain_failure(kRecordsWait);
+    const std::string behind = FlightRecorder::process().explain_failure(kRecordsWait, id);
     if (behind.empty()) throw;
     throw Error(str(e.what(), "; ", behind));
   }
+}
+
+// Runs `body`, the wait that completes operation `id`, and records its end and the time waited.
+template <typename Body>
+void waited(int64_t id, Body&& body) {
+  const auto start = Clock::now();
+  explained(id, body);
   FlightRecorder::process().finished(id, std::chrono::duration<double>(Clock::now() - start).count());
 }
 
@@ -45,7 +51,7 @@ int64_t bytes_of(const torch::Tensor& t) { return int64_t(t.numel() * t.element_
 class RecordedCommunicator : public Communicator {
  public:
   RecordedCommunicator(std::shared_ptr<Communicator> inner, std::vector<int> world_ranks)
-      : inner_(std::move(inner)), world_ranks_(std::move(world_ranks)) {
+      : inner_(std::move(inner)), world_ranks_(std::move(world_ranks)), index_(created_++) {
     TRIDENT_CHECK(int(world_ranks_.size()) == inner_->size(), world_ranks_.size(), " world ranks for a group of ",
                   inner_->size());
     set_name(inner_->name());
@@ -60,7 +66,7 @@ class RecordedCommunicator : public Communicator {
     Communicator::set_name(name);
     std::vector<std::string> ranks;
     for (int r : world_ranks_) ranks.push_back(std::to_string(r));
-    key_ = str(name, "[", join(ranks, ","), "]");
+    key_ = str("g", index_, ":", name, "[", join(ranks, ","), "]");
   }
 
   void all_reduce(torch::Tensor& tensor, ReduceOp op) override {
@@ -130,15 +136,21 @@ class RecordedCommunicator : public Communicator {
   std::unique_ptr<PendingCollective> started(const char* operation, int64_t bytes, Start&& start) {
     const int64_t id = FlightRecorder::process().started(key_, ++sequence_, operation, bytes);
     std::unique_ptr<PendingCollective> pending;
-    waited(-1, [&] { pending = start(); });  // an error while starting is explained too
+    explained(id, [&] { pending = start(); });  // in flight until its wait
     return std::make_unique<RecordedPending>(std::move(pending), id);
   }
 
   std::shared_ptr<Communicator> inner_;
   std::vector<int> world_ranks_;
+  // Which recorded communicator of this process this is: every rank creates its groups in the
+  // same order, so the index tells apart groups of the same name and members (the CPU world
+  // and NCCL's) and means the same group on every rank.
+  int index_;
+  static int created_;
   std::string key_;
   int64_t sequence_ = 0;
 };
+int RecordedCommunicator::created_ = 0;
 
 }  // namespace
 

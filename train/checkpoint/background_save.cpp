@@ -15,15 +15,17 @@ BackgroundSave::BackgroundSave(const CheckpointStore& store, Communicator& cpu_w
                                const CheckpointRequest& request)
     : store_(store), cpu_world_(cpu_world), iteration_(request.progress.iteration),
       keep_(request.config.train.keep_checkpoints), loss_(request.loss), leader_(groups.world().rank() == 0) {
+  RankShare copy;
   try {
     agree(cpu_world, [&] {
       if (leader_) store.begin(iteration_);
     });
+    // A copy that fails (host memory) on any rank ends the save on every rank, reported once.
+    agree(cpu_world, [&] { copy = host_copy(rank_share(groups, request)); });
   } catch (const JobError&) {
     if (leader_) store.abandon(iteration_);
     throw;
   }
-  RankShare copy = host_copy(rank_share(groups, request));
   writer_ = std::thread([this, copy = std::move(copy)] {
     const auto start = Clock::now();
     try {

@@ -1,4 +1,4 @@
-// Wall-clock stopwatch for iteration timing.
+// Wall-clock stopwatch: iterations, saves, waits.
 #pragma once
 
 #include <chrono>
@@ -12,6 +12,7 @@ class Stopwatch {
   double elapsed_ms() const {
     return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
   }
+  double elapsed_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
  private:
   using Clock = std::chrono::steady_clock;

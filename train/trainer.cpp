@@ -11,6 +11,7 @@
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
 #include "core/text.h"
+#include "core/timer.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
@@ -22,20 +23,16 @@
 #include "parallel/comm/process_groups.h"
 #include "parallel/context_parallel.h"
 #include "parallel/pipeline.h"
+#include "train/checkpoint/background_save.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/tensors.h"
 #include "train/data/samples.h"
 #include "train/device.h"
 #include "train/stop_signals.h"
-#include "train/checkpoint/background_save.h"
 
 namespace trident {
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // Where each rank keeps its log: train.log_dir, else logs/ beside train.metrics_file, else nowhere.
 std::string rank_log_dir(const TrainConfig& t) {
   if (!t.log_dir.empty() || t.metrics_file.empty()) return t.log_dir;
@@ -337,19 +334,19 @@ void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   if (background_save_) publish_background_save();
   if (last_saved_ == iteration_) return;  // saved (or resumed from) already: the same on every rank
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch stopped;
   trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
-  log::info(str("saved checkpoint ", checkpoints_->path(iteration_), " in ",
-                fixed(seconds_since(start), 2), " s (training stopped for the write)"));
+  log::info(str("saved checkpoint ", checkpoints_->path(iteration_), " in ", fixed(stopped.elapsed_s(), 2),
+                " s (training stopped for the write)"));
 }
 
 void Trainer::start_background_save() {
   if (background_save_) publish_background_save();  // one pending save at a time: bounded memory
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch stopped;
   background_save_ = std::make_unique<BackgroundSave>(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
-  log::info(str("checkpoint ", checkpoints_->path(iteration_), ": training stopped ", fixed(seconds_since(start), 2),
+  log::info(str("checkpoint ", checkpoints_->path(iteration_), ": training stopped ", fixed(stopped.elapsed_s(), 2),
                 " s to copy the state; writing it in the background"));
 }
 
@@ -361,11 +358,10 @@ void Trainer::publish_background_save() {
 }
 
 void Trainer::report_stragglers(int64_t from_iteration) {
-  const auto now = std::chrono::steady_clock::now();
   const double blocked = FlightRecorder::process().blocked_seconds();
-  const double wall = std::chrono::duration<double>(now - last_report_).count();
+  const double wall = since_report_.elapsed_s();
   const double waiting = blocked - last_report_blocked_s_;
-  last_report_ = now;
+  since_report_.restart();
   last_report_blocked_s_ = blocked;
   const int n = cpu_world_->size();
   auto all = torch::empty({n, 2}, torch::kDouble);
@@ -382,7 +378,7 @@ void Trainer::report_stragglers(int64_t from_iteration) {
 
 Trainer::Control Trainer::agree_on_control() {
   int64_t stop = stop_signal();
-  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 60;
+  const double minutes = since_built_.elapsed_s() / 60;
   if (config_.train.exit_after_minutes > 0 && minutes >= config_.train.exit_after_minutes) stop = kTimeLimit;
   const bool writing = background_save_ && !background_save_->written();
   auto flags = torch::tensor({stop, int64_t(writing)}, torch::kLong);
@@ -407,7 +403,7 @@ TrainingEnd Trainer::train() {
   std::vector<PendingStep> pending;
   int stop = 0;
   int64_t last_reported = first_iteration;
-  last_report_ = std::chrono::steady_clock::now();
+  since_report_.restart();
   last_report_blocked_s_ = FlightRecorder::process().blocked_seconds();
   while (iteration_ < t.iters && !stop) {
     pending.push_back(run_step());

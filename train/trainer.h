@@ -1,7 +1,6 @@
 // The training loop as a library: build from a Config, then train() or step() yourself.
 #pragma once
 
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -9,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/layout.h"
+#include "core/timer.h"
 #include "model/gpt.h"
 #include "model/parallel_model.h"
 #include "parallel/comm/launch.h"
@@ -133,8 +133,8 @@ class Trainer {
   int64_t last_saved_ = -1;
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
-  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_report_ = started_;
+  Stopwatch since_built_;   // train.exit_after_minutes
+  Stopwatch since_report_;  // the straggler report's interval
   double last_report_blocked_s_ = 0;
   std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
 };

@@ -79,7 +79,7 @@ void FlightRecorder::set_address(std::string address) {
 }
 
 int64_t FlightRecorder::started(const std::string& group, int64_t sequence, const char* operation, int64_t bytes) {
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+  const double now = epoch_.elapsed_s();
   std::lock_guard<std::mutex> lock(mutex_);
   Entry entry{next_id_++, sequence, bytes, operation, group, now, -1};
   last_[group] = entry;
@@ -89,7 +89,7 @@ int64_t FlightRecorder::started(const std::string& group, int64_t sequence, cons
 }
 
 void FlightRecorder::finished(int64_t id, double blocked_s) {
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_).count();
+  const double now = epoch_.elapsed_s();
   std::lock_guard<std::mutex> lock(mutex_);
   blocked_s_ += blocked_s;
   for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)

@@ -22,6 +22,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/timer.h"
+
 namespace trident {
 
 class FlightRecorder {
@@ -74,7 +76,7 @@ class FlightRecorder {
   double blocked_s_ = 0;
   std::string folder_, job_, address_;
   int rank_ = 0;
-  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  Stopwatch epoch_;  // entries' times are seconds since the recorder was made
 };
 
 }  // namespace trident

@@ -115,12 +115,12 @@ void check_not_mixed(const EnvLookup& env, const LaunchInfo& torchrun) {
 std::optional<int64_t> apparent_rank(const EnvLookup& env) {
   std::vector<int64_t> ranks;
   for (const char* name : {kOpenMpi.rank, "RANK", kSlurm.rank}) {
-    const char* value = env(name);
-    if (!value || !*value) continue;
-    int64_t rank = -1;
-    auto [end, ec] = std::from_chars(value, value + std::strlen(value), rank);
-    if (ec != std::errc() || *end != '\0' || rank < 0) return std::nullopt;
-    ranks.push_back(rank);
+    if (!env(name) || !*env(name)) continue;
+    try {
+      ranks.push_back(optional_integer(env, name, 0));
+    } catch (const Error&) {
+      return std::nullopt;
+    }
   }
   // SLURM's rank is srun's task, which mpirun or torchrun inside it may subdivide: it only
   // counts alone. Open MPI's and torchrun's must agree.

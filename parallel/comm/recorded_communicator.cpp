@@ -4,12 +4,12 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "core/timer.h"
 #include "parallel/comm/flight_recorder.h"
 
 namespace trident {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 // How long a failing rank waits for the other ranks' flight records.
 constexpr std::chrono::seconds kRecordsWait{5};
 
@@ -31,9 +31,9 @@ void explained(int64_t id, Body&& body) {
 // Runs `body`, the wait that completes operation `id`, and records its end and the time waited.
 template <typename Body>
 void waited(int64_t id, Body&& body) {
-  const auto start = Clock::now();
+  const Stopwatch waiting;
   explained(id, body);
-  FlightRecorder::process().finished(id, std::chrono::duration<double>(Clock::now() - start).count());
+  FlightRecorder::process().finished(id, waiting.elapsed_s());
 }
 
 class RecordedPending : public PendingCollective {

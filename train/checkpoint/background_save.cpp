@@ -1,16 +1,10 @@
 #include "train/checkpoint/background_save.h"
 
-#include <chrono>
-
 #include "core/error.h"
+#include "core/timer.h"
 #include "parallel/comm/failure.h"
 
 namespace trident {
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-}  // namespace
-
 BackgroundSave::BackgroundSave(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
                                const CheckpointRequest& request)
     : store_(store), cpu_world_(cpu_world), iteration_(request.progress.iteration),
@@ -27,13 +21,13 @@ BackgroundSave::BackgroundSave(const CheckpointStore& store, Communicator& cpu_w
     throw;
   }
   writer_ = std::thread([this, copy = std::move(copy)] {
-    const auto start = Clock::now();
+    const Stopwatch writing;
     try {
       write_share(store_.staging_path(iteration_), copy);
     } catch (...) {
       failure_ = std::current_exception();
     }
-    write_seconds_ = seconds_since(start);
+    write_seconds_ = writing.elapsed_s();
     written_ = true;
   });
 }
@@ -43,9 +37,9 @@ BackgroundSave::~BackgroundSave() {
 }
 
 double BackgroundSave::publish() {
-  const auto start = Clock::now();
+  const Stopwatch waiting;
   writer_.join();
-  const double waited = seconds_since(start);
+  const double waited = waiting.elapsed_s();
   try {
     agree(cpu_world_, [&] {
       if (failure_) std::rethrow_exception(failure_);

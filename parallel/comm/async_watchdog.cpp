@@ -78,7 +78,7 @@ void AsyncWatchdog::fail(const std::string& why) {
 AsyncWatchdog& nccl_watchdog() {
   // Never destroyed, its thread never joined: the process may end at any moment.
   static AsyncWatchdog* watchdog = new AsyncWatchdog(std::chrono::milliseconds(250), [](const std::string& why) {
-    const std::string behind = FlightRecorder::process().explain_failure(std::chrono::seconds(5));
+    const std::string behind = FlightRecorder::process().explain_failure(FlightRecorder::kPeersWait);
     log::error(behind.empty() ? why : str(why, "; ", behind));
     std::_Exit(2);
   });

@@ -58,6 +58,8 @@ class FlightRecorder {
   bool first_to_report(const std::string& cause);
 
   static constexpr size_t kKept = 512;
+  // How long a failing rank waits for the other ranks' records (they fail at about the same time).
+  static constexpr std::chrono::seconds kPeersWait{5};
 
  private:
   struct Entry {

@@ -1,7 +1,5 @@
 #include "parallel/comm/recorded_communicator.h"
 
-#include <chrono>
-
 #include "core/error.h"
 #include "core/text.h"
 #include "core/timer.h"
@@ -10,8 +8,6 @@
 namespace trident {
 namespace {
 
-// How long a failing rank waits for the other ranks' flight records.
-constexpr std::chrono::seconds kRecordsWait{5};
 
 // Runs `body`, a part of recorded operation `id`; an Error from it gets the flight recorder's
 // explanation of who was behind.
@@ -22,7 +18,7 @@ void explained(int64_t id, Body&& body) {
   } catch (const JobError&) {
     throw;
   } catch (const Error& e) {
-    const std::string behind = FlightRecorder::process().explain_failure(kRecordsWait, id);
+    const std::string behind = FlightRecorder::process().explain_failure(FlightRecorder::kPeersWait, id);
     if (behind.empty()) throw;
     throw Error(str(e.what(), "; ", behind));
   }

@@ -46,7 +46,7 @@ class Watchdog {
     for (;;) {
       never_.wait_for(lock, kTick);
       if (armed_ && Clock::now() > deadline_) {
-        const std::string behind = FlightRecorder::process().explain_failure(std::chrono::seconds(5));
+        const std::string behind = FlightRecorder::process().explain_failure(FlightRecorder::kPeersWait);
         log::error(str(what_, " made no progress for ", timeout_.count(),
                        " s (parallel.timeout_s): a peer is stopped, stuck or lost; ending the job",
                        behind.empty() ? "" : "; ", behind));

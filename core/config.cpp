@@ -164,6 +164,8 @@ const std::vector<Field>& schema() {
             Rule<int64_t>{"a positive integer or 0 (auto)",
                           [](const int64_t& v) { return v >= 0; }}),
       field("parallel.virtual_stages", TRIDENT_MEMBER(parallel.virtual_stages), at_least(1)),
+      field("parallel.embedding_and_loss_as_layers", TRIDENT_MEMBER(parallel.embedding_and_loss_as_layers),
+            any<bool>("true or false")),
       field("parallel.sequence_parallel", TRIDENT_MEMBER(parallel.sequence_parallel),
             any<bool>("true or false")),
       field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 3)),

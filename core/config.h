@@ -86,6 +86,9 @@ struct ParallelConfig {
   int64_t context = 1;  // ranks that split each sequence (ring attention)
   int64_t data = 0;     // 0 means "auto": world_size / (tensor * context * pipeline)
   int64_t virtual_stages = 1;
+  // The embedding and the loss take one layer's place each when the layers are dealt to the
+  // pipeline's chunks (core/layout.h's chunk_layers).
+  bool embedding_and_loss_as_layers = false;
   bool sequence_parallel = false;
   int64_t zero_stage = 0;
   Schedule schedule = Schedule::one_f_one_b;

@@ -1,5 +1,6 @@
 #include "core/layout.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -37,9 +38,15 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
     return str("model.seq_length (", m.seq_length, ") must be divisible by ", divisor, " (", sequence_parts, ")",
                p.sequence_parallel ? " with parallel.sequence_parallel" : "");
   }
-  if (m.num_layers % (p.pipeline * p.virtual_stages) != 0)
+  const int64_t chunks = p.pipeline * p.virtual_stages;
+  if (p.embedding_and_loss_as_layers && (m.num_layers + 2) % chunks != 0)
+    return str("model.num_layers + 2 (", m.num_layers + 2, ": the embedding and the loss count as layers with ",
+               "parallel.embedding_and_loss_as_layers) must be divisible by parallel.pipeline * ",
+               "parallel.virtual_stages (", chunks, ")");
+  if (!p.embedding_and_loss_as_layers && m.num_layers % chunks != 0)
     return str("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
-               "parallel.virtual_stages (", p.pipeline * p.virtual_stages, ")");
+               "parallel.virtual_stages (", chunks, ")",
+               (m.num_layers + 2) % chunks == 0 ? " (or set parallel.embedding_and_loss_as_layers=true)" : "");
 
   const int64_t model_parallel = p.tensor * p.context * p.pipeline;
   if (world_size % model_parallel != 0)
@@ -65,6 +72,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   out.pp_size = p.pipeline;
   out.dp_size = dp_size;
   out.virtual_stages = p.virtual_stages;
+  out.embedding_and_loss_as_layers = p.embedding_and_loss_as_layers;
   out.sequence_parallel = p.sequence_parallel && p.tensor > 1;
   out.zero_stage = p.zero_stage;
   out.offload = config.optimizer.offload == "cpu";
@@ -76,6 +84,27 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
 }
 
 }  // namespace
+
+LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool embedding_and_loss_as_layers) {
+  const int64_t ends = embedding_and_loss_as_layers ? 1 : 0;
+  const int64_t slots = num_layers + 2 * ends;
+  TRIDENT_CHECK(chunks > 0 && index >= 0 && index < chunks && slots % chunks == 0, "chunk ", index, " of ", chunks,
+                " cannot hold an equal share of ", slots, " layer slots");
+  const int64_t per_chunk = slots / chunks;
+  // Slots [index x per_chunk, (index + 1) x per_chunk), less the embedding's slot 0 and the loss's last.
+  const int64_t first = std::max<int64_t>(0, index * per_chunk - ends);
+  const int64_t end = std::min(num_layers, (index + 1) * per_chunk - ends);
+  return {first, std::max<int64_t>(0, end - first)};
+}
+
+int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank) {
+  int64_t layers = 0;
+  for (int64_t c = 0; c < layout.virtual_stages; ++c)
+    layers += chunk_layers(num_layers, layout.pp_size * layout.virtual_stages, c * layout.pp_size + pp_rank,
+                           layout.embedding_and_loss_as_layers)
+                  .count;
+  return layers;
+}
 
 std::string describe_axes(const Layout& l) {
   return str("TP ", l.tp_size, l.cp_size > 1 ? str(" x CP ", l.cp_size) : "", " x PP ", l.pp_size, " x DP ", l.dp_size);

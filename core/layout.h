@@ -41,6 +41,7 @@ struct TensorParallelPlace {
 struct Layout {
   int64_t tp_size = 1, cp_size = 1, dp_size = 1, pp_size = 1;
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
+  bool embedding_and_loss_as_layers = false;  // in the layers' split (chunk_layers)
   bool sequence_parallel = false;  // asked for and tp_size > 1
   int64_t zero_stage = 0;
   bool offload = false;            // optimizer states in host memory (optimizer.offload=cpu)
@@ -59,6 +60,21 @@ struct Layout {
     return seq_length / cp_size / (sequence_parallel ? tp_size : 1);
   }
 };
+
+// The contiguous layers of pipeline chunk `index` of `chunks` (pp_size x virtual_stages, in
+// pipeline order: chunk c x pp_size + pp_rank is a stage's c-th). The layers are dealt evenly;
+// with `embedding_and_loss_as_layers` the embedding (before layer 0) and the loss (after the
+// last layer) fill one layer's slot each, so the first and last chunks hold one layer fewer and
+// may hold none (Llama 3's 126 layers on 16 stages x 8 chunks: 128 slots of one layer).
+//
+//   4 layers, 3 chunks, ends as layers:   slots  [emb L0] [L1 L2] [L3 loss]
+//                                         chunk     0        1        2
+struct LayerRange {
+  int64_t first = 0, count = 0;
+};
+LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool embedding_and_loss_as_layers);
+// The layers pipeline stage `pp_rank` holds over its virtual_stages chunks.
+int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank);
 
 // "TP 2 x CP 2 x PP 2 x DP 1" (CP only when there is context parallelism).
 std::string describe_axes(const Layout& layout);

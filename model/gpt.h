@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/layout.h"
 #include "model/dropout.h"
 #include "model/layers.h"
 #include "model/recompute.h"
@@ -126,10 +127,10 @@ struct Stage {
   bool embedding = true;
   bool head = true;
 
-  // Virtual stage `index` of `count` (count = pp_size * virtual_stages), each holding
-  // `layers` contiguous layers.
-  static Stage of(int64_t index, int64_t count, int64_t layers) {
-    return {index * layers, layers, index == 0, index == count - 1};
+  // Virtual stage `index` of `count` (count = pp_size * virtual_stages) holding `layers`
+  // (core/layout.h's chunk_layers).
+  static Stage of(int64_t index, int64_t count, LayerRange layers) {
+    return {layers.first, layers.count, index == 0, index == count - 1};
   }
   // The tied embedding this stage holds (when the head is tied): none when it holds both ends.
   Tied tied_embedding() const { return embedding && head ? Tied::no : embedding ? Tied::owner : Tied::copy; }

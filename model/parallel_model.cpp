@@ -13,11 +13,13 @@ std::vector<ParameterRole> ParallelModel::roles() const {
 ParallelModel build_parallel_model(const Config& config, const Layout& layout, const ProcessGroups& groups,
                                    int64_t vocab, torch::Dtype dtype, const torch::Device& device) {
   const int64_t p = layout.pp_size, v = layout.virtual_stages;
-  const int64_t layers = config.model.num_layers / (p * v);
   ParallelModel model;
   for (int64_t c = 0; c < v; ++c) {
     GPT chunk(config.model, vocab, TensorParallel{groups.shared_tp_group(), layout.sequence_parallel},
-              Stage::of(c * p + groups.coordinates().pp, p * v, layers), layout.recompute,
+              Stage::of(c * p + groups.coordinates().pp, p * v,
+                        chunk_layers(config.model.num_layers, p * v, c * p + groups.coordinates().pp,
+                                     layout.embedding_and_loss_as_layers)),
+              layout.recompute,
               ContextParallel{groups.shared_cp_group()});
     chunk->to(dtype);
     chunk->initialize(config.train.seed);

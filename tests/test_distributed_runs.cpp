@@ -220,6 +220,13 @@ INSTANTIATE_TEST_SUITE_P(
                     {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=4"}},
         ParallelRun{"PipelineFourInterleavedFp32", kMpirun + "4 ", 1, "fp32",
                     {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"}},
+        // The embedding and the loss in a layer's slot each: 8 layers on 5 stages ([emb L0] [L1 L2]
+        // ... [L7 loss], Llama's untied head), and on 2 x 5 chunks of one slot, the ends holding no layer.
+        ParallelRun{"PipelineFiveEndsAsLayersFp64", kMpirun + "5 ", 2, "fp64",
+                    {"parallel.pipeline=5", "parallel.embedding_and_loss_as_layers=true"}, kLlama},
+        ParallelRun{"PipelineTwoInterleavedEndsAsLayersFp64", kEnvLaunch + "2 -- ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5",
+                     "parallel.embedding_and_loss_as_layers=true"}},
         // 3D with full recomputation: blocks re-run their forward (and its collectives) in backward.
         ParallelRun{"ThreeDimensionalWithRecomputeFp64", kMpirun + "8 ", 2, "fp64",
                     {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",

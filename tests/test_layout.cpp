@@ -80,3 +80,45 @@ TEST(Layout, ErrorsNameTheKeys) {
   EXPECT_NE(message.find("must be a multiple of batch.micro_batch_size * data-parallel size = 4 * 4"),
             std::string::npos) << message;
 }
+
+// The layers dealt to pipeline chunks: evenly, or with the embedding and the loss in a layer's
+// slot each (the first and last chunks one layer short, possibly none).
+TEST(Layout, ChunksHoldContiguousLayers) {
+  auto layers = [](int64_t num_layers, int64_t chunks, bool ends) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t i = 0; i < chunks; ++i) {
+      const LayerRange r = chunk_layers(num_layers, chunks, i, ends);
+      out.emplace_back(r.first, r.count);
+    }
+    return out;
+  };
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(layers(4, 2, false), (Ranges{{0, 2}, {2, 2}}));
+  EXPECT_EQ(layers(4, 3, true), (Ranges{{0, 1}, {1, 2}, {3, 1}}));           // [emb L0] [L1 L2] [L3 loss]
+  EXPECT_EQ(layers(4, 6, true), (Ranges{{0, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 0}}));  // [emb] ... [loss]
+  // Llama 3 405B: 126 layers on 16 stages x 8 chunks; a stage holds its chunks c x 16 + rank.
+  Layout llama = resolve_layout(
+      config({"model.num_layers=126", "parallel.pipeline=16", "parallel.schedule=interleaved_1f1b",
+              "parallel.virtual_stages=8", "parallel.embedding_and_loss_as_layers=true", "batch.micro_batch_size=1",
+              "batch.global_batch_size=16"}),
+      16);
+  EXPECT_EQ(stage_layers(llama, 126, 0), 7);
+  EXPECT_EQ(stage_layers(llama, 126, 1), 8);
+  EXPECT_EQ(stage_layers(llama, 126, 15), 7);
+  int64_t total = 0;
+  for (int64_t stage = 0; stage < 16; ++stage) total += stage_layers(llama, 126, stage);
+  EXPECT_EQ(total, 126);
+
+  auto message = error_of([] { resolve_layout(config({"model.num_layers=4", "parallel.pipeline=3"}), 3); });
+  EXPECT_NE(message.find("model.num_layers (4) must be divisible by parallel.pipeline * parallel.virtual_stages (3) "
+                         "(or set parallel.embedding_and_loss_as_layers=true)"),
+            std::string::npos) << message;
+  message = error_of([] {
+    resolve_layout(config({"model.num_layers=4", "parallel.pipeline=4", "parallel.embedding_and_loss_as_layers=true"}),
+                   4);
+  });
+  EXPECT_NE(message.find("model.num_layers + 2 (6: the embedding and the loss count as layers with "
+                         "parallel.embedding_and_loss_as_layers) must be divisible by parallel.pipeline * "
+                         "parallel.virtual_stages (4)"),
+            std::string::npos) << message;
+}

@@ -66,8 +66,8 @@ TEST(ParameterRoles, GptLayersDeclareWhatTensorParallelismMakesOfThem) {
 // the gradient norm does not count again.
 TEST(ParameterRoles, TheTiedEmbeddingIsOwnedByTheFirstStage) {
   const ModelConfig m = tiny_model();
-  GPT first(m, m.padded_vocab(), TensorParallel{}, Stage::of(0, 2, 1));
-  GPT last(m, m.padded_vocab(), TensorParallel{}, Stage::of(1, 2, 1));
+  GPT first(m, m.padded_vocab(), TensorParallel{}, Stage::of(0, 2, LayerRange{0, 1}));
+  GPT last(m, m.padded_vocab(), TensorParallel{}, Stage::of(1, 2, LayerRange{1, 1}));
   const ParameterRole owner = roles_of(*first).at("wte.weight"), copy = roles_of(*last).at("wte.weight");
   EXPECT_EQ(owner.tied, Tied::owner);
   EXPECT_EQ(copy.tied, Tied::copy);

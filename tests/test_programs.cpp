@@ -349,7 +349,7 @@ TEST(TrainProgram, DryRunPrintsLayoutAndFlops) {
 TEST(TrainProgram, DryRunAndPlanTakeTheLlamaThreeConfigs) {
   const std::pair<std::string, std::string> configs[] = {{"llama3-8b", "64 = TP 2 x PP 1 x DP 32"},
                                                          {"llama3-70b", "512 = TP 4 x CP 2 x PP 4 x DP 16"},
-                                                         {"llama3-405b", "14336 = TP 8 x CP 2 x PP 14 x DP 64"}};
+                                                         {"llama3-405b", "16384 = TP 8 x CP 2 x PP 16 x DP 64"}};
   const char* parameters[] = {"parameters: 8.03 G", "parameters: 70.6 G", "parameters: 406 G"};
   for (size_t i = 0; i < 3; ++i) {
     const auto& [name, layout] = configs[i];
@@ -413,6 +413,21 @@ TEST(PlanProgram, PrintsTheRuleOfThumbAndWritesJson) {
             std::string::npos) << r.output;
 }
 
+// The profile's links, overridden one by one, and the software, printed in the plan; a software
+// name it does not know is one error listing those it does.
+TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
+  Result r = run(kBin + "/plan --size 39b --device h100 --inter-node-gbs 100 --software megatron-core --explain");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("# 512 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 632), 8 per node, links 450 "
+                          "GB/s within a node, 100 between nodes per GPU, 50 to the host; software megatron-core"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("overlapped with the multiplies"), std::string::npos) << r.output;
+  r = run(kBin + "/plan --size 39b --software deepspeed");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--software: expected one of trident, megatron-2021, megatron-core, llama3, got 'deepspeed'"),
+            std::string::npos) << r.output;
+}
+
 // The README's main job, shortened: real text through a SentencePiece tokenizer trained on it,
 // a loss below the corpus's unigram entropy out.
 TEST(TrainProgram, TinyGptOnRealTextBeatsTheUnigramEntropy) {
@@ -471,7 +486,7 @@ TEST(BenchProgram, MeasuresAProfileThatPlanUses) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* term : {"compute", "bubble", "tp-comm", "dp-comm", "optimizer", "total", "# memory per GPU"})
     EXPECT_NE(r.output.find(term), std::string::npos) << term << "\n" << r.output;
-  EXPECT_NE(r.output.find("on 1 x cpu (fp32)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# 1 x cpu (fp32) ("), std::string::npos) << r.output;
 }
 
 // A checkpoint of a TP 2 run exported to Hugging Face's GPT-2 layout with its tokenizer's files;

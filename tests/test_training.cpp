@@ -263,7 +263,8 @@ TEST(ZeroThree, GathersTwoBlocksAtATimeAndFreesThem) {
   EXPECT_EQ(sharded->gathered_bytes(), 0);
   EXPECT_EQ(held_by(*model), 0);
   const MemoryEstimate estimate =
-      estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(), config.precision);
+      estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(), config.precision,
+                      build_software().fused_attention);
   EXPECT_EQ(double(trainer.optimizer().memory().gathered), estimate.gathered);
   EXPECT_EQ(double(trainer.optimizer().memory().weights), estimate.weights);
 

@@ -15,9 +15,10 @@
 // (core/plan/device_profile.h; plan --profile FILE uses it): in bf16 on a GPU, fp32 on the CPU, the
 // n x n multiply's rate, memory bandwidth from the vector multiply (reads 2 and writes 1
 // element each), causal attention forward and backward (b 4, 16 heads of 128, s 2048;
-// LibTorch 1.x has no fused kernel: half the multiply's rate, stated) and the SM count; tiles, alignment and link
-// efficiency stay those of the built-in profiles (the peak: the data sheet's, or on the CPU
-// the measured multiply).
+// LibTorch 1.x has no fused kernel: half the multiply's rate, stated) and the SM count; tiles,
+// alignment, link efficiency and the node's links are the built-in profile's of this device
+// (A100's for others: edit them, or override them in plan), the peak the data sheet's (on the
+// CPU the measured multiply).
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/activation.h>
@@ -257,7 +258,8 @@ DeviceProfile measure_profile(const Options& o) {
   const bool gpu = o.device.is_cuda();
   const auto options = torch::TensorOptions().dtype(gpu ? torch::kBFloat16 : torch::kFloat).device(o.device);
   const auto [n, elements] = block_sizes(o);
-  DeviceProfile p;
+  const DeviceProfile* known = known_profile(device_name(o.device));
+  DeviceProfile p = known ? *known : DeviceProfile{};
   p.name = str(device_name(o.device), gpu ? " (bf16)" : " (fp32)");
   p.matmul_tflops = 2.0 * double(n * n * n) / matmul_ms(o, options, n) / 1e9;
   const double bytes = 3.0 * double(elements) * double(torch::elementSize(torch::typeMetaToScalarType(options.dtype())));

@@ -1,13 +1,16 @@
 // plan: memory and throughput of every layout of a model on a cluster, and the rule of thumb.
 //
-//   plan (--config FILE | --size 1.7b) [--gpus N] [--gpus-per-node 8] [--memory-gib 80]
-//        [--device a100 | h100 | --profile FILE] [--intra-node-gbs 300] [--inter-node-gbs 25]
-//        [--host-link-gbs 25] [--rows 10] [--json FILE] [--explain] [section.key=value ...]
+//   plan (--config FILE | --size 1.7b) [--gpus N] [--memory-gib 80]
+//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core]
+//        [--gpus-per-node N] [--intra-node-gbs G] [--inter-node-gbs G] [--host-link-gbs G]
+//        [--rows 10] [--json FILE] [--explain] [section.key=value ...]
 //   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
 //
-// The device profile (core/plan/device_profile.h) gives the time model its rates: a built-in one
-// (--device, A100 by default) or a file (--profile; bench --profile measures one). --explain
-// prints the time and memory of the config's own layout term by term.
+// The device profile (core/plan/device_profile.h) gives the time model its rates and the node's
+// links: a built-in one (--device, A100 by default) or a file (--profile; bench --profile
+// measures one); --gpus-per-node and the --*-gbs options override its links. --software picks
+// what the training program overlaps and fuses (core/plan/time_model.h). --explain prints the
+// time and memory of the config's own layout term by term.
 // --size takes a row of Megatron's scaling table (1.7b 3.6b 7.5b 18b 39b 76b 145b 310b 530b 1t),
 // with its GPU count unless --gpus says otherwise. Prints a table; --json writes every layout.
 // --largest prints the largest standard GPT each strategy fits (core/plan/largest_model.h), for the
@@ -15,6 +18,7 @@
 // global batch 512).
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +41,17 @@ struct Options {
   int64_t gpus = 0;  // 0: the scaling-table row's own count (with --size)
   int64_t rows = 10;
   bool largest = false, explain = false, validate = false;
-  std::string device = "a100", profile_path;
+  std::string device = "a100", profile_path, software = "trident";
+  // Overrides of the profile's links.
+  std::optional<int64_t> gpus_per_node;
+  std::optional<double> intra_node_gbs, inter_node_gbs, host_link_gbs;
 };
+
+std::vector<std::string> software_names() {
+  std::vector<std::string> names;
+  for (const auto& s : software_presets()) names.push_back(s.name);
+  return names;
+}
 
 std::vector<std::string> row_names() {
   std::vector<std::string> names;
@@ -55,24 +68,26 @@ CLI::App& describe(CLI::App& app, Options& o) {
                    ->check(checked(one_of(row_names())));
   config->excludes(size);
   app.add_option("--gpus", o.gpus, "GPUs in the cluster")->check(checked(at_least(1)));
-  app.add_option("--gpus-per-node", o.hardware.gpus_per_node, "GPUs per node")
-      ->check(checked(at_least(1)))->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the profile's)")
+      ->check(checked(at_least(1)));
   app.add_option("--memory-gib", o.hardware.memory_gib, "memory per GPU, GiB")
       ->check(checked(positive_number()))->capture_default_str();
   auto* device = app.add_option("--device", o.device, "built-in device profile: a100 or h100")
                      ->check(checked(one_of({"a100", "h100"})))->capture_default_str();
   app.add_option("--profile", o.profile_path, "device profile file (bench --profile writes one)")->excludes(device);
-  app.add_option("--intra-node-gbs", o.hardware.intra_node_gbs, "link bandwidth within a node, GB/s")
-      ->check(checked(positive_number()))->capture_default_str();
-  app.add_option("--inter-node-gbs", o.hardware.inter_node_gbs, "link bandwidth between nodes, GB/s")
-      ->check(checked(positive_number()))->capture_default_str();
-  app.add_option("--host-link-gbs", o.hardware.host_link_gbs, "GPU to host memory bandwidth, GB/s (offload)")
-      ->check(checked(positive_number()))->capture_default_str();
+  app.add_option("--intra-node-gbs", o.intra_node_gbs, "link bandwidth per GPU within a node, GB/s (default: the profile's)")
+      ->check(checked(positive_number()));
+  app.add_option("--inter-node-gbs", o.inter_node_gbs, "link bandwidth per GPU between nodes, GB/s (default: the profile's)")
+      ->check(checked(positive_number()));
+  app.add_option("--host-link-gbs", o.host_link_gbs, "GPU to host memory bandwidth, GB/s, for offload (default: the profile's)")
+      ->check(checked(positive_number()));
+  app.add_option("--software", o.software, "what the training program overlaps and fuses: " + join(software_names(), ", "))
+      ->check(checked(one_of(software_names())))->capture_default_str();
   app.add_option("--rows", o.rows, "layouts to print")->check(checked(at_least(1)))->capture_default_str();
   app.add_flag("--largest", o.largest, "the largest standard GPT each strategy fits on --gpus GPUs of --memory-gib")
       ->excludes(size);
   app.add_option("--json", o.json_path, "also write every layout to this file");
-  app.add_flag("--validate", o.validate, "the time model against Megatron's scaling table and the H100 run");
+  app.add_flag("--validate", o.validate, "the time model against Megatron's scaling table, the H100 run and Llama 3's runs");
   app.add_flag("--explain", o.explain, "the time and memory of the config's own layout, term by term")->excludes("--largest");
   app.add_option("overrides", o.overrides, "section.key=value config overrides");
   return app;
@@ -87,6 +102,12 @@ int main(int argc, char** argv) {
     if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     Hardware& hardware = o.hardware;
     hardware.device = o.profile_path.empty() ? *known_profile(o.device) : load_device_profile(o.profile_path);
+    DeviceProfile& device = hardware.device;
+    device.gpus_per_node = o.gpus_per_node.value_or(device.gpus_per_node);
+    device.intra_node_gbs = o.intra_node_gbs.value_or(device.intra_node_gbs);
+    device.inter_node_gbs = o.inter_node_gbs.value_or(device.inter_node_gbs);
+    device.host_link_gbs = o.host_link_gbs.value_or(device.host_link_gbs);
+    hardware.software = *software_named(o.software);
     Config config;
     if (o.validate) {
       std::fputs(validation_table(validate_time_model()).c_str(), stdout);

@@ -87,7 +87,7 @@ std::string keep_freed_host_memory() {
 }
 
 Software build_software() {
-  Software software = Software::trident();
+  Software software = trident_software();
   software.fused_attention = TORCH_VERSION_MAJOR >= 2;
   return software;
 }

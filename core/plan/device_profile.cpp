@@ -38,6 +38,10 @@ const std::vector<Field>& fields() {
       field("tile_n", &DeviceProfile::tile_n),
       field("alignment", &DeviceProfile::alignment),
       field("link_efficiency", &DeviceProfile::link_efficiency),
+      field("gpus_per_node", &DeviceProfile::gpus_per_node),
+      field("intra_node_gbs", &DeviceProfile::intra_node_gbs),
+      field("inter_node_gbs", &DeviceProfile::inter_node_gbs),
+      field("host_link_gbs", &DeviceProfile::host_link_gbs),
   };
   return all;
 }
@@ -50,11 +54,14 @@ DeviceProfile h100_profile() {
   DeviceProfile p;
   p.name = "H100 80GB SXM";
   p.peak_tflops = 989;
-  p.matmul_tflops = 771;
+  p.matmul_tflops = 632;  // set from Llama 3's 8192-GPU run (core/plan/device_profile.h)
   p.memory_gbs = 3350;
   p.memory_efficiency = 0.9;
-  p.attention_tflops = 138;  // derived from the GPT-2 XL layer (core/plan/device_profile.h)
+  p.attention_tflops = 235;  // set from Llama 3's 131072-token run
   p.sms = 132;
+  p.intra_node_gbs = 450;
+  p.inter_node_gbs = 50;
+  p.host_link_gbs = 50;
   return p;
 }
 
@@ -95,9 +102,10 @@ DeviceProfile load_device_profile(const std::string& path) {
     if (!known) fail("device profile '", path, "' has an unknown field '", key, "'");
   }
   const bool positive = profile.peak_tflops > 0 && profile.matmul_tflops > 0 && profile.memory_gbs > 0 &&
-                        profile.attention_tflops > 0 &&
-                        profile.sms > 0 && profile.tile_m > 0 && profile.tile_n > 0 && profile.alignment > 0;
-  if (!positive) fail("device profile '", path, "': rates, sms, tiles and alignment must be positive");
+                        profile.attention_tflops > 0 && profile.sms > 0 && profile.tile_m > 0 &&
+                        profile.tile_n > 0 && profile.alignment > 0 && profile.gpus_per_node > 0 &&
+                        profile.intra_node_gbs > 0 && profile.inter_node_gbs > 0 && profile.host_link_gbs > 0;
+  if (!positive) fail("device profile '", path, "': rates, links, sms, tiles, alignment and gpus_per_node must be positive");
   const bool fractions = profile.memory_efficiency > 0 && profile.memory_efficiency <= 1 &&
                          profile.link_efficiency > 0 && profile.link_efficiency <= 1;
   if (!fractions) fail("device profile '", path, "': memory_efficiency and link_efficiency must be in (0, 1]");

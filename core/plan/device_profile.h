@@ -9,6 +9,9 @@
 // operations (LayerNorm, GELU, dropout, residual adds, softmax, the optimizer) move their bytes
 // at memory_gbs x memory_efficiency. A fused (flash) attention kernel runs at
 // `attention_tflops`; whether the software uses one is core/plan/time_model.h's Software.
+// The profile also names the machine the device sits in: GPUs per node, the link between them
+// inside a node, each GPU's share of the network between nodes and its link to host memory,
+// all as specified, of which collectives reach `link_efficiency`.
 #pragma once
 
 #include <cstdint>
@@ -27,16 +30,26 @@ struct DeviceProfile {
   int64_t tile_m = 256, tile_n = 128;
   int64_t alignment = 8;           // elements: tensor cores want dimensions in multiples of it
   double link_efficiency = 0.8;    // achieved bus bandwidth of collectives / the link's rate
+  int64_t gpus_per_node = 8;
+  double intra_node_gbs = 300;     // GB/s per GPU inside a node, one direction (NVLink 3)
+  double inter_node_gbs = 25;      // GB/s per GPU between nodes (one 200 Gb/s HDR InfiniBand port)
+  double host_link_gbs = 25;       // GB/s per GPU to host memory, one direction (PCIe 4.0 x16): offload
 };
 
-// A100 80 GB SXM: the specification (312 TFLOP/s, 2039 GB/s, 108 SMs), the fp16 multiply
-// measured at 230 TFLOP/s, FlashAttention-2's published forward-and-backward rate on A100 at
-// head sizes 64-128 (about 180 TFLOP/s; not measured here).
+// A100 80 GB SXM in a DGX A100 or HGX node: the specification (312 TFLOP/s, 2039 GB/s, 108
+// SMs), the fp16 multiply measured at 230 TFLOP/s, FlashAttention-2's published
+// forward-and-backward rate on A100 at head sizes 64-128 (about 180 TFLOP/s; not measured here);
+// 8 GPUs on NVLink 3 (600 GB/s both ways: 300 each), one 200 Gb/s HDR port per GPU, PCIe 4.0.
 DeviceProfile a100_profile();
-// H100 80 GB SXM: the specification (989 TFLOP/s, 3350 GB/s, 132 SMs) and docs/gpu-h100's
-// tools/bench: bf16 multiply 771 TFLOP/s, a 16-bit vector multiply at 3.0 TB/s (0.90 of the
-// specification), and the GPT-2 XL layer's 430 TFLOP/s forward and backward, of which what
-// the model's multiplies and memory-bound work leave is attention: 138 TFLOP/s.
+// H100 80 GB SXM: the specification (989 TFLOP/s, 3350 GB/s, 132 SMs), a 16-bit vector
+// multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and two rates
+// set from Llama 3 405B's published runs (Dubey et al. 2024, Table 4; docs/planning.md): the
+// multiplies at 632 TFLOP/s, which reproduces the 8192-GPU run at sequence 8192 (430 TFLOP/s
+// per GPU; a lone 8192^3 multiply reaches 771 in docs/gpu-h100, a ceiling training at scale
+// does not keep), and fused attention at 235 TFLOP/s, which reproduces the 131072-token run
+// (380); 8 GPUs on
+// NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per GPU, PCIe 5.0 (64 GB/s
+// specified; 50 counted, as 25 of PCIe 4.0's 32).
 DeviceProfile h100_profile();
 // The built-in profile for a device name (as CUDA reports it, or "a100" / "h100"), or none.
 const DeviceProfile* known_profile(const std::string& device_name);

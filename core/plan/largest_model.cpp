@@ -22,7 +22,7 @@ std::optional<PlanRow> fastest_fit(const Config& base, const StandardShape& shap
   config.parallel.sequence_parallel = true;  // where TP > 1 (resolve_layout)
   config.optimizer.offload = s.offload ? "cpu" : "none";
   std::optional<PlanRow> best;
-  for (int64_t t = 1; t <= (s.tensor ? std::min(hw.gpus_per_node, hw.gpus) : 1); t *= 2)
+  for (int64_t t = 1; t <= (s.tensor ? std::min(hw.device.gpus_per_node, hw.gpus) : 1); t *= 2)
     for (int64_t p = 1; p <= (s.pipeline ? std::min(shape.layers, hw.gpus / t) : 1); ++p)
       if (auto layout = candidate(config, hw.gpus, t, 1, p, 1, s.recompute)) {
         PlanRow row = evaluate_layout(config, *layout, hw);
@@ -92,10 +92,9 @@ std::vector<LargestModel> largest_models(const Config& base, const Hardware& hw)
 }
 
 std::string largest_table(const std::vector<LargestModel>& rows, const Hardware& hw, const Config& base) {
-  std::string out = str("# the largest standard GPT each strategy fits on ", hw.gpus, " GPUs of ", hw.memory_gib,
-                        " GiB (", hw.gpus_per_node, " per node), seq ", base.model.seq_length, ", vocabulary ",
-                        base.model.vocab_size, ", ", base.precision, ", global batch ", base.batch.global_batch_size,
-                        ", micro-batch 1\n");
+  std::string out = str("# the largest standard GPT each strategy fits on ", describe_hardware(hw), "\n# seq ",
+                        base.model.seq_length, ", vocabulary ", base.model.vocab_size, ", ", base.precision,
+                        ", global batch ", base.batch.global_batch_size, ", micro-batch 1\n");
   char line[512];
   std::snprintf(line, sizeof line, "%-44s %-17s %8s  %-34s %9s %9s %11s\n", "strategy", "largest", "params",
                 "layout", "mem(GiB)", "host(GiB)", "TFLOPS/GPU");

@@ -19,14 +19,14 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
   fail("unknown optimizer '", optimizer, "' (adamw, adam8bit, sgd)");
 }
 
-double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention) {
   const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
                g = double(model.query_groups()), f = double(model.ffn()), t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   const bool no_scores = layout.recompute == Recompute::selective || layout.cp_size > 1;
-  const double attention_scores = no_scores ? 0 : 5 * a * s / h;
+  const double attention_scores = no_scores || fused_attention ? 0 : 5 * a * s / h;
   // Per s b h, what TP splits: Q 2; K and V 2 each, or 2 g / a each where only the grouped ones
   // are kept (the attention core recomputed, or ring attention); the projection's input 2; the
   // MLP's 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and
@@ -41,14 +41,17 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout) {
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
-                               Precision precision, const std::string& optimizer) {
+                               Precision precision, bool fused_attention, const std::string& optimizer) {
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
   const ZeroSharding zero = layout.zero();
   const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(zero.replicas);
   MemoryEstimate out;
 
-  // Parameters of the first stage: its layers and the embeddings, split over TP.
-  const int64_t layers_per_stage = model.num_layers / layout.pp_size;
+  // Parameters of the first stage: the most layers a stage holds (the first holds one fewer when
+  // the embedding counts as a layer: a bound) and the embeddings, split over TP.
+  int64_t layers_per_stage = 0;
+  for (int64_t stage = 0; stage < layout.pp_size; ++stage)
+    layers_per_stage = std::max(layers_per_stage, stage_layers(layout, model.num_layers, stage));
   ModelConfig stage = model;
   stage.num_layers = layers_per_stage;
   // An untied head lives on the last stage.
@@ -79,7 +82,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
     in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
-  out.activations = width * layer_activation_bytes(model, layout) * double(layers_per_stage) * in_flight;
+  out.activations = width * layer_activation_bytes(model, layout, fused_attention) * double(layers_per_stage) * in_flight;
   const double logits = 2 * 4.0 * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
                         double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;

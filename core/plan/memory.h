@@ -41,11 +41,14 @@ struct MemoryEstimate {
 // s b h (34 / c) with the per-token terms as above and no 5 a s / h term. With g key/value
 // groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
-// the grouped ones are kept (selective recompute, context parallelism).
-double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
+// the grouped ones are kept (selective recompute, context parallelism). A fused attention kernel
+// (`fused_attention`) keeps no scores either: no 5 a s / h term, K and V as repeated for the
+// query heads (4).
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);
 
 // The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p
-// micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)).
+// micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)),
+// counted with the most layers any stage holds (a bound when the embedding counts as a layer).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). ZeRO shards over the data- and context-parallel ranks (d c); ZeRO-3 gathers the
@@ -54,6 +57,6 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout);
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not
 // on the device. `optimizer` is adamw | adam8bit | sgd.
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
-                               Precision precision, const std::string& optimizer = "adamw");
+                               Precision precision, bool fused_attention, const std::string& optimizer = "adamw");
 
 }  // namespace trident

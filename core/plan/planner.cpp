@@ -38,15 +38,14 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   PlanRow row;
   row.layout = layout;
-  row.memory = estimate_memory(m, vocab, layout, config.precision);
+  row.memory = estimate_memory(m, vocab, layout, config.precision, hw.software.fused_attention);
   row.fits = row.memory.total() <= hw.memory_gib * kGiB;
-  row.time = estimate_iteration_time(config, layout, hw.device, Links{hw.gpus_per_node, hw.intra_node_gbs, hw.inter_node_gbs},
-                                     hw.software);
+  row.time = estimate_iteration_time(config, layout, hw.device, hw.software);
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
   if (layout.offload) {
     const double shard = row.memory.parameters / double(layout.zero().shards());
-    row.offload_s = shard * (4.0 + 2.0) / (hw.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
+    row.offload_s = shard * (4.0 + 2.0) / (hw.device.host_link_gbs * 1e9) + shard / hw.host_adam_params_per_s;
   }
   const IterationFlops flops = iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
   const double gpu_seconds = row.seconds() * double(layout.world_size());
@@ -66,7 +65,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
     return candidate(config, hw.gpus, tp, cp, pp, micro, recompute);
   };
 
-  for (int64_t tp = 1; tp <= hw.gpus_per_node; tp *= 2)
+  for (int64_t tp = 1; tp <= hw.device.gpus_per_node; tp *= 2)
     for (int64_t cp = 1; cp <= hw.gpus / tp; cp *= 2)
       for (int64_t pp = 1; pp <= m.num_layers; ++pp)
         for (int64_t micro = 1; micro <= global; micro *= 2)
@@ -101,7 +100,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   }
   if (!plan.recommended) {
     int64_t widest = 1;
-    for (int64_t tp = 1; tp <= hw.gpus_per_node && !plan.recommended; tp *= 2) {
+    for (int64_t tp = 1; tp <= hw.device.gpus_per_node && !plan.recommended; tp *= 2) {
       if (shape(tp, 1, 1, micro, config.recompute)) widest = tp;
       if (take(tp, 1, 1)) why.push_back(str("TP ", tp, " is the smallest tensor parallelism that fits"));
     }
@@ -112,7 +111,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
                             ", the smallest context parallelism that fits"));
     for (int64_t pp = 2; pp <= m.num_layers && !plan.recommended; ++pp)
       if (take(widest, 1, pp))
-        why.push_back(str("no TP within a node (<= ", hw.gpus_per_node, ") fits: TP ", widest,
+        why.push_back(str("no TP within a node (<= ", hw.device.gpus_per_node, ") fits: TP ", widest,
                           " and PP ", pp, ", the smallest pipeline depth that fits"));
   }
   if (!plan.recommended) {
@@ -149,7 +148,32 @@ Config scaling_row_config(const ScalingRow& row) {
                             str("parallel.pipeline=", row.pipeline),
                             str("batch.micro_batch_size=", row.micro_batch),
                             str("batch.global_batch_size=", row.global_batch), "precision=bf16",
-                            "recompute=full", "data.type=synthetic"});
+                            "recompute=full", "model.hidden_dropout=0.1", "model.attention_dropout=0.1",
+                            "data.type=synthetic"});
+}
+
+const std::vector<LlamaRun>& llama3_runs() {
+  static const std::vector<LlamaRun> runs = {
+      {"llama3-405b 8k", 8192, 1, 64, 8192, 430, "H100 matmul_tflops"},
+      {"llama3-405b 8k", 16384, 1, 128, 8192, 400, ""},
+      {"llama3-405b 128k", 16384, 16, 8, 131072, 380, "H100 attention_tflops"},
+  };
+  return runs;
+}
+
+Config llama3_run_config(const LlamaRun& run) {
+  // 16M tokens per batch: global batch x sequence = 2^24.
+  const int64_t global_batch = (int64_t(1) << 24) / run.seq_length;
+  return Config::parse(
+      "", {"model.num_layers=126", "model.hidden_size=16384", "model.num_attention_heads=128",
+           "model.num_query_groups=8", "model.ffn_hidden_size=53248", "model.vocab_size=128256",
+           str("model.seq_length=", run.seq_length), "model.normalization=rmsnorm", "model.position_embedding_type=rope",
+           "model.activation=swiglu", "model.add_bias_linear=false", "model.untie_embeddings_and_output_weights=true",
+           "model.hidden_dropout=0", "model.attention_dropout=0", "parallel.tensor=8",
+           str("parallel.context=", run.context), "parallel.pipeline=16", "parallel.schedule=interleaved_1f1b",
+           "parallel.virtual_stages=8", "parallel.embedding_and_loss_as_layers=true",
+           "parallel.sequence_parallel=true", "parallel.zero_stage=1", "batch.micro_batch_size=1",
+           str("batch.global_batch_size=", global_batch), "precision=bf16", "recompute=none", "data.type=synthetic"});
 }
 
 std::vector<Validation> validate_time_model() {
@@ -157,11 +181,11 @@ std::vector<Validation> validate_time_model() {
   for (const ScalingRow& row : megatron_scaling_table()) {
     Hardware a100;
     a100.gpus = row.gpus;
-    a100.software = Software::megatron_2021();
+    a100.software = megatron_2021_software();
     const Config config = scaling_row_config(row);
     const PlanRow estimate = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
     out.push_back({row.name, str(row.gpus, " x ", a100.device.name), "with recomputation (96)", row.tflops_per_gpu,
-                   estimate.hardware_tflops_per_gpu});
+                   estimate.hardware_tflops_per_gpu, "the terms (calibration table)"});
   }
   Hardware h100;
   h100.gpus = 1;
@@ -171,16 +195,31 @@ std::vector<Validation> validate_time_model() {
   config.recompute = Recompute::none;
   const PlanRow estimate = evaluate_layout(config, resolve_layout(config, 1), h100);
   out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu});
+  for (const LlamaRun& run : llama3_runs()) {
+    Hardware cluster;
+    cluster.gpus = run.gpus;
+    cluster.device = h100_profile();
+    cluster.software = llama3_software();
+    const Config llama = llama3_run_config(run);
+    const Layout layout = resolve_layout(llama, run.gpus);
+    TRIDENT_CHECK(layout.dp_size == run.data, run.name, " on ", run.gpus, " GPUs resolves to DP ", layout.dp_size);
+    const PlanRow row = evaluate_layout(llama, layout, cluster);
+    out.push_back({run.name, str(run.gpus, " x ", cluster.device.name, ", ", describe_axes(layout)), "model",
+                   run.tflops_per_gpu, row.tflops_per_gpu, run.sets});
+  }
   return out;
 }
 
 std::string validation_table(const std::vector<Validation>& rows) {
-  std::string out = "| row | GPUs | FLOPs counted | measured TFLOP/s per GPU | estimated | error |\n| --- | --- | --- | --- | --- | --- |\n";
+  std::string out =
+      "| row | GPUs | FLOPs counted | measured TFLOP/s per GPU | estimated | error | role |\n"
+      "| --- | --- | --- | --- | --- | --- | --- |\n";
   double total = 0;
   for (const auto& r : rows) {
     char line[256];
-    std::snprintf(line, sizeof line, "| %s | %s | %s | %.1f | %.1f | %+.1f%% |\n", r.name.c_str(), r.device.c_str(),
-                  r.formula.c_str(), r.measured, r.estimated, 100 * r.error());
+    std::snprintf(line, sizeof line, "| %s | %s | %s | %.1f | %.1f | %+.1f%% | %s |\n", r.name.c_str(),
+                  r.device.c_str(), r.formula.c_str(), r.measured, r.estimated, 100 * r.error(),
+                  r.sets.empty() ? "prediction" : ("sets " + r.sets).c_str());
     out += line;
     total += std::abs(r.error());
   }
@@ -202,11 +241,16 @@ std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Conf
              ours.pp_size, " (", int(plan.recommended->memory.total() / kGiB), " GiB)");
 }
 
+std::string describe_hardware(const Hardware& hw) {
+  const DeviceProfile& d = hw.device;
+  return str(hw.gpus, " x ", d.name, " (", hw.memory_gib, " GiB, ", d.peak_tflops, " TFLOP/s peak, multiplies at ",
+             d.matmul_tflops, "), ", d.gpus_per_node, " per node, links ", d.intra_node_gbs, " GB/s within a node, ",
+             d.inter_node_gbs, " between nodes per GPU, ", d.host_link_gbs, " to the host; software ",
+             describe_software(hw.software));
+}
+
 std::string plan_table(const Plan& plan, size_t max_rows) {
-  const DeviceProfile& d = plan.hardware.device;
-  std::string out = str("# ", plan.hardware.gpus, " GPUs (", plan.hardware.gpus_per_node, " per node, ",
-                        plan.hardware.memory_gib, " GiB, ", d.name, ": ", d.peak_tflops, " TFLOP/s peak, multiplies at ",
-                        d.matmul_tflops, "), ", si_units(plan.parameters), " parameters\n");
+  std::string out = str("# ", describe_hardware(plan.hardware), "\n# ", si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s %9s\n", "TP",
@@ -249,7 +293,7 @@ std::string describe_row(const PlanRow& r) {
 
 std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hw) {
   const PlanRow row = evaluate_layout(config, layout, hw);
-  std::string out = str("# ", describe(layout), " on ", hw.gpus, " x ", hw.device.name, "\n# time per iteration\n");
+  std::string out = str("# ", describe(layout), "\n# ", describe_hardware(hw), "\n# time per iteration\n");
   for (const auto& line : row.time.explanation) out += line + "\n";
   if (layout.offload) out += str("offload    ", row.offload_s, " s  host copies and the CPU's AdamW\n");
   out += str("# ", row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",

@@ -18,13 +18,10 @@ constexpr double kGiB = double(1 << 30);
 
 struct Hardware {
   int64_t gpus = 8;
-  int64_t gpus_per_node = 8;
-  double memory_gib = 80;        // per GPU
-  DeviceProfile device = a100_profile();  // what each GPU achieves (core/plan/device_profile.h)
-  double intra_node_gbs = 300;   // GB/s per GPU inside a node (NVLink, one direction)
-  double inter_node_gbs = 25;    // GB/s per GPU between nodes (a 200 Gb/s InfiniBand port)
-  double host_link_gbs = 25;     // GB/s per GPU to host memory (PCIe 4.0 x16, one direction): offload
-  Software software = Software::trident();  // core/plan/time_model.h
+  double memory_gib = 80;  // per GPU
+  // What each GPU achieves and the links around it (core/plan/device_profile.h).
+  DeviceProfile device = a100_profile();
+  Software software = trident_software();  // core/plan/time_model.h
   double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)
 };
 
@@ -69,6 +66,10 @@ Plan make_plan(const Config& config, const Hardware& hardware);
 // with s (and the attention scores with s^2), which only CP divides.
 constexpr int64_t kLongSequence = 8192;
 
+// "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 771), 8 per node, links 450 GB/s
+// within a node, 50 between nodes per GPU, 50 to the host; software ...": what a plan assumes.
+std::string describe_hardware(const Hardware& hardware);
+
 // Rows of the scaling table of Narayanan et al. 2021 (A100 80 GB, seq 2048, vocabulary 51200).
 struct ScalingRow {
   const char* name;  // "1.7b" ... "1t", as in configs/gpt<name>.yaml
@@ -77,16 +78,30 @@ struct ScalingRow {
   double tflops_per_gpu;
 };
 const std::vector<ScalingRow>& megatron_scaling_table();
-// The config of a row (bf16, full recompute, its TP and PP), as configs/ holds it.
+// The config of a row (bf16, full recompute, dropout 0.1, its TP and PP), as configs/ holds it.
 Config scaling_row_config(const ScalingRow& row);
 
+// Llama 3 405B's pre-training on H100s (Dubey et al. 2024, Table 4): TP 8 x PP 16 with 8
+// interleaved chunks per stage whose first and last hold the embedding and the loss in a layer's
+// place (126 layers in 128 slots), micro-batch 1, no recomputation, 16M tokens per batch.
+struct LlamaRun {
+  const char* name;
+  int64_t gpus, context, data, seq_length;  // data: the published DP, which the layout must reach
+  double tflops_per_gpu;
+  const char* sets;  // the H100 profile constant set from this run, "" for a prediction
+};
+const std::vector<LlamaRun>& llama3_runs();
+Config llama3_run_config(const LlamaRun& run);
+
 // The time model against measurements: every row of the scaling table at its own layout on
-// A100s (estimated TFLOPS per GPU counting the recomputed forward, as the table does), and the
-// 1.7B row on one H100 (micro-batch 8, no recomputation, global batch 512: 448 TFLOP/s
-// measured by the model FLOPs, docs/gpu-h100).
+// A100s with Megatron 2021's software (estimated TFLOPS per GPU counting the recomputed forward,
+// as the table does); the 1.7B row on one H100 with trident's (micro-batch 8, no recomputation,
+// global batch 512: 448 TFLOP/s measured by the model FLOPs, docs/gpu-h100); Llama 3's runs on
+// H100s with Meta's software as Dubey et al. describe it (model FLOPs).
 struct Validation {
   std::string name, device, formula;
   double measured = 0, estimated = 0;
+  std::string sets;  // what this measurement set: a profile constant, the model's terms; "" for a prediction
   double error() const { return estimated / measured - 1; }
 };
 std::vector<Validation> validate_time_model();

@@ -33,6 +33,7 @@ struct LayerShape {
   double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
   bool gated;  // SwiGLU: gate and up multiplies
   bool sequence_parallel;
+  bool hidden_dropout, attention_dropout, rotary;
 };
 
 LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
@@ -49,6 +50,9 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
   l.head_dim = double(m.head_dim());
   l.t = double(layout.tp_size);
   l.sequence_parallel = layout.sequence_parallel;
+  l.hidden_dropout = m.hidden_dropout > 0;
+  l.attention_dropout = m.attention_dropout > 0;
+  l.rotary = m.position_embedding_type == PositionEmbeddingType::rope;
   return l;
 }
 
@@ -87,18 +91,27 @@ std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d,
   const double q = l.queries, k = l.keys, hd = l.head_dim;
   const double scores = batches * q * k;
   auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, d); };
-  const double forward = batched(q, k, hd) + batched(q, hd, k) +
-                         memory_seconds(9 * scores, d);  // scale-mask-softmax and dropout, with its mask
+  // Scale-mask-softmax reads and writes the scores (4 bytes each); dropout reads and writes them
+  // again and writes its mask (5). Backward: 6 and 5.
+  const double dropout = l.attention_dropout ? 5 : 0;
+  const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds((4 + dropout) * scores, d);
   // Gradients of QK^T (dQ, dK) and of PV (dP, dV).
   const double backward = batched(q, hd, k) + batched(k, hd, q) + batched(q, k, hd) + batched(k, hd, q) +
-                          memory_seconds(11 * scores, d);
+                          memory_seconds((6 + dropout) * scores, d);
   return {forward, backward};
 }
 
+// Bytes per element of T x h, 16-bit: two norms read and write (4 each); two residual adds read
+// two and write one (6 each), dropout writing its mask (1 more each); split over TP: the head
+// reshapes (16), the activation per element of f: GELU reads and writes (4), SwiGLU's SiLU
+// too and the product reads two and writes one (10); rotary reads and writes q and k (4 per
+// element of (a + g) d).
 double elementwise_forward(const LayerShape& l, const DeviceProfile& d) {
   const double elements = l.tokens * l.hidden;
-  const double replicated = 22 * elements / (l.sequence_parallel ? l.t : 1);  // LayerNorms, bias-dropout-adds
-  const double split = 32 * elements / l.t;  // GELU on f = 4h with its bias, head reshapes
+  const double replicated = (8 + 12 + (l.hidden_dropout ? 2 : 0)) * elements / (l.sequence_parallel ? l.t : 1);
+  const double activation = (l.gated ? 10 : 4) * l.ffn / l.hidden;
+  const double rotary = l.rotary ? 4 * (l.heads * l.head_dim + (l.qkv - l.heads * l.head_dim) / 2) / l.hidden : 0;
+  const double split = (16 + activation + rotary) * elements / l.t;
   return memory_seconds(replicated + split, d);
 }
 
@@ -110,8 +123,11 @@ DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
   return wide;
 }
 
+// One micro-batch through pipeline stage `stage`'s chunks: its layers, the embedding on the first,
+// the logits and loss on the last.
 StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
-                     Precision precision, const Software& software, bool first, bool last) {
+                     Precision precision, const Software& software, int64_t stage) {
+  const bool first = stage == 0, last = stage == layout.pp_size - 1;
   const DeviceProfile d = at_width(device, precision);
   const LayerShape l = layer_shape(m, layout);
 
@@ -121,7 +137,7 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   if (layout.recompute == Recompute::full) backward += forward;
   if (layout.recompute == Recompute::selective) backward += attention_forward;
 
-  const double layers = double(m.num_layers / layout.pp_size);
+  const double layers = double(stage_layers(layout, m.num_layers, stage));
   StageWork work{layers * forward, layers * backward};
   const double T = l.tokens, h = l.hidden, V = double(vocab) / l.t;
   if (last) {
@@ -215,20 +231,23 @@ std::string throughput_warning(double measured, double estimated, const std::str
 }
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
-                                      const Links& links, const Software& software) {
+                                      const Software& software) {
   const ModelConfig& m = config.model;
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   IterationTime out;
   const double M = double(layout.micro_batches), p = double(layout.pp_size), v = double(layout.virtual_stages);
-  const double intra = links.intra_node_gbs * d.link_efficiency, inter = links.inter_node_gbs * d.link_efficiency;
+  const double intra = d.intra_node_gbs * d.link_efficiency, inter = d.inter_node_gbs * d.link_efficiency;
 
-  // The slower of the first and the last stage sets the pace (one stage holds both ends at p = 1).
-  const bool one_stage = layout.pp_size == 1;
-  const StageWork first = stage_work(m, vocab, layout, d, config.precision, software, true, one_stage);
-  const StageWork last = stage_work(m, vocab, layout, d, config.precision, software, one_stage, true);
-  StageWork work = first.forward + first.backward >= last.forward + last.backward ? first : last;
+  // The slowest stage sets the pace: the first (embedding), the last (logits and loss) or a middle
+  // one, which holds more layers when the embedding and the loss count as layers.
+  StageWork work;
+  int64_t slowest = 0;
+  for (int64_t stage : {int64_t(0), std::min<int64_t>(1, layout.pp_size - 1), layout.pp_size - 1}) {
+    const StageWork w = stage_work(m, vocab, layout, d, config.precision, software, stage);
+    if (w.forward + w.backward > work.forward + work.backward) work = w, slowest = stage;
+  }
   // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
-  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision);
+  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision, software.fused_attention);
   if (mixed(config.precision) && !software.fused_gradient_accumulation) work.backward += memory_seconds(10 * memory.parameters, d);
   const double compute_mb = work.forward + work.backward;
 
@@ -237,7 +256,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double activation_bytes = bytes.weights * tokens * double(m.hidden_size);
   // What crosses a pipeline stage boundary: split over TP with sequence parallelism.
   const double boundary_bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
-  const double layers = double(m.num_layers / layout.pp_size);
+  const double layers = double(stage_layers(layout, m.num_layers, slowest));
   // In all-reduces (an all-gather and a reduce-scatter count one): two per layer forward, two
   // backward, the forward's again with full recompute. SwiGLU's gate and up gather their input
   // each (with SP: half an all-reduce more forward, half more backward) or, without SP, each
@@ -245,15 +264,25 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const bool gated = m.activation == Activation::swiglu, sp = layout.sequence_parallel;
   const double forward_calls = 2 + (gated && sp ? 0.5 : 0);
   const double backward_calls = 2 + (gated ? (sp ? 0.5 : 1) : 0);
-  const double tp_calls = forward_calls * (layout.recompute == Recompute::full ? 2 : 1) + backward_calls;
-  const double tp_mb = tp_calls * layers * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
+  const bool full_recompute = layout.recompute == Recompute::full;
+  const double tp_calls = forward_calls * (full_recompute ? 2 : 1) + backward_calls;
+  const double tp_layer = tp_calls * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
+  // Overlapped, a layer's collectives hide behind its multiplies but for one piece in t each.
+  const LayerShape shape = layer_shape(m, layout);
+  const DeviceProfile at_precision = at_width(d, config.precision);
+  const double multiplies = linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) +
+                            linear_backward(shape, at_precision);
+  const double tp_exposed = software.overlap_tensor_comm
+                                ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size))
+                                : tp_layer;
+  const double tp_mb = layers * tp_exposed;
 
   // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
   // block's attention where it can be.
-  double cp_mb = 0;
+  double cp_mb = 0, cp_total_mb = 0;
   if (layout.cp_size > 1) {
     const double c = double(layout.cp_size);
-    const bool inside_node = layout.tp_size * layout.cp_size <= links.gpus_per_node;
+    const bool inside_node = layout.tp_size * layout.cp_size <= d.gpus_per_node;
     // Keys and values of the g key/value heads: g / a of the queries' size.
     const double kv_fraction = double(m.query_groups()) / double(m.num_attention_heads);
     const double transfer_s =
@@ -261,8 +290,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     // One block of s/c queries against s/c keys, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) /
                                double(layout.tp_size);
-    const double block_s = software.fused_attention ? block_flops / (d.attention_tflops * 1e12)
-                                                    : block_flops / (d.matmul_tflops * 1e12);
+    const double block_rate = software.fused_attention ? d.attention_tflops : d.matmul_tflops;
+    const double block_s = block_flops / (block_rate * 1e12);
+    cp_total_mb = (3 * c - 2) * transfer_s * layers;
     cp_mb = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layers;
   }
 
@@ -272,9 +302,13 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   out.context_comm_s = M * cp_mb;
   out.bubble_s = (p - 1) / v * stage_mb;
 
+  double pp_total = 0;
   if (layout.pp_size > 1) {
-    const bool stages_inside_node = layout.world_size() <= links.gpus_per_node;
-    out.pipeline_comm_s = 2 * (M * v + p - 1) * boundary_bytes / ((stages_inside_node ? intra : inter) * 1e9);
+    const bool stages_inside_node = layout.world_size() <= d.gpus_per_node;
+    const double transfer_s = boundary_bytes / ((stages_inside_node ? intra : inter) * 1e9);
+    pp_total = 2 * (M * v + p - 1) * transfer_s;
+    // Asynchronous, the transfers of the pipeline's fill and drain are all that waits.
+    out.pipeline_comm_s = software.overlap_pipeline_comm ? 2 * (p - 1) * transfer_s : pp_total;
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
@@ -283,24 +317,36 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
   // worth, up to what NVLink carries.
   const int64_t members_per_node =
-      std::max<int64_t>(1, std::min<int64_t>(replicas, links.gpus_per_node / (layout.tp_size * layout.cp_size)));
-  const double dp_gbs = layout.tp_size * replicas <= links.gpus_per_node ? intra
-                                                                        : std::min(intra, inter * double(members_per_node));
+      std::max<int64_t>(1, std::min<int64_t>(replicas, d.gpus_per_node / (layout.tp_size * layout.cp_size)));
+  const double dp_gbs = layout.tp_size * replicas <= d.gpus_per_node ? intra
+                                                                    : std::min(intra, inter * double(members_per_node));
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
   const double bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
-  auto overlapped = [&](double total_s, double window_s, double last_s) {
-    return software.overlap_gradient_reduction ? std::max(total_s - window_s, last_s) : total_s;
-  };
   // ZeRO-0 all-reduces the gradients, the sharded stages reduce-scatter them: once per
-  // iteration, or after every micro-batch from ZeRO-2 on.
+  // iteration, or after every micro-batch from ZeRO-2 on; overlapped, all but the last bucket
+  // hide behind the backward.
   auto reduce = [&](double b) {
     return !zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
   };
   const double reductions = zero.shards_grads() ? M : 1;
-  out.data_comm_s = replicas > 1 ? reductions * overlapped(reduce(grads), work.backward, reduce(bucket)) : 0;
-  if (zero.reduce_scatters() && !zero.shards_weights()) out.data_comm_s += half_collective_seconds(weights, replicas, dp_gbs);
+  double dp_total = 0;
+  if (replicas > 1) {
+    dp_total = reductions * reduce(grads);
+    out.data_comm_s = software.overlap_gradient_reduction
+                          ? reductions * std::max(reduce(grads) - work.backward, reduce(bucket))
+                          : dp_total;
+  }
+  if (zero.reduce_scatters() && !zero.shards_weights()) {
+    // The updated weights gathered after the step, or behind the next first forward.
+    const double gather = half_collective_seconds(weights, replicas, dp_gbs);
+    dp_total += gather;
+    out.data_comm_s += software.overlap_weight_gather
+                           ? std::max(gather - work.forward, half_collective_seconds(bucket / 2, replicas, dp_gbs))
+                           : gather;
+  }
   if (zero.shards_weights()) {
     const double gather = half_collective_seconds(weights, replicas, dp_gbs);
+    dp_total += 2 * M * gather;
     out.data_comm_s += M * (std::max(0.0, gather - work.forward) + std::max(0.0, gather - work.backward));
   }
 
@@ -309,29 +355,98 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double shard = memory.parameters / double(zero.shards());
   if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard * (config.precision == Precision::fp64 ? 2 : 1), d);
 
+  auto hidden = [](double total, double exposed) {
+    return str(": ", fixed(total, 3), " s in all, ", fixed(total - exposed, 3), " hidden, ", fixed(exposed, 3), " exposed");
+  };
   const double gpus = double(layout.world_size());
   out.explanation = {
       line("compute", out.compute_s,
            str("M = ", layout.micro_batches, " micro-batches x ", compute_mb * 1e3, " ms of forward ", work.forward * 1e3,
-               " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on the slowest stage, ",
-               d.name, ": multiplies at ", d.matmul_tflops, " TFLOP/s with tile and wave quantization, memory at ",
-               d.memory_gbs * d.memory_efficiency, " GB/s, attention ",
-               software.fused_attention ? str("fused at ", d.attention_tflops, " TFLOP/s") : std::string("unfused"))),
+               " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on stage ", slowest,
+               " (", layers, " layers), the slowest, ", d.name, ": multiplies at ", d.matmul_tflops,
+               " TFLOP/s with tile and wave quantization, memory at ", d.memory_gbs * d.memory_efficiency,
+               " GB/s, attention ",
+               software.fused_attention
+                   ? str("fused at ", d.attention_tflops, " TFLOP/s") : std::string("unfused"),
+               software.fused_gradient_accumulation ? "" : ", 16-bit gradients added into fp32 (10 B per parameter)")),
       line("bubble", out.bubble_s, str("(p - 1) / v = ", (p - 1) / v, " stage times of ", stage_mb * 1e3, " ms")),
       line("tp-comm", out.tensor_comm_s,
            str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(activation_bytes), " over TP ",
-               layout.tp_size, " at ", intra, " GB/s, not overlapped")),
-      line("cp-comm", out.context_comm_s, "ring attention's block transfers that its block computations do not hide"),
+               layout.tp_size, " at ", intra, " GB/s, ",
+               software.overlap_tensor_comm ? "overlapped with the multiplies (one piece in t cannot hide)"
+                                            : "not overlapped",
+               hidden(M * layers * tp_layer, out.tensor_comm_s))),
+      line("cp-comm", out.context_comm_s,
+           str("ring attention's block transfers, behind block attention where it is longer",
+               hidden(M * cp_total_mb, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
-           str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages")),
+           str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
+               software.overlap_pipeline_comm ? "asynchronous (the fill and drain wait)" : "waited for",
+               hidden(pp_total, out.pipeline_comm_s))),
       line("dp-comm", out.data_comm_s,
-           str("ZeRO-", layout.zero_stage, " over ", replicas, " replicas at ", dp_gbs,
-               " GB/s: what the last backward does not hide (at least the last bucket), plus the weights' all-gathers")),
+           str("ZeRO-", layout.zero_stage, " over ", replicas, " replicas at ", dp_gbs, " GB/s: gradients ",
+               software.overlap_gradient_reduction ? "reduced behind the backward but the last bucket" : "reduced after the backward",
+               zero.reduce_scatters() && !zero.shards_weights()
+                   ? (software.overlap_weight_gather ? ", weights gathered behind the next forward" : ", weights gathered after the step")
+                   : zero.shards_weights() ? ", weights gathered twice per micro-batch behind the compute" : "",
+               hidden(dp_total, out.data_comm_s))),
       line("optimizer", out.optimizer_s,
            layout.offload ? std::string("on the host (offload)") : str("42 bytes x ", si_units(shard), " parameters through memory")),
-      line("total", out.seconds(), str(si_units(gpus), " GPUs")),
+      line("total", out.seconds(), str(si_units(gpus), " GPUs, software ", software.name)),
   };
   return out;
+}
+
+Software trident_software() { return Software{}; }
+
+Software megatron_2021_software() {
+  Software s;
+  s.name = "megatron-2021";
+  s.fused_attention = false;
+  s.overlap_gradient_reduction = false;
+  s.fused_gradient_accumulation = true;
+  return s;
+}
+
+Software megatron_core_software() {
+  Software s;
+  s.name = "megatron-core";
+  s.fused_gradient_accumulation = true;
+  s.overlap_tensor_comm = true;
+  s.overlap_weight_gather = true;
+  s.overlap_pipeline_comm = true;
+  return s;
+}
+
+Software llama3_software() {
+  Software s;
+  s.name = "llama3";
+  s.overlap_weight_gather = true;
+  s.overlap_pipeline_comm = true;
+  return s;
+}
+
+const std::vector<Software>& software_presets() {
+  static const std::vector<Software> all = {trident_software(), megatron_2021_software(), megatron_core_software(),
+                                            llama3_software()};
+  return all;
+}
+
+const Software* software_named(const std::string& name) {
+  for (const Software& s : software_presets())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string describe_software(const Software& s) {
+  std::vector<std::string> parts = {
+      s.fused_attention ? "fused attention" : "unfused attention",
+      s.overlap_gradient_reduction ? "gradient reduction overlapped" : "gradient reduction after backward",
+      s.fused_gradient_accumulation ? "gradient accumulation fused" : "16-bit gradients added into fp32",
+      s.overlap_tensor_comm ? "TP communication overlapped" : "TP communication exposed"};
+  if (s.overlap_weight_gather) parts.push_back("ZeRO weight gather overlapped");
+  if (s.overlap_pipeline_comm) parts.push_back("pipeline transfers asynchronous");
+  return s.name + " (" + join(parts, ", ") + ")";
 }
 
 }  // namespace trident

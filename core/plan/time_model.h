@@ -2,28 +2,32 @@
 // own model on a device profile (core/plan/device_profile.h), each term with where it comes from.
 //
 // One micro-batch on one pipeline stage (b sequences of s/c tokens, T = b s / c rows, TP t):
-//   per layer, forward: four linear multiplies (QKV T x 3h/t x h, projection T x h x h/t, MLP
-//     T x f/t x h and T x h x f/t), attention (fused: 4 b (s/c) s h / t FLOPs, half of them
-//     masked away by causality, at attention_tflops; unfused: QK^T and PV as batched multiplies
-//     per head plus the softmax, mask and dropout through memory), and the memory-bound rest:
-//     LayerNorms and bias-dropout-residual adds (22 bytes per element of T x h, divided by t
-//     only with sequence parallelism) and GELU, bias and head reshapes (32 bytes per element of
-//     T x h / t);
+//   per layer, forward: the linear multiplies (QKV T x (a + 2g) d / t x h with g key/value
+//     groups, projection T x h x h/t, MLP up T x f/t x h (and SwiGLU's gate) and down
+//     T x h x f/t), attention (fused: 4 b (s/c) s h / t FLOPs, half of them masked away by
+//     causality, at attention_tflops; unfused: QK^T and PV as batched multiplies per head plus
+//     the softmax, mask and dropout through memory), and the memory-bound rest, in bytes per
+//     element of T x h: two norms (4 each) and two residual adds (6 each, 1 more with dropout),
+//     divided by t only with sequence parallelism; head reshapes (16), the activation (GELU 4,
+//     SwiGLU 10 per element of f) and rotary embeddings (4 per element of q and k), divided by t;
 //   backward: each multiply twice (input and weight gradients, their own shapes), fused
 //     attention 2.5 times its forward, the memory-bound work twice; recomputation adds the
 //     forward again (full) or the attention core (selective); unless fused, adding the 16-bit
 //     weight gradients into the fp32 buffer (10 bytes per parameter);
 //   the last stage adds the logits multiply (T x V/t x h) and the fp32 cross-entropy, the first
-//   the embedding lookup; the slower of the two sets the pipeline's pace;
-//   TP: 4 all-reduces of T h 16-bit values per layer (6 with full recomputation) on the
-//   intra-node link at the profile's link efficiency, not overlapped.
+//   the embedding lookup; the slowest of the first, a middle and the last stage sets the pace
+//   (each holding its layers: core/layout.h's stage_layers);
+//   TP: 4 all-reduces of T h 16-bit values per layer (6 with full recomputation, more for
+//   SwiGLU's two inputs) on the intra-node link at the profile's link efficiency; overlapped
+//   (Software), hidden behind the layer's multiplies but for one piece in t.
 // The pipeline runs M micro-batches and the bubble of (p - 1) / v stage times; point-to-point
-// transfers are counted twice per micro-batch and stage boundary crossed. Data-parallel
-// gradient reduction overlaps the last micro-batch's backward except its last bucket (as the
-// code does); ZeRO-1 and 2 all-gather the updated weights after the step; ZeRO-2 and 3 reduce
-// each micro-batch; ZeRO-3 gathers the weights twice per micro-batch behind the computation.
-// The optimizer step moves 42 bytes per parameter of the shard through memory (twice that in
-// fp64). Byte counts are for 16-bit activations; fp32 and fp64 models move 2 and 4 times them.
+// transfers are counted twice per micro-batch and stage boundary crossed (asynchronous: only the
+// fill and drain's). Data-parallel gradient reduction overlaps the last micro-batch's backward
+// except its last bucket (as the code does); ZeRO-1 and 2 all-gather the updated weights after
+// the step (or behind the next forward); ZeRO-2 and 3 reduce each micro-batch; ZeRO-3 gathers
+// the weights twice per micro-batch behind the computation. The optimizer step moves 42 bytes
+// per parameter of the shard through memory (twice that in fp64). Byte counts are for 16-bit
+// activations; fp32 and fp64 models move 2 and 4 times them.
 #pragma once
 
 #include <string>
@@ -48,16 +52,11 @@ double quantization_efficiency(const GemmShape& shape, const DeviceProfile& devi
 // Seconds to move `bytes` through memory at the achieved bandwidth.
 double memory_seconds(double bytes, const DeviceProfile& device);
 
-// The links of a cluster, as specified (the profile's link_efficiency applies).
-struct Links {
-  int64_t gpus_per_node = 8;
-  double intra_node_gbs = 300;  // per GPU, one direction (NVLink)
-  double inter_node_gbs = 25;   // per GPU (a 200 Gb/s InfiniBand port)
-};
-
-// What the training program does, beside what the device can: trident's choices, or those of
-// the Megatron-LM that measured the 2021 scaling table.
+// What the training program does, beside what the device can: each setting a technique with
+// what it assumes. Presets: trident (what trident does with LibTorch 2.x), the Megatron-LM of
+// 2021 that measured the A100 scaling table, and Megatron-Core as of 2024-2025 (software_named).
 struct Software {
+  std::string name = "trident";
   // Attention in a fused (flash) kernel at the profile's attention_tflops (LibTorch 2.x's SDPA),
   // or as matmuls with the softmax through memory (LibTorch 1.x; Megatron 2021).
   bool fused_attention = true;
@@ -68,10 +67,32 @@ struct Software {
   // gradient_accumulation_fusion), or, as trident does for 16-bit weights, each micro-batch's
   // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
   bool fused_gradient_accumulation = false;
-
-  static Software trident() { return {}; }
-  static Software megatron_2021() { return {false, false, true}; }
+  // Tensor-parallel collectives cut into t pieces, each sent while the multiply it feeds or
+  // follows computes on another (Megatron-Core's tp_comm_overlap, torchtitan's async TP): hidden
+  // up to those multiplies' time, but for the one piece of t that has no multiply beside it.
+  bool overlap_tensor_comm = false;
+  // ZeRO-1 and 2's all-gather of the updated weights behind the next iteration's first forward,
+  // layer by layer (Megatron-Core's distributed optimizer with overlap_param_gather), not after
+  // the step.
+  bool overlap_weight_gather = false;
+  // Pipeline transfers asynchronous, behind other micro-batches' compute (Megatron-Core's
+  // overlap_p2p_comm; Llama 3's asynchronous point-to-point): only the pipeline's fill and drain
+  // wait for them.
+  bool overlap_pipeline_comm = false;
 };
+Software trident_software();
+Software megatron_2021_software();
+Software megatron_core_software();
+// Meta's stack as Dubey et al. 2024 describe it for Llama 3: fused attention, FSDP's gradient
+// reduction and weight gathering behind the computation, asynchronous pipeline transfers;
+// tensor-parallel collectives not overlapped (the paper describes no such overlap), gradients
+// accumulated by PyTorch's autograd (not fused).
+Software llama3_software();
+// Every preset, and the one with this name (nullptr for none).
+const std::vector<Software>& software_presets();
+const Software* software_named(const std::string& name);
+// "fused attention, gradient reduction overlapped, ...": what a preset assumes, for plans.
+std::string describe_software(const Software& software);
 
 struct IterationTime {
   double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0,
@@ -84,7 +105,7 @@ struct IterationTime {
 };
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& device,
-                                      const Links& links, const Software& software = Software::trident());
+                                      const Software& software = trident_software());
 
 // Shapes the device computes badly and batches that starve the pipeline, each with its
 // estimated cost: a transformer layer's multiplies losing more than 5% to tile and wave

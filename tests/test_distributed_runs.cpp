@@ -441,7 +441,10 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
   const std::pair<std::string, std::vector<std::string>> layouts[] = {
       {"tp1-pp4", {"parallel.pipeline=4", "batch.micro_batch_size=2"}},
       {"tp4-dp2", {"parallel.tensor=4", "batch.micro_batch_size=4"}},
-      {"dp4-zero3", {"parallel.zero_stage=3", "batch.micro_batch_size=2"}}};
+      {"dp4-zero3", {"parallel.zero_stage=3", "batch.micro_batch_size=2"}},
+      {"pp2x5-ends-as-layers",
+       {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5",
+        "parallel.embedding_and_loss_as_layers=true", "batch.micro_batch_size=2"}}};
   for (const auto& [name, layout] : layouts) {
     SCOPED_TRACE(name);
     const auto resumed = dir / name;

@@ -5,9 +5,9 @@
 
 namespace trident {
 
-void DropoutStreams::reseed(uint64_t seed, int64_t iteration, int64_t first_layer, int tp_rank, int cp_rank) {
+void DropoutStreams::reseed(uint64_t seed, int64_t iteration, int64_t first_slot, int tp_rank, int cp_rank) {
   const uint64_t step = splitmix64(splitmix64(seed) ^ uint64_t(iteration));
-  const uint64_t chunk = splitmix64(step ^ uint64_t(first_layer)) ^ splitmix64(uint64_t(cp_rank) + 1);
+  const uint64_t chunk = splitmix64(step ^ uint64_t(first_slot)) ^ splitmix64(uint64_t(cp_rank) + 1);
   replicated.reseed(splitmix64(chunk));
   model_parallel.reseed(splitmix64(chunk ^ splitmix64(uint64_t(tp_rank) + 0x100)));
 }

@@ -22,9 +22,9 @@ namespace trident {
 
 struct DropoutStreams {
   RandomStream replicated, model_parallel;
-  // Seeds both from (seed, iteration, the chunk's first layer, cp rank), model_parallel also from
-  // the tp rank.
-  void reseed(uint64_t seed, int64_t iteration, int64_t first_layer, int tp_rank, int cp_rank);
+  // Seeds both from (seed, iteration, the chunk's first slot (Stage::first_slot), cp rank),
+  // model_parallel also from the tp rank.
+  void reseed(uint64_t seed, int64_t iteration, int64_t first_slot, int tp_rank, int cp_rank);
   std::vector<torch::Tensor> states() const { return {replicated.state(), model_parallel.state()}; }
   void set_states(const std::vector<torch::Tensor>& states);
 };

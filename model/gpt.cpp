@@ -272,7 +272,7 @@ void GPTImpl::initialize(uint64_t seed) {
 }
 
 void GPTImpl::begin_iteration(int64_t iteration) {
-  streams_->reseed(seed_, iteration, stage_.first_layer, tp_.group->rank(), cp_.rank());
+  streams_->reseed(seed_, iteration, stage_.first_slot(), tp_.group->rank(), cp_.rank());
 }
 
 }  // namespace trident

@@ -132,6 +132,9 @@ struct Stage {
   static Stage of(int64_t index, int64_t count, LayerRange layers) {
     return {layers.first, layers.count, index == 0, index == count - 1};
   }
+  // Where the chunk starts when the embedding counts as the slot before layer 0: distinct for
+  // every chunk, even for an embedding-only chunk and the next one, which share first_layer.
+  int64_t first_slot() const { return first_layer + (embedding ? 0 : 1); }
   // The tied embedding this stage holds (when the head is tied): none when it holds both ends.
   Tied tied_embedding() const { return embedding && head ? Tied::no : embedding ? Tied::owner : Tied::copy; }
 };

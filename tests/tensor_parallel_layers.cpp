@@ -233,8 +233,8 @@ torch::Tensor gathered_masks(RandomStream& stream) {
 // both differ across CP ranks, which hold other tokens.
 TEST(DropoutStreams, AgreeWhereActivationsAreCopiesAndDifferWhereTheyAreSplit) {
   DropoutStreams as_tp_rank, as_cp_rank;
-  as_tp_rank.reseed(7, /*iteration=*/1, /*first_layer=*/0, /*tp_rank=*/me(), /*cp_rank=*/0);
-  as_cp_rank.reseed(7, /*iteration=*/1, /*first_layer=*/0, /*tp_rank=*/0, /*cp_rank=*/me());
+  as_tp_rank.reseed(7, /*iteration=*/1, /*first_slot=*/0, /*tp_rank=*/me(), /*cp_rank=*/0);
+  as_cp_rank.reseed(7, /*iteration=*/1, /*first_slot=*/0, /*tp_rank=*/0, /*cp_rank=*/me());
   const auto replicated = gathered_masks(as_tp_rank.replicated), split = gathered_masks(as_tp_rank.model_parallel);
   const auto across_cp = gathered_masks(as_cp_rank.replicated);
   for (int r = 1; r < n(); ++r) {

@@ -7,6 +7,7 @@
 #include "train/data/samples.h"
 
 #include <map>
+#include <set>
 #include "tests/helpers.h"
 
 using namespace trident;
@@ -73,6 +74,17 @@ TEST(Model, InitializationIsAFunctionOfSeedAndName) {
   // The same draw serves fp32 and fp64 models.
   GPT d = make(m, torch::kDouble, 11);
   EXPECT_TRUE(torch::equal(d->named_parameters()["wte.weight"].to(torch::kFloat), pa["wte.weight"]));
+}
+
+// Dropout streams are seeded by a chunk's first slot: with the embedding and the loss as layers
+// the embedding-only chunk and the next both start at layer 0, and must still draw other masks.
+TEST(Model, EveryChunkStartsAtItsOwnSlot) {
+  for (bool ends : {false, true}) {
+    const int64_t layers = 4, chunks = ends ? 6 : 4;
+    std::set<int64_t> slots;
+    for (int64_t i = 0; i < chunks; ++i) slots.insert(Stage::of(i, chunks, chunk_layers(layers, chunks, i, ends)).first_slot());
+    EXPECT_EQ(int64_t(slots.size()), chunks) << "ends as layers: " << ends;
+  }
 }
 
 TEST(Model, AttentionIsCausal) {

@@ -42,7 +42,8 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   if (p.embedding_and_loss_as_layers && (m.num_layers + 2) % chunks != 0)
     return str("model.num_layers + 2 (", m.num_layers + 2, ": the embedding and the loss count as layers with ",
                "parallel.embedding_and_loss_as_layers) must be divisible by parallel.pipeline * ",
-               "parallel.virtual_stages (", chunks, ")");
+               "parallel.virtual_stages (", chunks, ")",
+               m.num_layers % chunks == 0 ? " (or set parallel.embedding_and_loss_as_layers=false)" : "");
   if (!p.embedding_and_loss_as_layers && m.num_layers % chunks != 0)
     return str("model.num_layers (", m.num_layers, ") must be divisible by parallel.pipeline * ",
                "parallel.virtual_stages (", chunks, ")",
@@ -85,9 +86,13 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
 
 }  // namespace
 
+int64_t layer_slots(int64_t num_layers, bool embedding_and_loss_as_layers) {
+  return num_layers + (embedding_and_loss_as_layers ? 2 : 0);
+}
+
 LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool embedding_and_loss_as_layers) {
   const int64_t ends = embedding_and_loss_as_layers ? 1 : 0;
-  const int64_t slots = num_layers + 2 * ends;
+  const int64_t slots = layer_slots(num_layers, embedding_and_loss_as_layers);
   TRIDENT_CHECK(chunks > 0 && index >= 0 && index < chunks && slots % chunks == 0, "chunk ", index, " of ", chunks,
                 " cannot hold an equal share of ", slots, " layer slots");
   const int64_t per_chunk = slots / chunks;

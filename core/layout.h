@@ -72,6 +72,8 @@ struct Layout {
 struct LayerRange {
   int64_t first = 0, count = 0;
 };
+// The slots pipeline chunks share: the layers, and the embedding and loss when they count as layers.
+int64_t layer_slots(int64_t num_layers, bool embedding_and_loss_as_layers);
 LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool embedding_and_loss_as_layers);
 // The layers pipeline stage `pp_rank` holds over its virtual_stages chunks.
 int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank);

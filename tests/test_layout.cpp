@@ -119,6 +119,6 @@ TEST(Layout, ChunksHoldContiguousLayers) {
   });
   EXPECT_NE(message.find("model.num_layers + 2 (6: the embedding and the loss count as layers with "
                          "parallel.embedding_and_loss_as_layers) must be divisible by parallel.pipeline * "
-                         "parallel.virtual_stages (4)"),
+                         "parallel.virtual_stages (4) (or set parallel.embedding_and_loss_as_layers=false)"),
             std::string::npos) << message;
 }

@@ -22,8 +22,9 @@ std::optional<PlanRow> fastest_fit(const Config& base, const StandardShape& shap
   config.parallel.sequence_parallel = true;  // where TP > 1 (resolve_layout)
   config.optimizer.offload = s.offload ? "cpu" : "none";
   std::optional<PlanRow> best;
+  const int64_t slots = layer_slots(shape.layers, config.parallel.embedding_and_loss_as_layers);
   for (int64_t t = 1; t <= (s.tensor ? std::min(hw.device.gpus_per_node, hw.gpus) : 1); t *= 2)
-    for (int64_t p = 1; p <= (s.pipeline ? std::min(shape.layers, hw.gpus / t) : 1); ++p)
+    for (int64_t p = 1; p <= (s.pipeline ? std::min(slots, hw.gpus / t) : 1); ++p)
       if (auto layout = candidate(config, hw.gpus, t, 1, p, 1, s.recompute)) {
         PlanRow row = evaluate_layout(config, *layout, hw);
         if (row.fits && (!best || row.seconds() < best->seconds())) best = row;

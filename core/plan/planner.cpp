@@ -60,6 +60,8 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   Plan plan;
   plan.hardware = hw;
   plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
+  // Pipeline depths up to one slot per stage.
+  const int64_t slots = layer_slots(m.num_layers, config.parallel.embedding_and_loss_as_layers);
 
   auto shape = [&](int64_t tp, int64_t cp, int64_t pp, int64_t micro, Recompute recompute) {
     return candidate(config, hw.gpus, tp, cp, pp, micro, recompute);
@@ -67,7 +69,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
 
   for (int64_t tp = 1; tp <= hw.device.gpus_per_node; tp *= 2)
     for (int64_t cp = 1; cp <= hw.gpus / tp; cp *= 2)
-      for (int64_t pp = 1; pp <= m.num_layers; ++pp)
+      for (int64_t pp = 1; pp <= slots; ++pp)
         for (int64_t micro = 1; micro <= global; micro *= 2)
           for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
             if (auto l = shape(tp, cp, pp, micro, recompute)) {
@@ -109,7 +111,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
         if (take(widest, cp, 1))
           why.push_back(str("sequence ", m.seq_length, " >= ", kLongSequence, ": TP ", widest, " and CP ", cp,
                             ", the smallest context parallelism that fits"));
-    for (int64_t pp = 2; pp <= m.num_layers && !plan.recommended; ++pp)
+    for (int64_t pp = 2; pp <= slots && !plan.recommended; ++pp)
       if (take(widest, 1, pp))
         why.push_back(str("no TP within a node (<= ", hw.device.gpus_per_node, ") fits: TP ", widest,
                           " and PP ", pp, ", the smallest pipeline depth that fits"));

@@ -77,7 +77,10 @@ TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
   l.tp_size = 1;
   l.recompute = Recompute::none;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 2 + 4 + 2 + 28 + 80));
-  // An untied head lives on the last stage: the first stage of a pipeline holds the rest.
+  // A fused attention kernel keeps no scores; K and V stay repeated for every head.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, true), sbh * (10 + 2 + 4 + 2 + 28));
+  // An untied head and the final norm live on the last stage; the first holds the token and
+  // position embeddings, here the larger.
   m.untie_embeddings_and_output_weights = true;
   m.num_layers = 4;
   m.vocab_size = 1024;
@@ -86,7 +89,26 @@ TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
   ModelConfig half = m;
   half.num_layers = 2;
   EXPECT_DOUBLE_EQ(estimate_memory(m, 1024, l, Precision::bf16, false).parameters,
-                   double(gpt_parameter_count(half, 1024) - 1024 * 4096));
+                   double(gpt_parameter_count(half, 1024) - 1024 * 4096 - norm_parameter_count(m)));
+}
+
+// Each stage holds its own layers and ends: with the embedding and the loss as layers (Llama 3
+// 405B on 16 stages x 8 chunks) a middle stage's 8 layers outweigh the first stage's 7 and the
+// embedding, and the busiest rank is no stage's layers plus another's embedding.
+TEST(Memory, EachStageHoldsItsOwnParameters) {
+  const Config config = llama3_run_config(llama3_runs().front());
+  const ModelConfig& m = config.model;
+  const Layout layout = resolve_layout(config, llama3_runs().front().gpus);
+  const int64_t vocab = m.padded_vocab(layout.tp_size);
+  const double t = double(layout.tp_size), layer = double(gpt_layer_parameter_count(m)) / t;
+  const double rows = double(vocab * m.hidden_size) / t;
+  EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 0), 7 * layer + rows);
+  EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 1), 8 * layer);
+  EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 15), 7 * layer + rows + double(norm_parameter_count(m)) / t);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, vocab, layout, Precision::bf16, true).parameters, 8 * layer);
+  double total = 0;
+  for (int64_t stage = 0; stage < layout.pp_size; ++stage) total += stage_parameters(m, vocab, layout, stage);
+  EXPECT_NEAR(total * t, double(gpt_parameter_count(m, vocab)), 1);
 }
 
 // Context parallelism: s/c tokens per rank, and ring attention keeps no s x s scores.
@@ -410,6 +432,22 @@ TEST(TimeModel, SoftwareSettingsHideTheirCommunication) {
   fused.fused_gradient_accumulation = true;
   EXPECT_LT(time(fused).compute_s, plain.compute_s);
   EXPECT_EQ(time(megatron_core_software()).tensor_comm_s, time(tp).tensor_comm_s);
+  // Without sequence parallelism there are no all-gathers and reduce-scatters to cut: nothing
+  // hides; without interleaving no other chunk's work hides the transfers.
+  for (const std::string& off : {"parallel.sequence_parallel=false", "parallel.virtual_stages=1"}) {
+    Config c = config;
+    c.set(off.substr(0, off.find('=')), off.substr(off.find('=') + 1));
+    if (off == "parallel.virtual_stages=1") c.parallel.schedule = Schedule::one_f_one_b;
+    const Layout changed = resolve_layout(c, run.gpus);
+    Software both = base;
+    both.overlap_tensor_comm = both.overlap_pipeline_comm = true;
+    hw.software = both;
+    const IterationTime overlapped = evaluate_layout(c, changed, hw).time;
+    hw.software = base;
+    const IterationTime exposed = evaluate_layout(c, changed, hw).time;
+    if (off == "parallel.sequence_parallel=false") EXPECT_EQ(overlapped.tensor_comm_s, exposed.tensor_comm_s);
+    else EXPECT_EQ(overlapped.pipeline_comm_s, exposed.pipeline_comm_s);
+  }
   std::string explained;
   for (const auto& line : time(megatron_core_software()).explanation) explained += line + "\n";
   EXPECT_NE(explained.find("overlapped with the multiplies (one piece in t cannot hide)"), std::string::npos) << explained;
@@ -422,8 +460,7 @@ TEST(TimeModel, SoftwareSettingsHideTheirCommunication) {
 }
 
 // Llama's shapes in the time model: grouped K/V shrink the QKV multiply, SwiGLU's three
-// multiplies of (8/3) h cost what GELU's two of 4 h do, no dropout moves fewer bytes; with the
-// embedding and loss as layers the middle stages, holding the most layers, set the pace.
+// multiplies of (8/3) h cost what GELU's two of 4 h do, no dropout moves fewer bytes.
 TEST(TimeModel, LlamaShapes) {
   const Config llama = Config::load(kSource + "/configs/llama3-8b.yaml");
   Hardware hw;
@@ -521,7 +558,16 @@ TEST(DeviceProfile, FilesRoundTripAndErrorsNameTheField) {
   const auto at = text.find("sms: 132");
   EXPECT_NE(error_of(text.substr(0, at) + "sms: many" + text.substr(at + 8)).find("'sms' has a value of the wrong type"),
             std::string::npos);
-  EXPECT_NE(error_of(text.substr(0, at) + "sms: 0" + text.substr(at + 8)).find("must be positive"), std::string::npos);
+  EXPECT_EQ(error_of(text.substr(0, at) + "sms: 0" + text.substr(at + 8)),
+            "device profile '" + path + "': 'sms' must be positive (got 0)");
+  const auto links = text.find("inter_node_gbs: 50");
+  ASSERT_NE(links, std::string::npos) << text;
+  EXPECT_EQ(error_of(text.substr(0, links) + "inter_node_gbs: -1" + text.substr(links + 18)),
+            "device profile '" + path + "': 'inter_node_gbs' must be positive (got -1)");
+  const auto efficiency = text.find("link_efficiency: ");
+  ASSERT_NE(efficiency, std::string::npos) << text;
+  EXPECT_EQ(error_of(text.substr(0, efficiency) + "link_efficiency: 1.5" + text.substr(text.find('\n', efficiency))),
+            "device profile '" + path + "': 'link_efficiency' must be in (0, 1] (got 1.5)");
   EXPECT_EQ(known_profile("NVIDIA H100 80GB HBM3")->name, h100_profile().name);
   EXPECT_EQ(known_profile("NVIDIA A100-SXM4-80GB")->name, a100_profile().name);
   EXPECT_EQ(known_profile("cpu"), nullptr);

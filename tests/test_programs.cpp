@@ -416,12 +416,21 @@ TEST(PlanProgram, PrintsTheRuleOfThumbAndWritesJson) {
 // The profile's links, overridden one by one, and the software, printed in the plan; a software
 // name it does not know is one error listing those it does.
 TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
-  Result r = run(kBin + "/plan --size 39b --device h100 --inter-node-gbs 100 --software megatron-core --explain");
+  Result r = run(kBin + "/plan --size 39b --device h100 --inter-node-gbs 100 --software megatron-core --explain "
+                 "parallel.sequence_parallel=true");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("# 512 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 632), 8 per node, links 450 "
+  EXPECT_NE(r.output.find("# 512 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 627), 8 per node, links 450 "
                           "GB/s within a node, 100 between nodes per GPU, 50 to the host; software megatron-core"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("overlapped with the multiplies"), std::string::npos) << r.output;
+  r = run(kBin + "/plan --size 39b --device h100 --gpus-per-node 4 --intra-node-gbs 200 --host-link-gbs 20 --rows 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 per node, links 200 GB/s within a node, 50 between nodes per GPU, 20 to the host"),
+            std::string::npos) << r.output;
+  // Validation plans each published run on its own device and software: it takes no other option.
+  r = run(kBin + "/plan --validate --device h100");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--device excludes --validate"), std::string::npos) << r.output;
   r = run(kBin + "/plan --size 39b --software deepspeed");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--software: expected one of trident, megatron-2021, megatron-core, llama3, got 'deepspeed'"),

@@ -1,10 +1,11 @@
 // plan: memory and throughput of every layout of a model on a cluster, and the rule of thumb.
 //
 //   plan (--config FILE | --size 1.7b) [--gpus N] [--memory-gib 80]
-//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core]
+//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core | llama3]
 //        [--gpus-per-node N] [--intra-node-gbs G] [--inter-node-gbs G] [--host-link-gbs G]
 //        [--rows 10] [--json FILE] [--explain] [section.key=value ...]
 //   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
+//   plan --validate
 //
 // The device profile (core/plan/device_profile.h) gives the time model its rates and the node's
 // links: a built-in one (--device, A100 by default) or a file (--profile; bench --profile
@@ -87,9 +88,14 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_flag("--largest", o.largest, "the largest standard GPT each strategy fits on --gpus GPUs of --memory-gib")
       ->excludes(size);
   app.add_option("--json", o.json_path, "also write every layout to this file");
-  app.add_flag("--validate", o.validate, "the time model against Megatron's scaling table, the H100 run and Llama 3's runs");
   app.add_flag("--explain", o.explain, "the time and memory of the config's own layout, term by term")->excludes("--largest");
   app.add_option("overrides", o.overrides, "section.key=value config overrides");
+  // Each published run is planned with its own device, software and layout.
+  auto* validate = app.add_flag("--validate", o.validate,
+                                "the time model against Megatron's scaling table, the H100 run and Llama 3's runs, "
+                                "each with its own device, software and layout (takes no other option)");
+  for (auto* other : app.get_options())
+    if (other != validate && other != app.get_help_ptr()) validate->excludes(other);
   return app;
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -12,32 +13,39 @@
 namespace trident {
 namespace {
 
-// Every field of a profile by name, read and written alike.
+// What a field's value must be: any (the name), positive, or a fraction in (0, 1].
+enum class Range { any, positive, fraction };
+
+// Every field of a profile by name, read, written and checked alike.
 struct Field {
   const char* name;
+  Range range;
   std::function<void(DeviceProfile&, const YAML::Node&)> read;
   std::function<void(const DeviceProfile&, YAML::Emitter&)> write;
+  std::function<double(const DeviceProfile&)> number;  // the value, for the range check
 };
 
 template <typename T>
-Field field(const char* name, T DeviceProfile::*member) {
-  return {name, [member](DeviceProfile& p, const YAML::Node& n) { p.*member = n.as<T>(); },
-          [member](const DeviceProfile& p, YAML::Emitter& out) { out << p.*member; }};
+Field field(const char* name, T DeviceProfile::*member, Range range = Range::positive) {
+  Field f{name, range, [member](DeviceProfile& p, const YAML::Node& n) { p.*member = n.as<T>(); },
+          [member](const DeviceProfile& p, YAML::Emitter& out) { out << p.*member; }, nullptr};
+  if constexpr (std::is_arithmetic_v<T>) f.number = [member](const DeviceProfile& p) { return double(p.*member); };
+  return f;
 }
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> all = {
-      field("name", &DeviceProfile::name),
+      field("name", &DeviceProfile::name, Range::any),
       field("peak_tflops", &DeviceProfile::peak_tflops),
       field("matmul_tflops", &DeviceProfile::matmul_tflops),
       field("memory_gbs", &DeviceProfile::memory_gbs),
-      field("memory_efficiency", &DeviceProfile::memory_efficiency),
+      field("memory_efficiency", &DeviceProfile::memory_efficiency, Range::fraction),
       field("attention_tflops", &DeviceProfile::attention_tflops),
       field("sms", &DeviceProfile::sms),
       field("tile_m", &DeviceProfile::tile_m),
       field("tile_n", &DeviceProfile::tile_n),
       field("alignment", &DeviceProfile::alignment),
-      field("link_efficiency", &DeviceProfile::link_efficiency),
+      field("link_efficiency", &DeviceProfile::link_efficiency, Range::fraction),
       field("gpus_per_node", &DeviceProfile::gpus_per_node),
       field("intra_node_gbs", &DeviceProfile::intra_node_gbs),
       field("inter_node_gbs", &DeviceProfile::inter_node_gbs),
@@ -54,10 +62,10 @@ DeviceProfile h100_profile() {
   DeviceProfile p;
   p.name = "H100 80GB SXM";
   p.peak_tflops = 989;
-  p.matmul_tflops = 632;  // set from Llama 3's 8192-GPU run (core/plan/device_profile.h)
+  p.matmul_tflops = 627;  // set from Llama 3's 8192-GPU run (core/plan/device_profile.h)
   p.memory_gbs = 3350;
   p.memory_efficiency = 0.9;
-  p.attention_tflops = 235;  // set from Llama 3's 131072-token run
+  p.attention_tflops = 236;  // set from Llama 3's 131072-token run
   p.sms = 132;
   p.intra_node_gbs = 450;
   p.inter_node_gbs = 50;
@@ -101,15 +109,14 @@ DeviceProfile load_device_profile(const std::string& path) {
     for (const auto& f : fields()) known = known || key == f.name;
     if (!known) fail("device profile '", path, "' has an unknown field '", key, "'");
   }
-  const bool positive = profile.peak_tflops > 0 && profile.matmul_tflops > 0 && profile.memory_gbs > 0 &&
-                        profile.attention_tflops > 0 && profile.sms > 0 && profile.tile_m > 0 &&
-                        profile.tile_n > 0 && profile.alignment > 0 && profile.gpus_per_node > 0 &&
-                        profile.intra_node_gbs > 0 && profile.inter_node_gbs > 0 && profile.host_link_gbs > 0;
-  if (!positive) fail("device profile '", path, "': rates, links, sms, tiles, alignment and gpus_per_node must be positive");
-  const bool fractions = profile.memory_efficiency > 0 && profile.memory_efficiency <= 1 &&
-                         profile.link_efficiency > 0 && profile.link_efficiency <= 1;
-  if (!fractions) fail("device profile '", path, "': memory_efficiency and link_efficiency must be in (0, 1]");
-
+  for (const auto& f : fields()) {
+    if (f.range == Range::any) continue;
+    const double value = f.number(profile);
+    if (f.range == Range::positive && !(value > 0))
+      fail("device profile '", path, "': '", f.name, "' must be positive (got ", value, ")");
+    if (f.range == Range::fraction && !(value > 0 && value <= 1))
+      fail("device profile '", path, "': '", f.name, "' must be in (0, 1] (got ", value, ")");
+  }
   return profile;
 }
 

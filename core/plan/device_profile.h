@@ -44,18 +44,18 @@ DeviceProfile a100_profile();
 // H100 80 GB SXM: the specification (989 TFLOP/s, 3350 GB/s, 132 SMs), a 16-bit vector
 // multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and two rates
 // set from Llama 3 405B's published runs (Dubey et al. 2024, Table 4; docs/planning.md): the
-// multiplies at 632 TFLOP/s, which reproduces the 8192-GPU run at sequence 8192 (430 TFLOP/s
+// multiplies at 627 TFLOP/s, which reproduces the 8192-GPU run at sequence 8192 (430 TFLOP/s
 // per GPU; a lone 8192^3 multiply reaches 771 in docs/gpu-h100, a ceiling training at scale
-// does not keep), and fused attention at 235 TFLOP/s, which reproduces the 131072-token run
-// (380); 8 GPUs on
-// NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per GPU, PCIe 5.0 (64 GB/s
-// specified; 50 counted, as 25 of PCIe 4.0's 32).
+// does not keep), and fused attention at 236 TFLOP/s, which reproduces the 131072-token run
+// (380); 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per GPU,
+// PCIe 5.0 (64 GB/s specified; 50 counted, as 25 of PCIe 4.0's 32).
 DeviceProfile h100_profile();
 // The built-in profile for a device name (as CUDA reports it, or "a100" / "h100"), or none.
 const DeviceProfile* known_profile(const std::string& device_name);
 
-// A profile file: YAML with the fields above by name (every field required); errors name the
-// file and the field.
+// A profile file: YAML with the fields above by name (every field required: `bench --profile`
+// writes them all); errors name the file and the field. Rates, sizes and links must be positive,
+// the efficiencies in (0, 1].
 DeviceProfile load_device_profile(const std::string& path);
 std::string device_profile_yaml(const DeviceProfile& profile);
 

@@ -40,6 +40,20 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
   return sbh * (replicated + split / t + attention_scores / t);
 }
 
+double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
+  const double h = double(model.hidden_size), V = double(vocab);
+  double count = double(stage_layers(layout, model.num_layers, stage) * gpt_layer_parameter_count(model));
+  if (stage == 0) {
+    const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
+    count += V * h + (learned ? double(model.seq_length) * h : 0);
+  }
+  if (stage == layout.pp_size - 1) {
+    const bool own_head = model.untie_embeddings_and_output_weights || layout.pp_size > 1;
+    count += double(norm_parameter_count(model)) + (own_head ? V * h : 0);
+  }
+  return count / double(layout.tp_size);
+}
+
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, bool fused_attention, const std::string& optimizer) {
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
@@ -47,24 +61,21 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(zero.replicas);
   MemoryEstimate out;
 
-  // Parameters of the first stage: the most layers a stage holds (the first holds one fewer when
-  // the embedding counts as a layer: a bound) and the embeddings, split over TP.
-  int64_t layers_per_stage = 0;
-  for (int64_t stage = 0; stage < layout.pp_size; ++stage)
-    layers_per_stage = std::max(layers_per_stage, stage_layers(layout, model.num_layers, stage));
-  ModelConfig stage = model;
-  stage.num_layers = layers_per_stage;
-  // An untied head lives on the last stage.
-  const bool head_elsewhere = layout.pp_size > 1 && model.untie_embeddings_and_output_weights;
-  out.parameters = double(gpt_parameter_count(stage, vocab) - (head_elsewhere ? vocab * model.hidden_size : 0)) / t;
-
+  // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole.
   const StateBytes bytes = state_bytes(precision, optimizer);
-  out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);
-  if (zero.shards_weights()) {
-    const int64_t gathered_layers = std::min<int64_t>(2, layers_per_stage);
-    const double block = double(gpt_layer_parameter_count(model)) / t;
-    out.gathered = (out.parameters - double(layers_per_stage - gathered_layers) * block) * bytes.weights;
+  const double block = double(gpt_layer_parameter_count(model)) / t;
+  int64_t most_layers = 0;
+  double most_gathered = 0;
+  for (int64_t stage = 0; stage < layout.pp_size; ++stage) {
+    const int64_t layers = stage_layers(layout, model.num_layers, stage);
+    const double parameters = stage_parameters(model, vocab, layout, stage);
+    most_layers = std::max(most_layers, layers);
+    out.parameters = std::max(out.parameters, parameters);
+    most_gathered = std::max(most_gathered, parameters - double(layers - std::min<int64_t>(2, layers)) * block);
   }
+
+  out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);
+  if (zero.shards_weights()) out.gathered = most_gathered * bytes.weights;
   // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
   out.grads = out.parameters * bytes.grads * (zero.shards_grads() ? 1 / d : zero.reduce_scatters() ? 1 + 1 / d : 1);
   out.optimizer = out.parameters * bytes.optimizer / (zero.reduce_scatters() ? d : 1);
@@ -82,7 +93,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
     in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
-  out.activations = width * layer_activation_bytes(model, layout, fused_attention) * double(layers_per_stage) * in_flight;
+  out.activations = width * layer_activation_bytes(model, layout, fused_attention) * double(most_layers) * in_flight;
   const double logits = 2 * 4.0 * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
                         double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;

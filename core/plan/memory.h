@@ -22,7 +22,7 @@ struct StateBytes {
 StateBytes state_bytes(Precision precision, const std::string& optimizer = "adamw");
 
 struct MemoryEstimate {
-  double parameters = 0;   // parameters held by the busiest rank (first pipeline stage)
+  double parameters = 0;   // parameters held by the busiest rank (stage_parameters' most)
   double weights = 0, grads = 0, optimizer = 0;
   double activations = 0;  // peak, with the micro-batches in flight
   double allowance = 0;    // CUDA context, allocator fragmentation, communication buffers
@@ -46,9 +46,15 @@ struct MemoryEstimate {
 // query heads (4).
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);
 
-// The first pipeline stage is the busiest: it holds the embedding and, under 1F1B, up to p
-// micro-batches of activations (M under GPipe; interleaving adds a factor 1 + (p-1)/(p v)),
-// counted with the most layers any stage holds (a bound when the embedding counts as a layer).
+// Parameters on one TP rank of pipeline stage `stage`: its layers (core/layout.h's
+// stage_layers), the embedding (and learned positions) on the first, the final norm and the head
+// (untied, or the tied embedding's copy when p > 1) on the last; split over TP.
+double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);
+
+// The busiest rank: the most parameters any stage holds, and, as under 1F1B on the first stage,
+// up to p micro-batches of activations (M under GPipe; interleaving adds a factor
+// 1 + (p-1)/(p v)) counted with the most layers any stage holds (a bound when the embedding and
+// the loss count as layers: the stages with most layers hold fewer micro-batches).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). ZeRO shards over the data- and context-parallel ranks (d c); ZeRO-3 gathers the

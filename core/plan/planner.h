@@ -66,7 +66,7 @@ Plan make_plan(const Config& config, const Hardware& hardware);
 // with s (and the attention scores with s^2), which only CP divides.
 constexpr int64_t kLongSequence = 8192;
 
-// "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 771), 8 per node, links 450 GB/s
+// "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 627), 8 per node, links 450 GB/s
 // within a node, 50 between nodes per GPU, 50 to the host; software ...": what a plan assumes.
 std::string describe_hardware(const Hardware& hardware);
 

@@ -238,25 +238,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double M = double(layout.micro_batches), p = double(layout.pp_size), v = double(layout.virtual_stages);
   const double intra = d.intra_node_gbs * d.link_efficiency, inter = d.inter_node_gbs * d.link_efficiency;
 
-  // The slowest stage sets the pace: the first (embedding), the last (logits and loss) or a middle
-  // one, which holds more layers when the embedding and the loss count as layers.
-  StageWork work;
-  int64_t slowest = 0;
-  for (int64_t stage : {int64_t(0), std::min<int64_t>(1, layout.pp_size - 1), layout.pp_size - 1}) {
-    const StageWork w = stage_work(m, vocab, layout, d, config.precision, software, stage);
-    if (w.forward + w.backward > work.forward + work.backward) work = w, slowest = stage;
-  }
-  // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
-  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision, software.fused_attention);
-  if (mixed(config.precision) && !software.fused_gradient_accumulation) work.backward += memory_seconds(10 * memory.parameters, d);
-  const double compute_mb = work.forward + work.backward;
-
   const StateBytes bytes = state_bytes(config.precision);
   const double tokens = double(layout.micro_batch * (m.seq_length / layout.cp_size));
   const double activation_bytes = bytes.weights * tokens * double(m.hidden_size);
   // What crosses a pipeline stage boundary: split over TP with sequence parallelism.
   const double boundary_bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
-  const double layers = double(stage_layers(layout, m.num_layers, slowest));
   // In all-reduces (an all-gather and a reduce-scatter count one): two per layer forward, two
   // backward, the forward's again with full recompute. SwiGLU's gate and up gather their input
   // each (with SP: half an all-reduce more forward, half more backward) or, without SP, each
@@ -267,19 +253,19 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const bool full_recompute = layout.recompute == Recompute::full;
   const double tp_calls = forward_calls * (full_recompute ? 2 : 1) + backward_calls;
   const double tp_layer = tp_calls * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
-  // Overlapped, a layer's collectives hide behind its multiplies but for one piece in t each.
+  // Overlapped (it needs sequence parallelism: the collectives are the all-gathers and
+  // reduce-scatters it cuts into pieces), a layer's collectives hide behind its multiplies but
+  // for one piece in t each.
+  const bool tp_overlapped = software.overlap_tensor_comm && sp;
   const LayerShape shape = layer_shape(m, layout);
   const DeviceProfile at_precision = at_width(d, config.precision);
   const double multiplies = linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) +
                             linear_backward(shape, at_precision);
-  const double tp_exposed = software.overlap_tensor_comm
-                                ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size))
-                                : tp_layer;
-  const double tp_mb = layers * tp_exposed;
+  const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 
   // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
   // block's attention where it can be.
-  double cp_mb = 0, cp_total_mb = 0;
+  double cp_layer = 0, cp_exposed = 0;
   if (layout.cp_size > 1) {
     const double c = double(layout.cp_size);
     const bool inside_node = layout.tp_size * layout.cp_size <= d.gpus_per_node;
@@ -292,26 +278,50 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                                double(layout.tp_size);
     const double block_rate = software.fused_attention ? d.attention_tflops : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
-    cp_total_mb = (3 * c - 2) * transfer_s * layers;
-    cp_mb = (3 * c - 2) * std::max(0.0, transfer_s - block_s) * layers;
+    cp_layer = (3 * c - 2) * transfer_s;
+    cp_exposed = (3 * c - 2) * std::max(0.0, transfer_s - block_s);
   }
 
-  const double stage_mb = compute_mb + tp_mb + cp_mb;
+  // The slowest stage sets the pace: the first (embedding), the last (logits and loss) or a middle
+  // one, which holds more layers when the embedding and the loss count as layers; each with its
+  // compute and its layers' tensor- and context-parallel communication.
+  struct StageTime {
+    int64_t stage = 0;
+    StageWork work;
+    double layers = 0;
+    double seconds() const { return work.forward + work.backward; }
+  };
+  StageTime slowest;
+  double stage_mb = -1;
+  for (int64_t stage : {int64_t(0), std::min<int64_t>(1, layout.pp_size - 1), layout.pp_size - 1}) {
+    StageTime candidate{stage, stage_work(m, vocab, layout, d, config.precision, software, stage),
+                        double(stage_layers(layout, m.num_layers, stage))};
+    // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
+    if (mixed(config.precision) && !software.fused_gradient_accumulation)
+      candidate.work.backward += memory_seconds(10 * stage_parameters(m, vocab, layout, stage), d);
+    const double seconds = candidate.seconds() + candidate.layers * (tp_exposed + cp_exposed);
+    if (seconds > stage_mb) slowest = candidate, stage_mb = seconds;
+  }
+  const StageWork& work = slowest.work;
+  const double compute_mb = slowest.seconds(), layers = slowest.layers;
   out.compute_s = M * compute_mb;
-  out.tensor_comm_s = M * tp_mb;
-  out.context_comm_s = M * cp_mb;
+  out.tensor_comm_s = M * layers * tp_exposed;
+  out.context_comm_s = M * layers * cp_exposed;
   out.bubble_s = (p - 1) / v * stage_mb;
 
   double pp_total = 0;
+  // Asynchronous transfers need other chunks' work to hide behind: the interleaved schedule's.
+  const bool pp_overlapped = software.overlap_pipeline_comm && layout.virtual_stages > 1;
   if (layout.pp_size > 1) {
     const bool stages_inside_node = layout.world_size() <= d.gpus_per_node;
     const double transfer_s = boundary_bytes / ((stages_inside_node ? intra : inter) * 1e9);
     pp_total = 2 * (M * v + p - 1) * transfer_s;
     // Asynchronous, the transfers of the pipeline's fill and drain are all that waits.
-    out.pipeline_comm_s = software.overlap_pipeline_comm ? 2 * (p - 1) * transfer_s : pp_total;
+    out.pipeline_comm_s = pp_overlapped ? 2 * (p - 1) * transfer_s : pp_total;
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
+  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision, software.fused_attention);
   const ZeroSharding zero = layout.zero();
   const int64_t replicas = zero.replicas;
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
@@ -321,33 +331,35 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double dp_gbs = layout.tp_size * replicas <= d.gpus_per_node ? intra
                                                                     : std::min(intra, inter * double(members_per_node));
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
-  const double bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
+  const double grad_bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
+  const double weight_bucket = grad_bucket * bytes.weights / bytes.grads;
   // ZeRO-0 all-reduces the gradients, the sharded stages reduce-scatter them: once per
   // iteration, or after every micro-batch from ZeRO-2 on; overlapped, all but the last bucket
-  // hide behind the backward.
+  // hide behind the backward, which ZeRO-3's backward weight gathers use too (trident
+  // prefetches them: parallel/sharded_parameters.h).
   auto reduce = [&](double b) {
     return !zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
   };
   const double reductions = zero.shards_grads() ? M : 1;
+  const double gather = half_collective_seconds(weights, replicas, dp_gbs);
   double dp_total = 0;
   if (replicas > 1) {
+    const double backward_gather = zero.shards_weights() ? gather : 0;
     dp_total = reductions * reduce(grads);
     out.data_comm_s = software.overlap_gradient_reduction
-                          ? reductions * std::max(reduce(grads) - work.backward, reduce(bucket))
-                          : dp_total;
-  }
-  if (zero.reduce_scatters() && !zero.shards_weights()) {
-    // The updated weights gathered after the step, or behind the next first forward.
-    const double gather = half_collective_seconds(weights, replicas, dp_gbs);
-    dp_total += gather;
-    out.data_comm_s += software.overlap_weight_gather
-                           ? std::max(gather - work.forward, half_collective_seconds(bucket / 2, replicas, dp_gbs))
-                           : gather;
-  }
-  if (zero.shards_weights()) {
-    const double gather = half_collective_seconds(weights, replicas, dp_gbs);
-    dp_total += 2 * M * gather;
-    out.data_comm_s += M * (std::max(0.0, gather - work.forward) + std::max(0.0, gather - work.backward));
+                          ? reductions * std::max(reduce(grads) + backward_gather - work.backward, reduce(grad_bucket))
+                          : dp_total + M * std::max(0.0, backward_gather - work.backward);
+    if (zero.shards_weights()) {
+      // ZeRO-3: the weights gathered for every micro-batch's forward and backward.
+      dp_total += 2 * M * gather;
+      out.data_comm_s += M * std::max(0.0, gather - work.forward);
+    } else if (zero.reduce_scatters()) {
+      // ZeRO-1 and 2: the updated weights gathered after the step, or behind the next first forward.
+      dp_total += gather;
+      out.data_comm_s += software.overlap_weight_gather
+                             ? std::max(gather - work.forward, half_collective_seconds(weight_bucket, replicas, dp_gbs))
+                             : gather;
+    }
   }
 
   // AdamW over the shard: gradient, main weight and moments read, written back, the 16-bit
@@ -355,14 +367,17 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double shard = memory.parameters / double(zero.shards());
   if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard * (config.precision == Precision::fp64 ? 2 : 1), d);
 
-  auto hidden = [](double total, double exposed) {
-    return str(": ", fixed(total, 3), " s in all, ", fixed(total - exposed, 3), " hidden, ", fixed(exposed, 3), " exposed");
+  // Both parts rounded first, so that what is printed adds up.
+  auto overlap_split = [](double total, double exposed) {
+    const double total_ms = std::round(total * 1e3), exposed_ms = std::round(exposed * 1e3);
+    return str(": ", fixed(total_ms / 1e3, 3), " s in all, ", fixed((total_ms - exposed_ms) / 1e3, 3), " hidden, ",
+               fixed(exposed_ms / 1e3, 3), " exposed");
   };
   const double gpus = double(layout.world_size());
   out.explanation = {
       line("compute", out.compute_s,
            str("M = ", layout.micro_batches, " micro-batches x ", compute_mb * 1e3, " ms of forward ", work.forward * 1e3,
-               " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on stage ", slowest,
+               " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on stage ", slowest.stage,
                " (", layers, " layers), the slowest, ", d.name, ": multiplies at ", d.matmul_tflops,
                " TFLOP/s with tile and wave quantization, memory at ", d.memory_gbs * d.memory_efficiency,
                " GB/s, attention ",
@@ -373,23 +388,22 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
       line("tp-comm", out.tensor_comm_s,
            str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(activation_bytes), " over TP ",
                layout.tp_size, " at ", intra, " GB/s, ",
-               software.overlap_tensor_comm ? "overlapped with the multiplies (one piece in t cannot hide)"
-                                            : "not overlapped",
-               hidden(M * layers * tp_layer, out.tensor_comm_s))),
+               tp_overlapped ? "overlapped with the multiplies (one piece in t cannot hide)" : "not overlapped",
+               overlap_split(M * layers * tp_layer, out.tensor_comm_s))),
       line("cp-comm", out.context_comm_s,
            str("ring attention's block transfers, behind block attention where it is longer",
-               hidden(M * cp_total_mb, out.context_comm_s))),
+               overlap_split(M * layers * cp_layer, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
            str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
-               software.overlap_pipeline_comm ? "asynchronous (the fill and drain wait)" : "waited for",
-               hidden(pp_total, out.pipeline_comm_s))),
+               pp_overlapped ? "asynchronous (the fill and drain wait)" : "waited for",
+               overlap_split(pp_total, out.pipeline_comm_s))),
       line("dp-comm", out.data_comm_s,
            str("ZeRO-", layout.zero_stage, " over ", replicas, " replicas at ", dp_gbs, " GB/s: gradients ",
                software.overlap_gradient_reduction ? "reduced behind the backward but the last bucket" : "reduced after the backward",
                zero.reduce_scatters() && !zero.shards_weights()
                    ? (software.overlap_weight_gather ? ", weights gathered behind the next forward" : ", weights gathered after the step")
                    : zero.shards_weights() ? ", weights gathered twice per micro-batch behind the compute" : "",
-               hidden(dp_total, out.data_comm_s))),
+               overlap_split(dp_total, out.data_comm_s))),
       line("optimizer", out.optimizer_s,
            layout.offload ? std::string("on the host (offload)") : str("42 bytes x ", si_units(shard), " parameters through memory")),
       line("total", out.seconds(), str(si_units(gpus), " GPUs, software ", software.name)),
@@ -443,9 +457,9 @@ std::string describe_software(const Software& s) {
       s.fused_attention ? "fused attention" : "unfused attention",
       s.overlap_gradient_reduction ? "gradient reduction overlapped" : "gradient reduction after backward",
       s.fused_gradient_accumulation ? "gradient accumulation fused" : "16-bit gradients added into fp32",
-      s.overlap_tensor_comm ? "TP communication overlapped" : "TP communication exposed"};
-  if (s.overlap_weight_gather) parts.push_back("ZeRO weight gather overlapped");
-  if (s.overlap_pipeline_comm) parts.push_back("pipeline transfers asynchronous");
+      s.overlap_tensor_comm ? "TP communication overlapped" : "TP communication exposed",
+      s.overlap_weight_gather ? "ZeRO weight gather overlapped" : "ZeRO weight gather after the step",
+      s.overlap_pipeline_comm ? "pipeline transfers asynchronous" : "pipeline transfers waited for"};
   return s.name + " (" + join(parts, ", ") + ")";
 }
 

@@ -19,13 +19,15 @@
 //   (each holding its layers: core/layout.h's stage_layers);
 //   TP: 4 all-reduces of T h 16-bit values per layer (6 with full recomputation, more for
 //   SwiGLU's two inputs) on the intra-node link at the profile's link efficiency; overlapped
-//   (Software), hidden behind the layer's multiplies but for one piece in t.
+//   (Software; with sequence parallelism), hidden behind the layer's multiplies but for one
+//   piece in t. The slowest stage, counting its TP and CP communication, sets the pace.
 // The pipeline runs M micro-batches and the bubble of (p - 1) / v stage times; point-to-point
-// transfers are counted twice per micro-batch and stage boundary crossed (asynchronous: only the
-// fill and drain's). Data-parallel gradient reduction overlaps the last micro-batch's backward
-// except its last bucket (as the code does); ZeRO-1 and 2 all-gather the updated weights after
-// the step (or behind the next forward); ZeRO-2 and 3 reduce each micro-batch; ZeRO-3 gathers
-// the weights twice per micro-batch behind the computation. The optimizer step moves 42 bytes
+// transfers are counted twice per micro-batch and stage boundary crossed (asynchronous, with the
+// interleaved schedule: only the fill and drain's). Data-parallel gradient reduction, when the
+// software overlaps it, hides behind the last micro-batch's backward except its last bucket;
+// ZeRO-1 and 2 all-gather the updated weights after the step (or behind the next forward);
+// ZeRO-2 and 3 reduce each micro-batch; ZeRO-3 gathers the weights twice per micro-batch behind
+// the forward and the backward, the latter sharing the backward with the reduction. The optimizer step moves 42 bytes
 // per parameter of the shard through memory (twice that in fp64). Byte counts are for 16-bit
 // activations; fp32 and fp64 models move 2 and 4 times them.
 #pragma once
@@ -54,7 +56,8 @@ double memory_seconds(double bytes, const DeviceProfile& device);
 
 // What the training program does, beside what the device can: each setting a technique with
 // what it assumes. Presets: trident (what trident does with LibTorch 2.x), the Megatron-LM of
-// 2021 that measured the A100 scaling table, and Megatron-Core as of 2024-2025 (software_named).
+// 2021 that measured the A100 scaling table, Megatron-Core as of 2024-2025 and Llama 3's
+// (software_named).
 struct Software {
   std::string name = "trident";
   // Attention in a fused (flash) kernel at the profile's attention_tflops (LibTorch 2.x's SDPA),
@@ -68,15 +71,17 @@ struct Software {
   // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
   bool fused_gradient_accumulation = false;
   // Tensor-parallel collectives cut into t pieces, each sent while the multiply it feeds or
-  // follows computes on another (Megatron-Core's tp_comm_overlap, torchtitan's async TP): hidden
-  // up to those multiplies' time, but for the one piece of t that has no multiply beside it.
+  // follows computes on another (Megatron-Core's tp_comm_overlap, torchtitan's async TP; both
+  // need sequence parallelism, whose all-gathers and reduce-scatters are what is cut): hidden up
+  // to those multiplies' time, but for the one piece of t that has no multiply beside it.
   bool overlap_tensor_comm = false;
   // ZeRO-1 and 2's all-gather of the updated weights behind the next iteration's first forward,
   // layer by layer (Megatron-Core's distributed optimizer with overlap_param_gather), not after
   // the step.
   bool overlap_weight_gather = false;
   // Pipeline transfers asynchronous, behind other micro-batches' compute (Megatron-Core's
-  // overlap_p2p_comm; Llama 3's asynchronous point-to-point): only the pipeline's fill and drain
+  // overlap_p2p_comm; Llama 3's asynchronous point-to-point), with the interleaved schedule
+  // only, whose other chunks give them work to hide behind: only the pipeline's fill and drain
   // wait for them.
   bool overlap_pipeline_comm = false;
 };

@@ -158,6 +158,11 @@ struct TrainConfig {
   int64_t save_interval = 0;  // 0: save only at the end (when checkpoint_dir is set)
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
+  // The divergence guard (train/loss_guard.h): a loss more than max_loss_spike robust spreads
+  // above the median of the last loss_spike_window losses stops the run as a non-finite one does;
+  // 0 turns the spike rule off.
+  double max_loss_spike = 10;
+  int64_t loss_spike_window = 100;
   bool async_save = false;     // write checkpoints in the background from a host copy of the state
   double exit_after_minutes = 0;  // 0: no limit; else stop (saving) after this much training time
   bool resume = true;          // continue from checkpoint_dir/latest when it exists

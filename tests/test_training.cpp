@@ -337,6 +337,41 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   EXPECT_NE(message.find("names 'iter_0000099', which does not exist"), std::string::npos) << message;
 }
 
+// A broken `latest` is described in words: garbage bytes are counted, never echoed; a directory
+// is called one; a directory of checkpoints without a pointer names them and how to resume.
+TEST(Checkpoint, BrokenPointersAreDescribedInWords) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  train_with_checkpoints(data, ckpt, 3, {"train.save_interval=1", "train.keep_checkpoints=2"});
+  CheckpointStore store(ckpt);
+  const auto pointer = std::filesystem::path(ckpt) / "latest";
+  std::string garbage(100, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = char((i * 97 + 13) % 256);
+  std::ofstream(pointer, std::ios::binary | std::ios::trunc) << garbage;
+  std::string message = error_of([&] { store.latest(); });
+  EXPECT_EQ(message, "checkpoint pointer '" + pointer.string() + "' should name a folder iter_NNNNNNN, but holds 100 "
+                     "bytes that are not a folder name (not text, or too long)");
+  std::ofstream(pointer, std::ios::trunc) << "iter_abc\n";
+  message = error_of([&] { store.latest(); });
+  EXPECT_NE(message.find("should name a folder iter_NNNNNNN, but reads 'iter_abc'"), std::string::npos) << message;
+
+  std::filesystem::remove(pointer);
+  std::filesystem::create_directory(pointer);
+  message = error_of([&] { store.latest(); });
+  EXPECT_EQ(message, "checkpoint pointer '" + pointer.string() + "' is a directory; it should be a file naming the "
+                     "newest checkpoint folder (iter_NNNNNNN)");
+
+  std::filesystem::remove(pointer);
+  message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
+  EXPECT_NE(message.find("holds 2 checkpoints (iter_0000002 to iter_0000003) but no `latest` pointer naming the one "
+                         "to resume from; to resume from the newest, write iter_0000003 into " + ckpt + "/latest"),
+            std::string::npos) << message;
+  EXPECT_EQ(message.find("newer than"), std::string::npos) << message;
+  message = error_of([&] { checkpoint_folder(ckpt, "--checkpoint"); });
+  EXPECT_NE(message.find("holds checkpoints but no `latest` pointer naming one"), std::string::npos) << message;
+}
+
 TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
@@ -368,46 +403,63 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
     EXPECT_EQ(entry.path().filename().string().find(".staging"), std::string::npos);
 }
 
-// A run whose loss goes to nan stops with an error naming the iteration, before anything is
-// saved at it. Here a healthy run of 4 iterations goes on at a learning rate of 1e6, saving
-// every iteration with keep_checkpoints=1: the first such step (iteration 5) ruins the weights
-// but records the finite loss computed before it; iteration 6 is nan. Checkpoint 5 holds the
-// ruined weights, so rotation has kept checkpoint 4, which resumes as the error says.
-TEST(Training, DivergenceStopsBeforeSavingAndKeepsTheProvenCheckpoint) {
+// A run whose loss spikes or goes to nan stops with an error naming the iteration, before
+// anything is saved at it, and the last healthy checkpoint survives: a healthy run of 4
+// iterations goes on at a learning rate of 30 without clipping, saving every iteration
+// with keep_checkpoints=2. The first such step (iteration 5) ruins the weights but records the
+// finite loss computed before it; iteration 6's loss is finite but far above the history the
+// checkpoint brought along. Checkpoint 5 holds the ruined weights and is marked so; rotation
+// kept checkpoint 4, which the error names and which resumes; resuming from 5 warns.
+TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
   const std::vector<std::string> saving = {"train.checkpoint_dir=" + ckpt, "train.save_interval=1",
-                                           "train.keep_checkpoints=1"};
+                                           "train.keep_checkpoints=2"};
   train_with_checkpoints(data, ckpt, 4, saving);
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), saving.begin(), saving.end());
     return small_config(data, extra);
   };
-  Trainer diverging(with({"train.iters=20", "optimizer.lr=1e6"}));
+  const Config diverging_config =
+      with({"train.iters=20", "optimizer.lr=30", "optimizer.clip_grad=0", "optimizer.warmup_iters=0"});
+  Trainer diverging(diverging_config);
   const std::string message = error_of([&] { diverging.train(); });
   EXPECT_EQ(message.rfind("iteration 6: the loss is ", 0), 0u) << message;
+  EXPECT_NE(message.find(", a spike: "), std::string::npos) << message;
   EXPECT_NE(message.find("training diverged; stopped before saving anything at this iteration (the "
                          "newest checkpoint, " + ckpt + "/iter_0000005, holds the weights that gave this "
-                         "loss; the one before, " + ckpt + "/iter_0000004, trained on with finite losses: "
+                         "loss; the newest healthy one, " + ckpt + "/iter_0000004, trained on with healthy losses: "
                          "to resume from it, move the newer ones out of " + ckpt + " and write "
                          "iter_0000004 into its `latest`)"), std::string::npos) << message;
   CheckpointStore store(ckpt);
   EXPECT_EQ(store.latest(), 5);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{4, 5}));
-  for (int64_t saved : store.iterations()) EXPECT_TRUE(Manifest::read(store.path(saved)).finite_loss());
+  EXPECT_EQ(store.unhealthy_reason(5).rfind("iteration 6: the loss is ", 0), 0u) << store.unhealthy_reason(5);
+  EXPECT_EQ(store.unhealthy_reason(4), "");
+  EXPECT_EQ(store.newest_healthy(5), 4);
 
-  // As the error says: checkpoint 4 resumes, and trains on.
+  // Resuming from checkpoint 5 as it is warns, naming the healthy one.
+  const auto point = find_resume_point(store, diverging_config);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_NE(point->warning.find("resuming from " + store.path(5) + ", after which a run stopped (iteration 6: the "
+                                "loss is "), std::string::npos) << point->warning;
+  EXPECT_NE(point->warning.find("the newest healthy checkpoint is " + store.path(4)), std::string::npos)
+      << point->warning;
+  EXPECT_EQ(point->progress.recent_losses.size(), 5u);
+
+  // As the error says: checkpoint 4 resumes without a warning, and trains on.
   std::filesystem::rename(store.path(5), dir / "iter_0000005.bad");
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000004\n";
+  EXPECT_EQ(find_resume_point(store, diverging_config)->warning, "");
   Trainer resumed(with({"train.iters=7"}));
   EXPECT_EQ(resumed.iteration(), 4);
   for (double loss : run(resumed)) EXPECT_TRUE(std::isfinite(loss));
 }
 
-// Rotation keeps the newest `keep` checkpoints and the newest proven one: the newest older one
-// whose loss was finite.
-TEST(Checkpoint, RotationKeepsTheNewestProvenCheckpoint) {
+// Rotation keeps the newest `keep` checkpoints and the newest healthy one: the newest older one
+// whose loss was finite and after which no run stopped.
+TEST(Checkpoint, RotationKeepsTheNewestHealthyCheckpoint) {
   CheckpointStore store((scratch_dir() / "ckpt").string());
   auto save = [&](int64_t iteration, double loss) {
     store.save(iteration, [](const std::string&) { return std::vector<FileRecord>{}; }, 1, loss);
@@ -423,7 +475,11 @@ TEST(Checkpoint, RotationKeepsTheNewestProvenCheckpoint) {
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{2, 5}));
   save(6, 1.9);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 6}));
-  EXPECT_EQ(store.latest(), 6);
+  // A run resumed from 6 stopped at iteration 7: 6 is no longer healthy, 5 stays.
+  store.mark_unhealthy(6, "iteration 7: the loss is 1e+12, a spike");
+  save(8, 1.8);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 8}));
+  EXPECT_EQ(store.latest(), 8);
 }
 
 // Every file is checked against the checksum in manifest.json before it is loaded: a flipped

@@ -29,6 +29,7 @@
 #include "train/checkpoint/tensors.h"
 #include "train/data/samples.h"
 #include "train/device.h"
+#include "train/loss_guard.h"
 #include "train/stop_signals.h"
 
 namespace trident {
@@ -45,11 +46,13 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
       layout_(resolve_layout(config_, launch.world_size)),
       vocab_(config_.model.padded_vocab(layout_.tp_size)),
       device_(torch::kCPU),
-      dtype_(weights_dtype(config_.precision)) {
+      dtype_(weights_dtype(config_.precision)),
+      loss_guard_(config_.train.max_loss_spike, config_.train.loss_spike_window) {
   if (cpu_world && cpu_world->size() != launch.world_size)
     fail("Trainer was given a communicator of size ", cpu_world->size(), " but the launch has WORLD_SIZE=",
          launch.world_size);
   log::set_process(int(launch.rank), int(launch.world_size));
+  if (const std::string warning = learning_rate_warning(config_.optimizer.lr); !warning.empty()) log::warn(warning);
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
   // Setup runs in phases that every rank agrees on (parallel/comm/failure.h): a device, file or
@@ -119,8 +122,10 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     optimizer_->publish();
     iteration_ = last_saved_ = resume->progress.iteration;
     consumed_samples_ = resume->progress.consumed_samples;
+    loss_guard_.restore(resume->progress.recent_losses);
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
+    if (!resume->warning.empty()) log::warn(resume->warning);
   } else if (!config_.train.init_from.empty()) {
     log::info(str("initialized the weights from train.init_from '", config_.train.init_from, "'"));
   }
@@ -212,13 +217,29 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   m.grad_norm = pending.grad_norm.item<double>();
   m.elapsed_ms = pending.timer->elapsed_ms();
   log_->add_rates(m);
-  if (!m.skipped && !(std::isfinite(m.loss) && std::isfinite(m.grad_norm)))
-    diverged(str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm), m.iteration);
+  // A fresh run's first loss tells whether the initial weights make sense.
+  if (m.iteration == 1 && config_.train.init_from.empty())
+    if (const std::string warning = first_loss_warning(m.loss, config_.model.vocab_size, config_.model.init_method_std);
+        !warning.empty())
+      log::warn(warning);
+  if (!m.skipped) {
+    const std::string why = std::isfinite(m.grad_norm)
+                                ? loss_guard_.check(m.loss)
+                                : str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm);
+    if (!why.empty()) diverged(why, m.iteration);
+  }
   return m;
 }
 
 void Trainer::diverged(const std::string& what, int64_t iteration) const {
-  // Every rank sees the same reduced loss and norm, so every rank stops here together.
+  // Every rank sees the same reduced loss and norm, so every rank stops here together. The
+  // checkpoint of the iteration before holds the weights that gave this loss: recorded, so that
+  // rotation and a resume from it know (best effort: the error below is what matters).
+  if (checkpoints_ && groups_->world().rank() == 0) try {
+      if (const int64_t latest = checkpoints_->latest(); latest == iteration - 1)
+        checkpoints_->mark_unhealthy(latest, str("iteration ", iteration, ": ", what));
+    } catch (const std::exception&) {
+    }
   const std::string saved = checkpoints_ ? recovery_advice(*checkpoints_, iteration) : "no checkpoint was saved";
   throw JobError::everywhere(str("iteration ", iteration, ": ", what, ": training diverged; stopped ",
                                  "before saving anything at this iteration (", saved, ")"),
@@ -326,7 +347,8 @@ double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const 
 }
 
 CheckpointRequest Trainer::checkpoint_request() const {
-  const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state()};
+  const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state(),
+                                  loss_guard_.history()};
   return {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_};
 }
 

@@ -12,6 +12,7 @@
 #include "model/gpt.h"
 #include "model/parallel_model.h"
 #include "parallel/comm/launch.h"
+#include "train/loss_guard.h"
 #include "train/metrics.h"
 
 namespace trident {
@@ -90,10 +91,12 @@ class Trainer {
                               const torch::Tensor& input);
   struct PendingStep;
   PendingStep run_step();
-  // Reads the device's numbers; a non-finite loss or gradient norm (outside fp16's skipped
-  // steps) ends the run there (diverged).
+  // Reads the device's numbers; a non-finite gradient norm or a loss the divergence guard refuses
+  // (not finite, or a spike: train/loss_guard.h), outside fp16's skipped steps, ends the run
+  // there (diverged). Warns once when a fresh run's first loss says the weights are too large.
   IterationMetrics complete(PendingStep& pending);
-  // Throws JobError on every rank: the run diverged at `iteration`, for the reason given.
+  // Throws JobError on every rank: the run diverged at `iteration`, for the reason given, after
+  // marking the checkpoint of the iteration before, if there is one, unhealthy.
   [[noreturn]] void diverged(const std::string& what, int64_t iteration) const;
   // The validation loss into `m`, and each dataset's when data.path blends several.
   void validate_into(IterationMetrics& m);
@@ -132,6 +135,7 @@ class Trainer {
   int64_t consumed_samples_ = 0;
   int64_t last_saved_ = -1;
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
+  LossGuard loss_guard_;
   std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
   Stopwatch since_built_;   // train.exit_after_minutes
   Stopwatch since_report_;  // the straggler report's interval

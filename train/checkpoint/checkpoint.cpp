@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@ namespace {
 
 constexpr const char* kPrefix = "iter_";
 constexpr const char* kStagingPrefix = ".staging-";
+constexpr const char* kUnhealthy = "unhealthy";  // CheckpointStore::mark_unhealthy's file
 
 std::string folder_name(int64_t iteration) {
   char name[32];
@@ -91,13 +93,21 @@ std::vector<int64_t> CheckpointStore::iterations() const {
 int64_t CheckpointStore::latest() const {
   const fs::path pointer = fs::path(dir_) / "latest";
   if (!fs::exists(pointer)) return -1;
-  std::ifstream in(pointer);
-  std::string name;
-  in >> name;
+  if (fs::is_directory(pointer))
+    fail("checkpoint pointer '", pointer.string(), "' is a directory; it should be a file naming the newest ",
+         "checkpoint folder (iter_NNNNNNN)");
+  const std::string text = read_text_file(pointer.string(), "checkpoint pointer");
+  std::string name = text;
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   const int64_t iteration = parse_folder_name(name);
-  if (iteration < 0)
-    fail("checkpoint pointer '", pointer.string(), "' should name a folder iter_NNNNNNN, but reads '",
-         name, "'");
+  if (iteration < 0) {
+    const bool printable = !name.empty() && name.size() <= 64 &&
+                           std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    fail("checkpoint pointer '", pointer.string(), "' should name a folder iter_NNNNNNN, but ",
+         printable       ? str("reads '", name, "'")
+         : name.empty() ? std::string("is empty")
+                         : str("holds ", text.size(), " bytes that are not a folder name (not text, or too long)"));
+  }
   if (!fs::is_directory(path(iteration)))
     fail("checkpoint pointer '", pointer.string(), "' names '", name, "', which does not exist");
   return iteration;
@@ -127,15 +137,27 @@ void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss) const
   sync_path(dir_);
 
   const auto saved = iterations();
-  const int64_t proven = newest_proven(iteration);
+  const int64_t healthy = newest_healthy(iteration);
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
-    if (saved[i] != iteration && saved[i] != proven) remove_tree(path(saved[i]));
+    if (saved[i] != iteration && saved[i] != healthy) remove_tree(path(saved[i]));
 }
 
-int64_t CheckpointStore::newest_proven(int64_t newest) const {
+void CheckpointStore::mark_unhealthy(int64_t iteration, const std::string& why) const {
+  replace_file((fs::path(path(iteration)) / kUnhealthy).string(), why + "\n");
+}
+
+std::string CheckpointStore::unhealthy_reason(int64_t iteration) const {
+  const fs::path marker = fs::path(path(iteration)) / kUnhealthy;
+  if (!fs::exists(marker)) return "";
+  std::string why = read_text_file(marker.string(), "checkpoint health record");
+  while (!why.empty() && why.back() == '\n') why.pop_back();
+  return why;
+}
+
+int64_t CheckpointStore::newest_healthy(int64_t newest) const {
   const auto saved = iterations();
   for (auto it = saved.rbegin(); it != saved.rend(); ++it)
-    if (*it < newest && Manifest::read(path(*it)).finite_loss()) return *it;
+    if (*it < newest && Manifest::read(path(*it)).finite_loss() && unhealthy_reason(*it).empty()) return *it;
   return -1;
 }
 
@@ -200,6 +222,7 @@ FileRecord write_shared_state(const std::string& folder, const TrainingProgress&
   progress_yaml["loss_scale"]["scale"] = progress.loss_scale.scale;  // yaml-cpp writes doubles exactly
   progress_yaml["loss_scale"]["good_steps"] = progress.loss_scale.good_steps;
   progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
+  progress_yaml["recent_losses"] = progress.recent_losses;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   return write_text(fs::path(folder) / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
 }
@@ -240,27 +263,44 @@ void write_share(const std::string& folder, const RankShare& share) {
 
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
   const int64_t latest = store.latest();
+  const std::vector<int64_t> saved = store.iterations();
+  if (latest < 0 && !saved.empty())
+    fail("train.checkpoint_dir '", store.dir(), "' holds ", saved.size(), " checkpoint", saved.size() > 1 ? "s" : "",
+         " (", fs::path(store.path(saved.front())).filename().string(),
+         saved.size() > 1 ? str(" to ", fs::path(store.path(saved.back())).filename().string()) : std::string(),
+         ") but no `latest` pointer naming the one to resume from; to resume from the newest, write ",
+         fs::path(store.path(saved.back())).filename().string(), " into ", store.dir(),
+         "/latest, or choose another directory");
   if (latest >= 0 && !config.train.resume)
     fail("train.checkpoint_dir '", store.dir(), "' already holds checkpoints (latest: iteration ", latest,
          "); set train.resume=true to continue from it or choose another directory");
-  for (int64_t saved : store.iterations())
-    if (saved > latest)
-      fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(saved), "', newer than its ",
+  for (int64_t iteration : saved)
+    if (iteration > latest)
+      fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(iteration), "', newer than its ",
            "`latest` pointer; this run would overwrite it. Move it away or choose another directory");
   if (latest < 0) return std::nullopt;
-  return ResumePoint{store.path(latest), read_progress(store.path(latest), config)};
+  ResumePoint point{store.path(latest), read_progress(store.path(latest), config), ""};
+  if (const std::string why = store.unhealthy_reason(latest); !why.empty()) {
+    const int64_t healthy = store.newest_healthy(latest);
+    point.warning = str("resuming from ", point.folder, ", after which a run stopped (", why, "): its weights may ",
+                        "be the cause", healthy >= 0 ? str("; the newest healthy checkpoint is ", store.path(healthy),
+                                                           ", which resumes once it is named in ", store.dir(),
+                                                           "/latest and the newer ones are moved away")
+                                                     : std::string());
+  }
+  return point;
 }
 
 std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
   const int64_t latest = store.latest();
   if (latest < 0) return "no checkpoint was saved";
-  if (latest + 1 < iteration) return str("the newest checkpoint, ", store.path(latest), ", trained on with finite losses");
+  if (latest + 1 < iteration) return str("the newest checkpoint, ", store.path(latest), ", trained on with healthy losses");
   std::string advice = str("the newest checkpoint, ", store.path(latest), ", holds the weights that gave this loss");
-  const int64_t proven = store.newest_proven(latest);
-  if (proven >= 0)
-    advice += str("; the one before, ", store.path(proven), ", trained on with finite losses: to resume ",
+  const int64_t healthy = store.newest_healthy(latest);
+  if (healthy >= 0)
+    advice += str("; the newest healthy one, ", store.path(healthy), ", trained on with healthy losses: to resume ",
                   "from it, move the newer ones out of ", store.dir(), " and write ",
-                  fs::path(store.path(proven)).filename().string(), " into its `latest`");
+                  fs::path(store.path(healthy)).filename().string(), " into its `latest`");
   return advice;
 }
 
@@ -298,6 +338,8 @@ SavedRun read_saved_run(const std::string& folder) {
     progress.optimizer_steps = root["optimizer_steps"].as<int64_t>();
     progress.loss_scale = {root["loss_scale"]["scale"].as<double>(), root["loss_scale"]["good_steps"].as<int64_t>(),
                            root["loss_scale"]["skipped"].as<int64_t>()};
+    // Checkpoints written before the divergence guard kept a history have none.
+    if (root["recent_losses"]) progress.recent_losses = root["recent_losses"].as<std::vector<double>>();
     saved.config = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
   } catch (const YAML::Exception& e) {
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());
@@ -322,6 +364,9 @@ std::string checkpoint_folder(const std::string& path, const std::string& option
   if (!fs::is_directory(path)) fail(option, " '", path, "' is not a directory");
   const CheckpointStore store(path);
   const int64_t latest = store.latest();
+  if (latest < 0 && !store.iterations().empty())
+    fail(option, " '", path, "' holds checkpoints but no `latest` pointer naming one: pass one of its iter_NNNNNNN ",
+         "folders, or write the newest's name into ", path, "/latest");
   if (latest < 0)
     fail(option, " '", path, "' is neither a checkpoint (no manifest.json) nor a checkpoint directory (no `latest`)");
   return store.path(latest);

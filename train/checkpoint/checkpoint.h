@@ -4,7 +4,7 @@
 // disk), records every file's checksum and the iteration's loss in manifest.json, renames the
 // folder into place and only then moves `latest`; a save that fails or is killed at any point
 // leaves the previous checkpoint and `latest` untouched. Only the newest `keep` checkpoints
-// survive a successful save, and the newest proven one (newest_proven) besides.
+// survive a successful save, and the newest healthy one (newest_healthy) besides.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +39,9 @@ class CheckpointStore {
   std::string path(int64_t iteration) const;
   // Iterations that have a published folder, ascending.
   std::vector<int64_t> iterations() const;
-  // The iteration `latest` names, -1 when there is no `latest`; Error if it is unreadable or
-  // names a folder that does not exist.
+  // The iteration `latest` names, -1 when there is no `latest`; Error, in words, if it is a
+  // directory, does not hold a folder name (never echoing bytes that are not text) or names a
+  // folder that does not exist.
   int64_t latest() const;
 
   // A save in three steps, so that several processes can fill one checkpoint:
@@ -53,12 +54,16 @@ class CheckpointStore {
   void begin(int64_t iteration) const;
   void commit(int64_t iteration, int64_t keep, double loss) const;
   void abandon(int64_t iteration) const noexcept;
-  // The newest checkpoint older than `newest` that recorded a finite loss, -1 for none. Its
-  // weights are proven: the training that saved `newest` went on from them through iterations
-  // the divergence guard passed, whereas the weights of `newest` come from a step whose result
-  // no forward pass has seen yet (a step that diverges still records the finite loss computed
-  // before it).
-  int64_t newest_proven(int64_t newest) const;
+  // A checkpoint is healthy when the loss measured after its update passed the divergence guard
+  // (train/loss_guard.h). The newest checkpoint's next loss is not known when it is saved; a
+  // checkpoint older than the newest was trained on, and so is healthy unless the guard stopped
+  // a run at the iteration after it, which marks it (mark_unhealthy: a file `unhealthy` in its
+  // folder saying why) or it recorded a loss that was not finite (an fp16 step that overflowed).
+  void mark_unhealthy(int64_t iteration, const std::string& why) const;
+  // Why `iteration` was marked unhealthy, empty when it was not.
+  std::string unhealthy_reason(int64_t iteration) const;
+  // The newest healthy checkpoint older than `newest`, -1 for none.
+  int64_t newest_healthy(int64_t newest) const;
   // All three in one process; `fill` returns the files it wrote.
   void save(int64_t iteration,
             const std::function<std::vector<FileRecord>(const std::string& folder)>& fill,
@@ -75,21 +80,24 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // position in the shuffled sample order
   int64_t optimizer_steps = 0;   // AdamW's bias correction (steps skipped by the loss scaler excluded)
   LossScaler::State loss_scale;
+  std::vector<double> recent_losses;  // the divergence guard's history (train/loss_guard.h)
 };
 
-// Where a run resumes: the checkpoint `latest` names.
+// Where a run resumes: the checkpoint `latest` names, and a warning when the loss after it
+// stopped a run (CheckpointStore::mark_unhealthy), naming the newest healthy one.
 struct ResumePoint {
   std::string folder;
   TrainingProgress progress;
+  std::string warning;
 };
-// Checks that `store` can take this run (train.resume set when it holds checkpoints, none newer
-// than `latest`, saved model keys equal to `config`'s) and returns where it resumes,
-// nothing for an empty directory. Reads progress.yaml only.
+// Checks that `store` can take this run (train.resume set when it holds checkpoints, a `latest`
+// when it holds any, none newer than `latest`, saved model keys equal to `config`'s) and returns
+// where it resumes, nothing for an empty directory. Reads progress.yaml only.
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config);
 
 // After a divergence at `iteration`: which checkpoint to resume from, in words for the error.
 // The newest one holds the weights that gave the bad loss when it was saved the iteration
-// before; then the one before it (newest_proven) is named, with how to resume from it.
+// before; then the newest healthy one is named, with how to resume from it.
 std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
 
 // Whether this rank writes files when a checkpoint is saved: world rank 0, the first

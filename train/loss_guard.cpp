@@ -1,0 +1,67 @@
+#include "train/loss_guard.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/text.h"
+
+namespace trident {
+namespace {
+
+double median(std::vector<double> values) {
+  const size_t half = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + std::ptrdiff_t(half), values.end());
+  const double upper = values[half];
+  if (values.size() % 2 == 1) return upper;
+  return (*std::max_element(values.begin(), values.begin() + std::ptrdiff_t(half)) + upper) / 2;
+}
+
+}  // namespace
+
+LossGuard::LossGuard(double max_spike, int64_t window) : max_spike_(max_spike), window_(size_t(window)) {
+  TRIDENT_CHECK(max_spike >= 0 && window >= int64_t(kMinimumHistory), "loss guard: max_spike ", max_spike,
+                ", window ", window);
+}
+
+std::string LossGuard::check(double loss) {
+  if (!std::isfinite(loss)) return str("the loss is ", loss);
+  if (max_spike_ > 0 && history_.size() >= kMinimumHistory) {
+    const std::vector<double> recent(history_.begin(), history_.end());
+    const double level = median(recent);
+    std::vector<double> deviations;
+    for (double x : recent) deviations.push_back(std::abs(x - level));
+    const double spread = std::max(1.4826 * median(deviations), 0.05 * std::abs(level));
+    if (loss > level + max_spike_ * spread)
+      return str("the loss is ", loss, ", a spike: ", std::round((loss - level) / spread * 10) / 10, " spreads of ",
+                 fixed(spread, 4), " above the median ", fixed(level, 4), " of the last ", recent.size(),
+                 " iterations (train.max_loss_spike=", max_spike_, ")");
+  }
+  history_.push_back(loss);
+  if (history_.size() > window_) history_.pop_front();
+  return "";
+}
+
+void LossGuard::restore(const std::vector<double>& losses) {
+  history_.clear();
+  for (double loss : losses) {
+    history_.push_back(loss);
+    if (history_.size() > window_) history_.pop_front();
+  }
+}
+
+std::string first_loss_warning(double loss, int64_t vocab, double init_method_std) {
+  const double uniform = std::log(double(vocab));
+  if (!(loss > 2 * uniform)) return "";
+  return str("the first loss, ", loss, ", is far above ln(vocabulary) = ", fixed(uniform, 2),
+             ", a uniform guess's: the initial weights are far too large (model.init_method_std=", init_method_std,
+             "; GPT-2 and Llama use 0.02)");
+}
+
+std::string learning_rate_warning(double lr) {
+  if (lr <= 0.1) return "";
+  return str("optimizer.lr=", lr, " is far above what AdamW trains transformers at (1e-5 to 1e-2; GPT-2 small ",
+             "6e-4): expect the loss to spike or diverge");
+}
+
+}  // namespace trident

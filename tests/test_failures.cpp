@@ -329,7 +329,7 @@ TEST(JobFailure, AcrossHostsLoopbackIsRefusedNamingTheInterfaceAndMasterAddr) {
             std::string::npos) << run.result.output;
 }
 
-// A loss that goes to nan stops the program (exit 2, one line naming the iteration).
+// A loss that spikes or goes to nan stops the program (exit 2, one line naming the iteration).
 TEST(JobFailure, DivergenceEndsTheProgramWithOneLine) {
   const Timed run = run_timed(train_command("", {"data.type=synthetic", "train.iters=20", "optimizer.lr=1e6"}));
   expect_ended_in_failure(run, 60);

@@ -46,15 +46,19 @@ TEST(LossGuard, TheSpreadIsTheRecentLossesOwn) {
   EXPECT_NE(wide().check(18.0), "");
 }
 
-// Not finite is always divergence; the spike rule needs 3 losses of history and can be off.
-TEST(LossGuard, NanAlwaysStopsSpikesNeedHistoryAndCanBeOff) {
+// Not finite is always divergence; from the second loss on the floors judge a short history (at
+// k = 10: 1.5 times the level; near 0, 0.1 above it); the spike rule can be off.
+TEST(LossGuard, NanAlwaysStopsSpikesFromTheSecondLossAndCanBeOff) {
   LossGuard fresh(10, 100);
   EXPECT_EQ(fresh.check(std::nan("")), "the loss is nan");
   EXPECT_EQ(fresh.check(std::numeric_limits<double>::infinity()), "the loss is inf");
-  EXPECT_EQ(fresh.check(3.0), "");
-  EXPECT_EQ(fresh.check(300.0), "");  // two losses of history: too few to judge
-  EXPECT_EQ(fresh.check(3.0), "");
-  EXPECT_NE(fresh.check(3000.0), "");
+  EXPECT_EQ(fresh.check(3.0), "");  // nothing to judge it by
+  EXPECT_EQ(fresh.check(3.1), "");  // 3.0 + 10 x 0.15 = 4.5
+  EXPECT_NE(fresh.check(4.6), "");  // median 3.05 + 10 x 0.1525 = 4.575
+  LossGuard near_zero(10, 100);
+  near_zero.restore({0, 0, 0});
+  EXPECT_EQ(near_zero.check(0.09), "");
+  EXPECT_EQ(near_zero.check(0.2).rfind("the loss is 0.2, a spike: 20 spreads of 0.0100 above the median 0.0000", 0), 0u);
   LossGuard off = noisy_history(0);
   EXPECT_EQ(off.check(1e12), "");
   EXPECT_EQ(off.check(std::nan("")), "the loss is nan");
@@ -63,11 +67,11 @@ TEST(LossGuard, NanAlwaysStopsSpikesNeedHistoryAndCanBeOff) {
 // The history keeps the last `window` losses and travels with a checkpoint (restore).
 TEST(LossGuard, TheHistoryIsTheLastWindowAndRestores) {
   LossGuard guard(10, 5);
-  for (int i = 1; i <= 8; ++i) guard.check(double(i));
-  EXPECT_EQ(guard.history(), (std::vector<double>{4, 5, 6, 7, 8}));
+  for (int i = 8; i >= 1; --i) EXPECT_EQ(guard.check(double(i)), "");  // a falling loss is never a spike
+  EXPECT_EQ(guard.history(), (std::vector<double>{5, 4, 3, 2, 1}));
   LossGuard resumed(10, 3);
   resumed.restore(guard.history());
-  EXPECT_EQ(resumed.history(), (std::vector<double>{6, 7, 8}));
+  EXPECT_EQ(resumed.history(), (std::vector<double>{3, 2, 1}));
   EXPECT_NE(resumed.check(100.0), "");
 }
 
@@ -75,6 +79,7 @@ TEST(LossGuard, TheHistoryIsTheLastWindowAndRestores) {
 // above a uniform guess's, a learning rate far above AdamW's range.
 TEST(LossGuard, MeaninglessSettingsAreNamed) {
   EXPECT_EQ(first_loss_warning(7.7, 2048, 0.02), "");  // ln 2048 = 7.62
+  EXPECT_EQ(first_loss_warning(std::nan(""), 2048, 1e6).rfind("the first loss, nan, is not even finite", 0), 0u);
   const std::string big = first_loss_warning(3e7, 2048, 1e6);
   EXPECT_EQ(big.rfind("the first loss, 3e+07, is far above ln(vocabulary) = 7.62, a uniform guess's: the initial "
                       "weights are far too large (model.init_method_std=1e+06; GPT-2 and Llama use 0.02)", 0), 0u)

@@ -319,7 +319,8 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   auto message = error_of([&] {
     Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt, "train.resume=false"}));
   });
-  EXPECT_NE(message.find("already holds checkpoints (latest: iteration 7)"), std::string::npos) << message;
+  EXPECT_NE(message.find("already holds 2 checkpoints (iter_0000006 to iter_0000007), latest: iteration 7; set "
+                         "train.resume=true"), std::string::npos) << message;
 
   message = error_of([&] {
     Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt, "model.hidden_size=64"}));
@@ -334,7 +335,8 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
 
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000099\n";
   message = error_of([&] { store.latest(); });
-  EXPECT_NE(message.find("names 'iter_0000099', which does not exist"), std::string::npos) << message;
+  EXPECT_NE(message.find("names 'iter_0000099', which is not a checkpoint folder of " + ckpt), std::string::npos)
+      << message;
 }
 
 // A broken `latest` is described in words: garbage bytes are counted, never echoed; a directory
@@ -351,7 +353,12 @@ TEST(Checkpoint, BrokenPointersAreDescribedInWords) {
   std::ofstream(pointer, std::ios::binary | std::ios::trunc) << garbage;
   std::string message = error_of([&] { store.latest(); });
   EXPECT_EQ(message, "checkpoint pointer '" + pointer.string() + "' should name a folder iter_NNNNNNN, but holds 100 "
-                     "bytes that are not a folder name (not text, or too long)");
+                     "bytes that are not text");
+  std::ofstream(pointer, std::ios::trunc) << std::string(1000, 'x');
+  message = error_of([&] { store.latest(); });
+  EXPECT_NE(message.find("holds 1000 bytes, far too many for a folder name"), std::string::npos) << message;
+  std::ofstream(pointer, std::ios::trunc) << "  iter_0000003\n";  // white space around a name is fine
+  EXPECT_EQ(store.latest(), 3);
   std::ofstream(pointer, std::ios::trunc) << "iter_abc\n";
   message = error_of([&] { store.latest(); });
   EXPECT_NE(message.find("should name a folder iter_NNNNNNN, but reads 'iter_abc'"), std::string::npos) << message;
@@ -369,7 +376,9 @@ TEST(Checkpoint, BrokenPointersAreDescribedInWords) {
             std::string::npos) << message;
   EXPECT_EQ(message.find("newer than"), std::string::npos) << message;
   message = error_of([&] { checkpoint_folder(ckpt, "--checkpoint"); });
-  EXPECT_NE(message.find("holds checkpoints but no `latest` pointer naming one"), std::string::npos) << message;
+  EXPECT_NE(message.find("holds 2 checkpoints (iter_0000002 to iter_0000003) but no `latest` pointer naming one: "
+                         "pass one of its folders, or write the newest's name (iter_0000003) into"),
+            std::string::npos) << message;
 }
 
 TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
@@ -406,7 +415,7 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
 // A run whose loss spikes or goes to nan stops with an error naming the iteration, before
 // anything is saved at it, and the last healthy checkpoint survives: a healthy run of 4
 // iterations goes on at a learning rate of 30 without clipping, saving every iteration
-// with keep_checkpoints=2. The first such step (iteration 5) ruins the weights but records the
+// with keep_checkpoints=1. The first such step (iteration 5) ruins the weights but records the
 // finite loss computed before it; iteration 6's loss is finite but far above the history the
 // checkpoint brought along. Checkpoint 5 holds the ruined weights and is marked so; rotation
 // kept checkpoint 4, which the error names and which resumes; resuming from 5 warns.
@@ -415,7 +424,7 @@ TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
   const std::vector<std::string> saving = {"train.checkpoint_dir=" + ckpt, "train.save_interval=1",
-                                           "train.keep_checkpoints=2"};
+                                           "train.keep_checkpoints=1"};
   train_with_checkpoints(data, ckpt, 4, saving);
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), saving.begin(), saving.end());
@@ -429,8 +438,8 @@ TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
   EXPECT_NE(message.find(", a spike: "), std::string::npos) << message;
   EXPECT_NE(message.find("training diverged; stopped before saving anything at this iteration (the "
                          "newest checkpoint, " + ckpt + "/iter_0000005, holds the weights that gave this "
-                         "loss; the newest healthy one, " + ckpt + "/iter_0000004, trained on with healthy losses: "
-                         "to resume from it, move the newer ones out of " + ckpt + " and write "
+                         "loss; the newest healthy one, " + ckpt + "/iter_0000004, whose next loss passed the "
+                         "divergence guard: to resume from it, move the newer ones out of " + ckpt + " and write "
                          "iter_0000004 into its `latest`)"), std::string::npos) << message;
   CheckpointStore store(ckpt);
   EXPECT_EQ(store.latest(), 5);
@@ -452,9 +461,15 @@ TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
   std::filesystem::rename(store.path(5), dir / "iter_0000005.bad");
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000004\n";
   EXPECT_EQ(find_resume_point(store, diverging_config)->warning, "");
-  Trainer resumed(with({"train.iters=7"}));
+  // Had a run stopped after it for another cause (a bad batch, say), resuming would warn, and the
+  // first loss after it passing clears the mark: rotation keeps it as the newest healthy one.
+  store.mark_unhealthy(4, "iteration 5: a bad batch, say");
+  EXPECT_NE(find_resume_point(store, diverging_config)->warning, "");
+  Trainer resumed(with({"train.iters=5"}));
   EXPECT_EQ(resumed.iteration(), 4);
   for (double loss : run(resumed)) EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_EQ(store.unhealthy_reason(4), "");
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{4, 5}));
 }
 
 // Rotation keeps the newest `keep` checkpoints and the newest healthy one: the newest older one

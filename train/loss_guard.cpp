@@ -20,18 +20,17 @@ double median(std::vector<double> values) {
 }  // namespace
 
 LossGuard::LossGuard(double max_spike, int64_t window) : max_spike_(max_spike), window_(size_t(window)) {
-  TRIDENT_CHECK(max_spike >= 0 && window >= int64_t(kMinimumHistory), "loss guard: max_spike ", max_spike,
-                ", window ", window);
+  TRIDENT_CHECK(max_spike >= 0 && window >= 1, "loss guard: max_spike ", max_spike, ", window ", window);
 }
 
 std::string LossGuard::check(double loss) {
   if (!std::isfinite(loss)) return str("the loss is ", loss);
-  if (max_spike_ > 0 && history_.size() >= kMinimumHistory) {
+  if (max_spike_ > 0 && !history_.empty()) {
     const std::vector<double> recent(history_.begin(), history_.end());
     const double level = median(recent);
     std::vector<double> deviations;
     for (double x : recent) deviations.push_back(std::abs(x - level));
-    const double spread = std::max(1.4826 * median(deviations), 0.05 * std::abs(level));
+    const double spread = std::max({1.4826 * median(deviations), 0.05 * std::abs(level), 0.01});
     if (loss > level + max_spike_ * spread)
       return str("the loss is ", loss, ", a spike: ", std::round((loss - level) / spread * 10) / 10, " spreads of ",
                  fixed(spread, 4), " above the median ", fixed(level, 4), " of the last ", recent.size(),
@@ -52,10 +51,10 @@ void LossGuard::restore(const std::vector<double>& losses) {
 
 std::string first_loss_warning(double loss, int64_t vocab, double init_method_std) {
   const double uniform = std::log(double(vocab));
-  if (!(loss > 2 * uniform)) return "";
-  return str("the first loss, ", loss, ", is far above ln(vocabulary) = ", fixed(uniform, 2),
-             ", a uniform guess's: the initial weights are far too large (model.init_method_std=", init_method_std,
-             "; GPT-2 and Llama use 0.02)");
+  if (std::isfinite(loss) && loss <= 2 * uniform) return "";
+  return str("the first loss, ", loss, ", is ", std::isfinite(loss) ? "far above" : "not even finite, let alone near",
+             " ln(vocabulary) = ", fixed(uniform, 2), ", a uniform guess's: the initial weights are far too large ",
+             "(model.init_method_std=", init_method_std, "; GPT-2 and Llama use 0.02)");
 }
 
 std::string learning_rate_warning(double lr) {

@@ -52,7 +52,6 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     fail("Trainer was given a communicator of size ", cpu_world->size(), " but the launch has WORLD_SIZE=",
          launch.world_size);
   log::set_process(int(launch.rank), int(launch.world_size));
-  if (const std::string warning = learning_rate_warning(config_.optimizer.lr); !warning.empty()) log::warn(warning);
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
   // Setup runs in phases that every rank agrees on (parallel/comm/failure.h): a device, file or
@@ -66,6 +65,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
+  if (const std::string warning = learning_rate_warning(config_.optimizer.lr); !warning.empty()) log::warn(warning);
   const double peak = config_.train.peak_tflops;
   log_.emplace(config_, layout_, vocab_, peak > 0 ? peak : known_peak_tflops(device_name(device_), config_.precision));
   // On a GPU the time model has a profile for, the log warns once if the run falls far short of it.
@@ -125,7 +125,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
     loss_guard_.restore(resume->progress.recent_losses);
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
-    if (!resume->warning.empty()) log::warn(resume->warning);
+    if (!resume->warning.empty()) log::warn(resume->warning), resumed_unhealthy_ = iteration_;
   } else if (!config_.train.init_from.empty()) {
     log::info(str("initialized the weights from train.init_from '", config_.train.init_from, "'"));
   }
@@ -219,14 +219,16 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   log_->add_rates(m);
   // A fresh run's first loss tells whether the initial weights make sense.
   if (m.iteration == 1 && config_.train.init_from.empty())
-    if (const std::string warning = first_loss_warning(m.loss, config_.model.vocab_size, config_.model.init_method_std);
-        !warning.empty())
+    if (const std::string warning = first_loss_warning(m.loss, vocab_, config_.model.init_method_std); !warning.empty())
       log::warn(warning);
   if (!m.skipped) {
     const std::string why = std::isfinite(m.grad_norm)
                                 ? loss_guard_.check(m.loss)
                                 : str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm);
     if (!why.empty()) diverged(why, m.iteration);
+    // Resumed from a checkpoint marked unhealthy, and the loss after it passed: healthy after all.
+    if (resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 && groups_->world().rank() == 0)
+      checkpoints_->clear_unhealthy(*resumed_unhealthy_);
   }
   return m;
 }
@@ -236,9 +238,11 @@ void Trainer::diverged(const std::string& what, int64_t iteration) const {
   // checkpoint of the iteration before holds the weights that gave this loss: recorded, so that
   // rotation and a resume from it know (best effort: the error below is what matters).
   if (checkpoints_ && groups_->world().rank() == 0) try {
-      if (const int64_t latest = checkpoints_->latest(); latest == iteration - 1)
-        checkpoints_->mark_unhealthy(latest, str("iteration ", iteration, ": ", what));
-    } catch (const std::exception&) {
+      if (checkpoints_->latest() == iteration - 1)
+        checkpoints_->mark_unhealthy(iteration - 1, str("iteration ", iteration, ": ", what));
+    } catch (const std::exception& e) {
+      log::warn(str("could not mark ", checkpoints_->path(iteration - 1), " unhealthy (", e.what(), "): do not resume ",
+                    "from it, nor let a later save's rotation count on it"));
     }
   const std::string saved = checkpoints_ ? recovery_advice(*checkpoints_, iteration) : "no checkpoint was saved";
   throw JobError::everywhere(str("iteration ", iteration, ": ", what, ": training diverged; stopped ",

@@ -136,6 +136,7 @@ class Trainer {
   int64_t last_saved_ = -1;
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   LossGuard loss_guard_;
+  std::optional<int64_t> resumed_unhealthy_;  // the iteration resumed from, when it was marked unhealthy
   std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
   Stopwatch since_built_;   // train.exit_after_minutes
   Stopwatch since_report_;  // the straggler report's interval

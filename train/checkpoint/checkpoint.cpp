@@ -43,6 +43,14 @@ int64_t parse_folder_name(const std::string& name) {
   return value;
 }
 
+// `text` without the white space around it.
+std::string trimmed(const std::string& text) {
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  const auto first = std::find_if_not(text.begin(), text.end(), space);
+  const auto last = std::find_if_not(text.rbegin(), text.rend(), space).base();
+  return first < last ? std::string(first, last) : std::string();
+}
+
 FileRecord write_text(const fs::path& path, const std::string& text) {
   return {path.filename().string(), write_text_file(path.string(), text)};
 }
@@ -92,25 +100,36 @@ std::vector<int64_t> CheckpointStore::iterations() const {
 
 int64_t CheckpointStore::latest() const {
   const fs::path pointer = fs::path(dir_) / "latest";
-  if (!fs::exists(pointer)) return -1;
+  if (!fs::exists(fs::symlink_status(pointer))) return -1;
+  const std::string where = str("checkpoint pointer '", pointer.string(), "'");
   if (fs::is_directory(pointer))
-    fail("checkpoint pointer '", pointer.string(), "' is a directory; it should be a file naming the newest ",
-         "checkpoint folder (iter_NNNNNNN)");
-  const std::string text = read_text_file(pointer.string(), "checkpoint pointer");
-  std::string name = text;
-  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+    fail(where, " is a directory; it should be a file naming the newest checkpoint folder (iter_NNNNNNN)");
+  if (!fs::is_regular_file(pointer))
+    fail(where, " is not a regular file (a dangling link, a pipe?); it should name the newest checkpoint folder");
+  // A folder name is short: a larger file is not one, and is not read.
+  constexpr uintmax_t kLongest = 256;
+  const uintmax_t size = fs::file_size(pointer);
+  if (size > kLongest)
+    fail(where, " should name a folder iter_NNNNNNN, but holds ", size, " bytes, far too many for a folder name");
+  const std::string name = trimmed(read_text_file(pointer.string(), "checkpoint pointer"));
   const int64_t iteration = parse_folder_name(name);
   if (iteration < 0) {
-    const bool printable = !name.empty() && name.size() <= 64 &&
-                           std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-    fail("checkpoint pointer '", pointer.string(), "' should name a folder iter_NNNNNNN, but ",
-         printable       ? str("reads '", name, "'")
-         : name.empty() ? std::string("is empty")
-                         : str("holds ", text.size(), " bytes that are not a folder name (not text, or too long)"));
+    const bool text = std::all_of(name.begin(), name.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    fail(where, " should name a folder iter_NNNNNNN, but ",
+         name.empty() ? std::string("is empty")
+         : text       ? str("reads '", name, "'")
+                      : str("holds ", size, " bytes that are not text"));
   }
   if (!fs::is_directory(path(iteration)))
-    fail("checkpoint pointer '", pointer.string(), "' names '", name, "', which does not exist");
+    fail(where, " names '", name, "', which is not a checkpoint folder of ", dir_);
   return iteration;
+}
+
+std::string CheckpointStore::describe_saved() const {
+  const auto saved = iterations();
+  if (saved.empty()) return "no checkpoint";
+  if (saved.size() == 1) return str("1 checkpoint (", folder_name(saved.front()), ")");
+  return str(saved.size(), " checkpoints (", folder_name(saved.front()), " to ", folder_name(saved.back()), ")");
 }
 
 std::string CheckpointStore::staging_path(int64_t iteration) const {
@@ -146,12 +165,15 @@ void CheckpointStore::mark_unhealthy(int64_t iteration, const std::string& why) 
   replace_file((fs::path(path(iteration)) / kUnhealthy).string(), why + "\n");
 }
 
+void CheckpointStore::clear_unhealthy(int64_t iteration) const {
+  std::error_code ignored;
+  fs::remove(fs::path(path(iteration)) / kUnhealthy, ignored);
+}
+
 std::string CheckpointStore::unhealthy_reason(int64_t iteration) const {
-  const fs::path marker = fs::path(path(iteration)) / kUnhealthy;
-  if (!fs::exists(marker)) return "";
-  std::string why = read_text_file(marker.string(), "checkpoint health record");
-  while (!why.empty() && why.back() == '\n') why.pop_back();
-  return why;
+  const fs::path mark = fs::path(path(iteration)) / kUnhealthy;
+  if (!fs::exists(mark)) return "";
+  return trimmed(read_text_file(mark.string(), "checkpoint's unhealthy mark"));
 }
 
 int64_t CheckpointStore::newest_healthy(int64_t newest) const {
@@ -264,16 +286,14 @@ void write_share(const std::string& folder, const RankShare& share) {
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
   const int64_t latest = store.latest();
   const std::vector<int64_t> saved = store.iterations();
+  if (!saved.empty() && !config.train.resume)
+    fail("train.checkpoint_dir '", store.dir(), "' already holds ", store.describe_saved(),
+         latest >= 0 ? str(", latest: iteration ", latest) : std::string(),
+         "; set train.resume=true to continue from it or choose another directory");
   if (latest < 0 && !saved.empty())
-    fail("train.checkpoint_dir '", store.dir(), "' holds ", saved.size(), " checkpoint", saved.size() > 1 ? "s" : "",
-         " (", fs::path(store.path(saved.front())).filename().string(),
-         saved.size() > 1 ? str(" to ", fs::path(store.path(saved.back())).filename().string()) : std::string(),
-         ") but no `latest` pointer naming the one to resume from; to resume from the newest, write ",
-         fs::path(store.path(saved.back())).filename().string(), " into ", store.dir(),
-         "/latest, or choose another directory");
-  if (latest >= 0 && !config.train.resume)
-    fail("train.checkpoint_dir '", store.dir(), "' already holds checkpoints (latest: iteration ", latest,
-         "); set train.resume=true to continue from it or choose another directory");
+    fail("train.checkpoint_dir '", store.dir(), "' holds ", store.describe_saved(), " but no `latest` pointer naming ",
+         "the one to resume from; to resume from the newest, write ", folder_name(saved.back()), " into ",
+         store.dir(), "/latest, or choose another directory");
   for (int64_t iteration : saved)
     if (iteration > latest)
       fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(iteration), "', newer than its ",
@@ -294,13 +314,14 @@ std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const
 std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
   const int64_t latest = store.latest();
   if (latest < 0) return "no checkpoint was saved";
-  if (latest + 1 < iteration) return str("the newest checkpoint, ", store.path(latest), ", trained on with healthy losses");
+  if (latest + 1 < iteration)
+    return str("the newest checkpoint, ", store.path(latest), ", whose next loss passed the divergence guard");
   std::string advice = str("the newest checkpoint, ", store.path(latest), ", holds the weights that gave this loss");
   const int64_t healthy = store.newest_healthy(latest);
   if (healthy >= 0)
-    advice += str("; the newest healthy one, ", store.path(healthy), ", trained on with healthy losses: to resume ",
-                  "from it, move the newer ones out of ", store.dir(), " and write ",
-                  fs::path(store.path(healthy)).filename().string(), " into its `latest`");
+    advice += str("; the newest healthy one, ", store.path(healthy), ", whose next loss passed the divergence ",
+                  "guard: to resume from it, move the newer ones out of ", store.dir(), " and write ",
+                  folder_name(healthy), " into its `latest`");
   return advice;
 }
 
@@ -365,8 +386,9 @@ std::string checkpoint_folder(const std::string& path, const std::string& option
   const CheckpointStore store(path);
   const int64_t latest = store.latest();
   if (latest < 0 && !store.iterations().empty())
-    fail(option, " '", path, "' holds checkpoints but no `latest` pointer naming one: pass one of its iter_NNNNNNN ",
-         "folders, or write the newest's name into ", path, "/latest");
+    fail(option, " '", path, "' holds ", store.describe_saved(), " but no `latest` pointer naming one: pass one of ",
+         "its folders, or write the newest's name (", folder_name(store.iterations().back()), ") into ", path,
+         "/latest");
   if (latest < 0)
     fail(option, " '", path, "' is neither a checkpoint (no manifest.json) nor a checkpoint directory (no `latest`)");
   return store.path(latest);

@@ -40,9 +40,11 @@ class CheckpointStore {
   // Iterations that have a published folder, ascending.
   std::vector<int64_t> iterations() const;
   // The iteration `latest` names, -1 when there is no `latest`; Error, in words, if it is a
-  // directory, does not hold a folder name (never echoing bytes that are not text) or names a
-  // folder that does not exist.
+  // directory or not a file, does not hold a folder name (never echoing bytes that are not text,
+  // never reading more than a folder name's length) or names a folder that does not exist.
   int64_t latest() const;
+  // "2 checkpoints (iter_0000002 to iter_0000003)": what the directory holds, for messages.
+  std::string describe_saved() const;
 
   // A save in three steps, so that several processes can fill one checkpoint:
   // begin() (one process) makes the empty staging folder; every writer fills
@@ -59,7 +61,9 @@ class CheckpointStore {
   // checkpoint older than the newest was trained on, and so is healthy unless the guard stopped
   // a run at the iteration after it, which marks it (mark_unhealthy: a file `unhealthy` in its
   // folder saying why) or it recorded a loss that was not finite (an fp16 step that overflowed).
+  // A run resumed from a marked checkpoint whose next loss passes clears the mark.
   void mark_unhealthy(int64_t iteration, const std::string& why) const;
+  void clear_unhealthy(int64_t iteration) const;
   // Why `iteration` was marked unhealthy, empty when it was not.
   std::string unhealthy_reason(int64_t iteration) const;
   // The newest healthy checkpoint older than `newest`, -1 for none.

@@ -289,7 +289,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     int64_t stage = 0;
     StageWork work;
     double layers = 0;
-    double seconds() const { return work.forward + work.backward; }
+    double compute() const { return work.forward + work.backward; }
   };
   StageTime slowest;
   double stage_mb = -1;
@@ -299,11 +299,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
     if (mixed(config.precision) && !software.fused_gradient_accumulation)
       candidate.work.backward += memory_seconds(10 * stage_parameters(m, vocab, layout, stage), d);
-    const double seconds = candidate.seconds() + candidate.layers * (tp_exposed + cp_exposed);
+    const double seconds = candidate.compute() + candidate.layers * (tp_exposed + cp_exposed);
     if (seconds > stage_mb) slowest = candidate, stage_mb = seconds;
   }
   const StageWork& work = slowest.work;
-  const double compute_mb = slowest.seconds(), layers = slowest.layers;
+  const double compute_mb = slowest.compute(), layers = slowest.layers;
   out.compute_s = M * compute_mb;
   out.tensor_comm_s = M * layers * tp_exposed;
   out.context_comm_s = M * layers * cp_exposed;

@@ -27,9 +27,9 @@
 // software overlaps it, hides behind the last micro-batch's backward except its last bucket;
 // ZeRO-1 and 2 all-gather the updated weights after the step (or behind the next forward);
 // ZeRO-2 and 3 reduce each micro-batch; ZeRO-3 gathers the weights twice per micro-batch behind
-// the forward and the backward, the latter sharing the backward with the reduction. The optimizer step moves 42 bytes
-// per parameter of the shard through memory (twice that in fp64). Byte counts are for 16-bit
-// activations; fp32 and fp64 models move 2 and 4 times them.
+// the forward and the backward, the latter sharing the backward with the reduction. The
+// optimizer step moves 42 bytes per parameter of the shard through memory (twice that in fp64).
+// Byte counts are for 16-bit activations; fp32 and fp64 models move 2 and 4 times them.
 #pragma once
 
 #include <string>

@@ -165,11 +165,12 @@ TEST(MixedPrecision, Fp16OverflowSkipsExactlyThatStepAndHalvesTheScale) {
   const auto config = small_config(write_corpus(dir), {"train.iters=4", "precision=fp16",
                                                        "loss_scale.initial=1024",
                                                        "train.device=" + device});
-  try {
-    Trainer probe(config);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "this LibTorch cannot train in fp16 on " << device << ": " << e.what();
-  }
+  // Only a CPU without fp16 matrix multiplies (LibTorch 1.13's) may excuse the test.
+  if (device == "cpu") try {
+      (void)torch::mm(torch::ones({2, 2}, torch::kHalf), torch::ones({2, 2}, torch::kHalf));
+    } catch (const c10::Error&) {
+      GTEST_SKIP() << "this LibTorch has no fp16 matrix multiply on the CPU";
+    }
   Trainer trainer(config);
   bool overflow = false;
   auto param = trainer.model()->named_parameters()[0].value();

@@ -110,9 +110,12 @@ ncclConfig_t non_blocking_config() {
   return config;
 }
 
-// Waits (polling) until a non-blocking call on `comm` has finished being issued.
+// Waits (polling) until a non-blocking call on `comm` has finished being issued. A call that
+// creates `comm` (init, split) may return ncclSuccess while the new communicator still
+// initialises, so its state is read even then: it is usable only once that is ncclSuccess.
 void settle(ncclComm_t comm, ncclResult_t result, const std::string& what, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (result == ncclSuccess) ncclCommGetAsyncError(comm, &result);
   while (result == ncclInProgress) {
     if (std::chrono::steady_clock::now() > deadline)
       fail(what, " was still being issued after ", timeout.count(), " s (parallel.timeout_s): a peer is stopped, stuck or lost");
@@ -231,11 +234,10 @@ class NcclCommunicator : public Communicator {
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
-    ncclComm_t child;
+    ncclComm_t child = nullptr;
     ncclConfig_t config = non_blocking_config();
-    // Non-blocking: the new communicator reports when it is ready.
-    settle(child, ncclCommSplit(comm_, color, key, &child, &config), describe_call("split"), timeout_);
-    return std::make_shared<NcclCommunicator>(child, device_, timeout_);
+    const ncclResult_t issued = ncclCommSplit(comm_, color, key, &child, &config);
+    return std::make_shared<NcclCommunicator>(await_split(issued, &child, describe_call("split")), device_, timeout_);
   }
 
  private:
@@ -260,6 +262,23 @@ class NcclCommunicator : public Communicator {
     nccl_watchdog().watch(str(what, " (rank ", rank_, ")"), timeout_,
                           [done] { return cudaEventQuery(done.get()) != cudaErrorNotReady; });
     return std::make_unique<StreamPending>(std::move(done), device_);
+  }
+
+  // Non-blocking, NCCL writes a split's new communicator into *child only when the split is
+  // done (NULL until then, its failures reported on the parent); it is usable once settled.
+  ncclComm_t await_split(ncclResult_t result, ncclComm_t* child, const std::string& what) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (result == ncclSuccess || result == ncclInProgress) {
+      if (ncclComm_t ready = __atomic_load_n(child, __ATOMIC_ACQUIRE)) {
+        settle(ready, ncclSuccess, what, timeout_);
+        return ready;
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        fail(what, " was not done after ", timeout_.count(), " s (parallel.timeout_s): a peer is stopped, stuck or lost");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ncclCommGetAsyncError(comm_, &result);
+    }
+    fail(what, " failed: ", ncclGetErrorString(result), " (", ncclGetLastError(comm_), ")");
   }
 
   ncclComm_t comm_;
@@ -295,10 +314,11 @@ std::shared_ptr<Communicator> make_nccl_world_communicator(const LaunchInfo& lau
   bootstrap.broadcast(bytes, 0);
   std::memcpy(&id, bytes.data_ptr(), sizeof id);
 
-  ncclComm_t comm;
+  ncclComm_t comm = nullptr;
   ncclConfig_t config = non_blocking_config();
-  settle(comm, ncclCommInitRankConfig(&comm, int(launch.world_size), id, int(launch.rank), &config),
-         str("NCCL init of ", launch.world_size, " ranks"), timeout);
+  // Two statements: `comm` is read only after the call has written it.
+  const ncclResult_t issued = ncclCommInitRankConfig(&comm, int(launch.world_size), id, int(launch.rank), &config);
+  settle(comm, issued, str("NCCL init of ", launch.world_size, " ranks"), timeout);
   return std::make_shared<NcclCommunicator>(comm, device, timeout);
 }
 

@@ -118,22 +118,26 @@ std::string saving_command(const fs::path& ckpt, const std::string& iters) {
 
 }  // namespace
 
-// Under mpirun the failing rank prints its cause and aborts the job (nobody waits in a
-// collective or in MPI_Finalize); under env:// it exits and its peers see the connection close.
+// Under mpirun the failing rank prints its cause and ends the job (nobody waits in a
+// collective or in MPI_Finalize): Open MPI's mpirun ends it on the rank's failed exit, or, told
+// not to (orte_abort_on_non_zero_status=0), on its MPI_Abort. Under env:// the rank exits and
+// its peers see the connection close.
 TEST(JobFailure, OneRanksErrorEndsTheJobWithThatRanksCause) {
   const std::vector<std::string> data = {"model.vocab_size=200", "train.iters=6"};
   std::vector<std::string> overrides = data;
   overrides.push_back("data.path=" + poisoned_corpus(scratch_dir(), data));
-  for (const std::string launcher : {kMpirun + "2 ", kEnvLaunch + "2 -- "}) {
+  const std::string mpi_abort = "env OMPI_MCA_orte_abort_on_non_zero_status=0 ";
+  for (const std::string launcher : {kMpirun + "2 ", mpi_abort + kMpirun + "2 ", kEnvLaunch + "2 -- "}) {
     SCOPED_TRACE(launcher);
-    if (!missing_backend(launcher).empty()) continue;
+    const bool told_to_abort = launcher.rfind(mpi_abort, 0) == 0;
+    if (!missing_backend(told_to_abort ? launcher.substr(mpi_abort.size()) : launcher).empty()) continue;
     const Timed run = run_timed(train_command(launcher, overrides));
     expect_ended_in_failure(run, 60);
     const auto errors = error_lines(run.result.output);
     ASSERT_FALSE(errors.empty()) << run.result.output;
     const std::string cause = "error (rank 1): token id 250 at position ";
-    if (launcher == kMpirun + "2 ") {
-      EXPECT_EQ(errors.size(), 1u) << run.result.output;  // MPI_Abort ends rank 0 silently
+    if (launcher.find(kMpirun) != std::string::npos) {
+      EXPECT_EQ(errors.size(), 1u) << run.result.output;  // mpirun ends rank 0 silently
       EXPECT_EQ(errors.front().rfind(cause, 0), 0u) << run.result.output;
     } else {
       EXPECT_NE(run.result.output.find("[rank 1] " + cause), std::string::npos) << run.result.output;
@@ -148,7 +152,8 @@ TEST(JobFailure, OneRanksErrorEndsTheJobWithThatRanksCause) {
 
 // Every rank meets a token outside the vocabulary in its first sample: the job prints the cause
 // once (the first rank to fail claims it beside the logs, the others stay silent) and Open MPI
-// adds none of its own errors (one rank aborts the job).
+// adds none of its own errors (one rank ends the job; with MPI_Abort, Open MPI 4.1 printed
+// ORTE_ERROR_LOG lines in about one run in six).
 TEST(JobFailure, AnErrorEveryRankHitsIsPrintedOnce) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();

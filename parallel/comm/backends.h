@@ -10,7 +10,7 @@ namespace trident {
 std::shared_ptr<Communicator> make_mpi_world_communicator(std::chrono::seconds timeout);
 // Whether this process has initialised MPI (and not finalised it).
 bool mpi_running();
-// MPI_Abort on the world: mpirun ends every process of the job.
+// Ends every process of the job: MPI_Abort on the world, or under Open MPI's mpirun a failed exit.
 [[noreturn]] void abort_mpi_job(int exit_code);
 #endif
 #ifdef TRIDENT_WITH_GLOO

@@ -236,6 +236,19 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
 };
 
+// Open MPI's mpirun (ORTE, which gives its processes OMPI_MCA_orte_hnp_uri) ends every process
+// of the job when one exits with a non-zero status, unless orte_abort_on_non_zero_status is
+// off. There a failing rank exits rather than calling MPI_Abort: Open MPI 4.1's mpirun
+// sometimes garbles MPI_Abort's notice while it ends the job, printing "ORTE_ERROR_LOG: Data
+// unpack ... show_help.c" in place of it. Other launchers (MPICH's, srun) get MPI_Abort.
+bool open_mpi_mpirun_ends_job_on_failed_exit() {
+  if (std::getenv("OMPI_MCA_orte_hnp_uri") == nullptr) return false;
+  const char* setting = std::getenv("OMPI_MCA_orte_abort_on_non_zero_status");
+  if (setting == nullptr) return true;
+  const std::string value = setting;
+  return value != "0" && value != "false" && value != "no";
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> make_mpi_world_communicator(std::chrono::seconds timeout) {
@@ -257,7 +270,7 @@ void abort_mpi_job(int exit_code) {
   // MPI_Abort would only add Open MPI's notice to the error.
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size == 1) std::_Exit(exit_code);
+  if (size == 1 || open_mpi_mpirun_ends_job_on_failed_exit()) std::_Exit(exit_code);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }

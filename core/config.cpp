@@ -156,6 +156,9 @@ const std::vector<Field>& schema() {
       field("model.add_bias_linear", TRIDENT_MEMBER(model.add_bias_linear), any<bool>("true or false")),
       field("model.untie_embeddings_and_output_weights", TRIDENT_MEMBER(model.untie_embeddings_and_output_weights),
             any<bool>("true or false")),
+      field("model.block", TRIDENT_MEMBER(model.block),
+            Rule<std::string>{"a block's name: transformer, or one the program registers",
+                              [](const std::string& v) { return !v.empty(); }}),
 
       field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), between(1, kMaxWidth)),
       field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
@@ -200,7 +203,7 @@ const std::vector<Field>& schema() {
       field("loss_scale.max_consecutive_skips", TRIDENT_MEMBER(loss_scale.max_consecutive_skips),
             at_least(1)),
 
-      field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic"})),
+      field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic", "program"})),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
       field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
       field("data.valid_path", TRIDENT_MEMBER(data.valid_path), any<std::string>("a file prefix, or a blend")),
@@ -317,6 +320,7 @@ int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
 }
 
 std::string ModelConfig::non_gpt2_setting() const {
+  if (block != "transformer") return str("model.block=", block);
   if (normalization != Normalization::layernorm) return str("model.normalization=", normalization);
   if (position_embedding_type != PositionEmbeddingType::learned)
     return str("model.position_embedding_type=", position_embedding_type);
@@ -328,6 +332,7 @@ std::string ModelConfig::non_gpt2_setting() const {
 }
 
 std::string ModelConfig::non_llama_setting() const {
+  if (block != "transformer") return str("model.block=", block);
   if (normalization != Normalization::rmsnorm) return str("model.normalization=", normalization);
   if (position_embedding_type != PositionEmbeddingType::rope)
     return str("model.position_embedding_type=", position_embedding_type);
@@ -413,10 +418,12 @@ void Config::validate() const {
   if (data.type == "synthetic" && (data.documents() || data.eod_mask_loss))
     fail(data.eod_mask_loss ? "data.eod_mask_loss" : data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
          " needs documents and their end-of-document token: data.type=synthetic has neither");
-  if (!data.valid_path.empty() && data.type == "synthetic")
-    fail("data.valid_path is for indexed datasets, not data.type=synthetic");
+  if (!data.valid_path.empty() && data.type != "indexed")
+    fail("data.valid_path is for indexed datasets, not data.type=", data.type);
+  if (!data.path.empty() && data.type == "program")
+    fail("data.path is set but data.type=program: the program gives the Trainer its samples");
   if (!data.valid_path.empty()) data_blend(data.valid_path, "data.valid_path");
-  if (train.eval_interval > 0 && data.valid_fraction <= 0 && data.valid_path.empty())
+  if (train.eval_interval > 0 && data.type != "program" && data.valid_fraction <= 0 && data.valid_path.empty())
     fail("train.eval_interval is set but data.valid_fraction is 0 and data.valid_path is empty: there is no "
          "validation data");
 }

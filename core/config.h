@@ -61,6 +61,8 @@ struct ModelConfig {
   int64_t num_query_groups = 0;  // key/value heads (grouped-query attention); 0: one per query head
   bool add_bias_linear = true;   // biases on the attention and MLP projections
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
+  // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
+  std::string block = "transformer";
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
@@ -126,7 +128,7 @@ struct LossScaleConfig {
 };
 
 struct DataConfig {
-  std::string type = "indexed";  // indexed | synthetic
+  std::string type = "indexed";  // indexed | synthetic | program (a program's own samples: train/trainer.h)
   std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
   double valid_fraction = 0.05;  // of each dataset, held out for validation (without valid_path)
   std::string cache_dir;         // where orders of many samples are kept; empty: beside each dataset

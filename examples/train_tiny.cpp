@@ -4,9 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/error.h"
-#include "train/trainer.h"
+#include <trident/trident.h>
 
 int main(int argc, char** argv) {
   try {
@@ -16,9 +14,11 @@ int main(int argc, char** argv) {
     trident::Config config = trident::Config::parse("data:\n  type: synthetic\n", overrides);
 
     trident::Trainer trainer(config);
-    trainer.on_iteration([](const trident::IterationMetrics& m) {
+    trident::Hooks hooks;
+    hooks.after_step = [](trident::IterationMetrics& m) {
       std::printf("example: iteration %lld loss %.4f\n", static_cast<long long>(m.iteration), m.loss);
-    });
+    };
+    trainer.set_hooks(hooks);
     trainer.train();
     return 0;
   } catch (const trident::Error& e) {

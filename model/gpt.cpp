@@ -46,19 +46,6 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& grou
 #endif
 }
 
-// A block's inputs as one list, for recomputation: x, then the documents' ids and positions
-// (empty tensors when not given).
-std::vector<torch::Tensor> with_documents(const torch::Tensor& x, const Documents& documents) {
-  const auto none = torch::empty({0}, x.options().dtype(torch::kLong));
-  return {x, documents.ids.defined() ? documents.ids : none,
-          documents.positions.defined() ? documents.positions : none};
-}
-
-Documents documents_in(const std::vector<torch::Tensor>& inputs) {
-  const auto given = [](const torch::Tensor& t) { return t.numel() > 0 ? t : torch::Tensor(); };
-  return {given(inputs[1]), given(inputs[2])};
-}
-
 }  // namespace
 
 SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorParallel& tp,
@@ -140,28 +127,14 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
 }
 
-// The stream for activations between the layers: split along the sequence over TP ranks with
-// sequence parallelism (masks of their own), else whole on each (the same masks).
-RandomStream& hidden_stream(DropoutStreams& streams, const TensorParallel& tp) {
-  return tp.sequence_parallel ? streams.model_parallel : streams.replicated;
-}
-
-BlockImpl::BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute,
-                     const ContextParallel& cp, std::shared_ptr<DropoutStreams> streams)
-    : hidden_dropout_(config.hidden_dropout),
-      hidden_stream_(&hidden_stream(*streams, tp)),
-      recompute_(recompute == Recompute::full),
-      streams_(std::move(streams)) {
-  compute_ = [this](const std::vector<torch::Tensor>& inputs) { return compute(inputs[0], documents_in(inputs)); };
-  ln_1 = register_module("ln_1", norm(config, tp));
-  attn = register_module("attn", SelfAttention(config, tp, recompute, cp, streams_));
-  ln_2 = register_module("ln_2", norm(config, tp));
-  mlp = register_module("mlp", MLP(config, tp));
-}
-
-torch::Tensor BlockImpl::forward(torch::Tensor x, const Documents& documents) {
-  return recompute_ && is_training() ? trident::recompute(compute_, with_documents(x, documents), *streams_)
-                                     : compute(x, documents);
+BlockImpl::BlockImpl(const BlockContext& context)
+    : TransformerBlock(context),
+      hidden_dropout_(context.config.hidden_dropout),
+      hidden_stream_(&hidden_stream(*streams_, context.tp)) {
+  ln_1 = register_module("ln_1", norm(context.config, context.tp));
+  attn = register_module("attn", SelfAttention(context.config, context.tp, context.recompute, context.cp, streams_));
+  ln_2 = register_module("ln_2", norm(context.config, context.tp));
+  mlp = register_module("mlp", MLP(context.config, context.tp));
 }
 
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch::Tensor& positions,
@@ -189,7 +162,7 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
   if (stage_.embedding && config.position_embedding_type == PositionEmbeddingType::learned)
     wpe = register_module("wpe", PositionEmbedding(config.seq_length, h));
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), Block(config, tp_, recompute, cp_, streams_)));
+    blocks.push_back(register_module("h" + std::to_string(i), make_block({config, tp_, recompute, cp_, streams_, i})));
   if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));
   if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }
@@ -213,9 +186,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input, const Documents& docu
     for (int64_t i = 0; i < n; ++i)
       x = gathered_call(*gathered_, first + i, i + 1 < n ? std::optional(first + i + 1) : std::nullopt,
                         i > 0 ? std::optional(first + i - 1) : std::nullopt,
-                        [&](const torch::Tensor& in) { return blocks[size_t(i)](in, documents); }, x);
+                        [&](const torch::Tensor& in) { return blocks[size_t(i)]->forward(in, documents); }, x);
   } else {
-    for (auto& block : blocks) x = block(x, documents);
+    for (auto& block : blocks) x = block->forward(x, documents);
   }
   if (!stage_.head) return x;
   x = ln_f(x);
@@ -242,11 +215,15 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets, const Documents& documents,
-                            const torch::Tensor& loss_mask) {
+                            const torch::Tensor& loss_mask, const TokenLoss& token_loss) {
   TRIDENT_CHECK(stage_.head, "loss() needs the stage that holds the head");
   auto logits = forward(input, documents);
   if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-  auto losses = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
+  auto losses = token_loss ? token_loss(logits.flatten(0, 1), targets.flatten(), *tp_.group)
+                           : vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
+  if (losses.sizes() != targets.flatten().sizes())
+    fail("the program's loss (Hooks::loss) must return one loss per token (shape [", targets.numel(),
+         "]), not shape ", losses.sizes());
   if (loss_mask.defined()) losses = losses * loss_mask.flatten().to(losses.scalar_type());
   return losses.mean();
 }

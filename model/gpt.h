@@ -7,12 +7,14 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "core/config.h"
 #include "core/layout.h"
+#include "model/block.h"
 #include "model/dropout.h"
 #include "model/layers.h"
 #include "model/recompute.h"
@@ -23,21 +25,21 @@
 
 namespace trident {
 
-// Documents packed into one sequence (data.reset_attention_mask, data.reset_position_ids): an
-// undefined member keeps the default, one document over the whole sequence.
-struct Documents {
-  torch::Tensor ids;        // [b, s] int64: each token's document, over the whole sequence (every
-                            // context-parallel rank holds all of it); attention stays within one
-  torch::Tensor positions;  // [b, s / c] int64: this rank's tokens' positions, restarting per document
-  bool any() const { return ids.defined() || positions.defined(); }
-};
-
 // The keys and values of the tokens a model has seen, layer by layer, for generation one token
 // at a time: each new token's forward attends to them instead of recomputing them.
 struct KvCache {
   std::vector<torch::Tensor> keys, values;  // per block: [b, groups, tokens, head_dim]
   int64_t tokens = 0;                       // positions 0 .. tokens - 1 are held
 };
+
+// A loss per token on the stage that holds the head: `logits` [N, vocabulary / t] are this
+// tensor-parallel rank's slice of the vocabulary (in fp32, or fp64 for precision=fp64),
+// `targets` [N] the next tokens over the whole vocabulary, `tp` the group that holds the other
+// slices. Returns [N] losses, identical on every rank of `tp`; GPTImpl::loss masks and averages
+// them as it does the built-in cross-entropy. Must be built only from vocabulary-parallel
+// operations (vocab_parallel_cross_entropy, reduce_from_tensor_parallel: parallel/tensor_parallel.h).
+using TokenLoss = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets,
+                                              Communicator& tp)>;
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:
@@ -92,30 +94,23 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
-class BlockImpl : public torch::nn::Module {
+// The built-in block (model.block=transformer): x + attn(ln_1 x), then + mlp(ln_2 x), with
+// dropout after each.
+class BlockImpl : public TransformerBlock {
  public:
-  BlockImpl(const ModelConfig& config, const TensorParallel& tp, Recompute recompute, const ContextParallel& cp,
-            std::shared_ptr<DropoutStreams> streams);
-  // compute_ holds `this` (for recomputation in backward).
-  BlockImpl(const BlockImpl&) = delete;
-  BlockImpl& operator=(const BlockImpl&) = delete;
-  torch::Tensor forward(torch::Tensor x, const Documents& documents = {});
+  explicit BlockImpl(const BlockContext& context);
   // In eval mode, with the attention's cache (SelfAttentionImpl::forward_cached).
   torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& positions, torch::Tensor& keys,
-                               torch::Tensor& values);
+                               torch::Tensor& values) override;
   Norm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};
 
  private:
-  torch::Tensor compute(const torch::Tensor& x, const Documents& documents);
+  torch::Tensor compute(const torch::Tensor& x, const Documents& documents) override;
   double hidden_dropout_;
   RandomStream* hidden_stream_;  // model-parallel with sequence parallelism, else replicated
-  bool recompute_;
-  std::shared_ptr<DropoutStreams> streams_;
-  RecomputedFunction compute_;  // the whole block, kept for recomputation in backward
 };
-TORCH_MODULE(Block);
 
 // The part of the model a pipeline stage (or one of its interleaved chunks) holds: contiguous
 // layers; the embeddings on the first, final norm and head on the last. With a tied head the
@@ -159,8 +154,9 @@ class GPTImpl : public torch::nn::Module {
   // Mean next-token cross-entropy, computed in at least fp32, over the whole vocabulary; with
   // `loss_mask` ([b, s/c], 1 where a token counts, 0 where not) the tokens that do not count add
   // zero to the mean (the trainer rescales it to the tokens that count, trainer.cpp).
+  // `token_loss` replaces the cross-entropy when given.
   torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& targets, const Documents& documents = {},
-                     const torch::Tensor& loss_mask = {});
+                     const torch::Tensor& loss_mask = {}, const TokenLoss& token_loss = {});
 
   // Draws every parameter as its role says (model/init.h): normal(0, std) for matrices and
   // embeddings, std / sqrt(2 * layers) for the projections that add into the residual stream
@@ -183,7 +179,8 @@ class GPTImpl : public torch::nn::Module {
 
   VocabParallelEmbedding wte{nullptr};  // on the first stage; on the last too when tied to the head
   PositionEmbedding wpe{nullptr};        // learned positions only
-  std::vector<Block> blocks;             // registered as "h<global layer index>"
+  // model.block's (model/block.h), registered as "h<global layer index>"
+  std::vector<std::shared_ptr<TransformerBlock>> blocks;
   Norm ln_f{nullptr};
   VocabParallelEmbedding lm_head{nullptr};  // an untied head's own weights, [vocab / t, h]
 

@@ -186,15 +186,15 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
   config.seq_length = kSeq;
   for (bool sequence_parallel : {false, true}) {
     auto counting = std::make_shared<CountingGroup>(*group());
-    Block block(config, TensorParallel{counting, sequence_parallel}, Recompute::none, ContextParallel{},
-                std::make_shared<DropoutStreams>());
+    auto block = make_block({config, TensorParallel{counting, sequence_parallel}, Recompute::none, ContextParallel{},
+                             std::make_shared<DropoutStreams>(), 0});
     block->to(torch::kDouble);
     for (auto& p : block->parameters()) {
       torch::NoGradGuard no_grad;
       p.normal_(0, 0.1);
     }
     auto x = shared_random({kBatch, sequence_parallel ? kSeq / n() : kSeq, kIn}, 15).requires_grad_();
-    auto y = block(x);
+    auto y = block->forward(x);
     if (!sequence_parallel) {
       EXPECT_EQ(counting->all_reduces, 2);
     } else {

@@ -87,7 +87,7 @@ TEST(HfGpt2, ExportedWeightsComputeTheSameLogits) {
   EXPECT_EQ(hf.at("transformer.h.1.mlp.c_fc.weight").sizes(), torch::IntArrayRef({16, 64}));
   // k of head 2, element 1 of its dimension 4: trident's row 2 * 12 + 4 + 1, HF's column 16 + 2 * 4 + 1.
   EXPECT_EQ(hf.at("transformer.h.0.attn.c_attn.weight")[3][25].item<double>(),
-            model->blocks[0]->attn->qkv->weight[29][3].item<double>());
+            std::dynamic_pointer_cast<BlockImpl>(model->blocks[0])->attn->qkv->weight[29][3].item<double>());
 
   const auto ids = torch::tensor({3, 17, 49, 0, 8, 8, 21, 5, 40, 1, 2, 3}, torch::kLong).view({2, 6});
   torch::NoGradGuard no_grad;

@@ -54,7 +54,9 @@ Config small_config(const std::string& data_prefix, std::vector<std::string> ove
 
 std::vector<double> run(Trainer& trainer) {
   std::vector<double> losses;
-  trainer.on_iteration([&](const IterationMetrics& m) { losses.push_back(m.loss); });
+  Hooks hooks;
+  hooks.after_step = [&](const IterationMetrics& m) { losses.push_back(m.loss); };
+  trainer.set_hooks(hooks);
   trainer.train();
   return losses;
 }
@@ -83,12 +85,14 @@ TEST(Training, LossFallsOnALearnableCorpus) {
   Trainer trainer(small_config(write_corpus(dir), {"train.iters=100", "train.eval_interval=100"}));
   double valid = 0;
   std::vector<double> losses;
-  trainer.on_iteration([&](const IterationMetrics& m) {
+  Hooks hooks;
+  hooks.after_step = [&](const IterationMetrics& m) {
     losses.push_back(m.loss);
-    if (!std::isnan(m.valid_loss)) valid = m.valid_loss;
     EXPECT_GT(m.tokens_per_second, 0);
     EXPECT_GT(m.tflops_model, 0);
-  });
+  };
+  hooks.after_validation = [&](const IterationMetrics& m) { valid = m.valid_loss; };
+  trainer.set_hooks(hooks);
   trainer.train();
   ASSERT_EQ(losses.size(), 100u);
   // The corpus's unigram entropy is 3.16 nats: a model that learnt no context stays above it.

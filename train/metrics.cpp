@@ -102,6 +102,7 @@ void RunLog::iteration(const IterationMetrics& m) const {
   for (size_t d = 0; d < m.valid_losses.size(); ++d)
     text += str(d == 0 ? " (" : ", ", m.valid_losses[d].first, " ", m.valid_losses[d].second,
                 d + 1 == m.valid_losses.size() ? ")" : "");
+  for (const auto& [name, value] : m.scalars) text += str(" | ", name, " ", value);
   log::info(text);
 }
 
@@ -132,6 +133,7 @@ void RunLog::record(const IterationMetrics& m) {
   if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
   if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
   for (const auto& [dataset, loss] : m.valid_losses) json.add("valid_loss/" + dataset, loss);
+  for (const auto& [name, value] : m.scalars) json.add(name, value);
   if (layout_.pp_size > 1)
     json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
   errno = 0;

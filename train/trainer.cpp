@@ -42,6 +42,14 @@ std::string rank_log_dir(const TrainConfig& t) {
 }  // namespace
 
 Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Communicator> cpu_world)
+    : Trainer(std::move(config), nullptr, launch, std::move(cpu_world)) {}
+
+Trainer::Trainer(Config config, const SampleSource& source, const LaunchInfo& launch,
+                 std::shared_ptr<Communicator> cpu_world)
+    : Trainer(std::move(config), &source, launch, std::move(cpu_world)) {}
+
+Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& launch,
+                 std::shared_ptr<Communicator> cpu_world)
     : config_(std::move(config)),
       layout_(resolve_layout(config_, launch.world_size)),
       vocab_(config_.model.padded_vocab(layout_.tp_size)),
@@ -62,6 +70,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
       log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"));
       FlightRecorder::process().keep_records_in(dir, launch.job, int(launch.rank));
     }
+    check_block_registered(config_.model.block);
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
@@ -85,7 +94,7 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
 
   std::optional<ResumePoint> resume;
   agree(*cpu_world_, [&] {
-    data_ = std::make_unique<GPTData>(config_);
+    data_ = source ? std::make_unique<GPTData>(config_, *source) : std::make_unique<GPTData>(config_);
     if (!config_.train.checkpoint_dir.empty()) {
       checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
       // The ranks that will write find out now, not after the run, if they cannot.
@@ -133,8 +142,14 @@ Trainer::Trainer(Config config, const LaunchInfo& launch, std::shared_ptr<Commun
 
 Trainer::~Trainer() = default;
 
-void Trainer::on_iteration(std::function<void(const IterationMetrics&)> callback) {
-  callbacks_.push_back(std::move(callback));
+void Trainer::run_hook(const char* name, const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    const Error error(str("the program's hook ", name, " at iteration ", iteration_, ": ", describe(e)));
+    if (layout_.world_size() == 1) throw error;
+    std::_Exit(report_failure(error, int(layout_.world_size())));  // ends the job (never returns)
+  }
 }
 
 // An iteration whose loss, gradient norm and time are still on the device: train() reads them
@@ -143,6 +158,7 @@ struct Trainer::PendingStep {
   IterationMetrics metrics;  // all but what the device still computes
   torch::Tensor loss, grad_norm;
   std::unique_ptr<IntervalTimer> timer;
+  bool completed = false;  // metrics hold the device's numbers, and the after_step hook has seen them
 };
 
 IterationMetrics Trainer::step() {
@@ -212,7 +228,9 @@ Trainer::PendingStep Trainer::run_step() {
 }
 
 IterationMetrics Trainer::complete(PendingStep& pending) {
-  IterationMetrics m = pending.metrics;
+  if (pending.completed) return pending.metrics;
+  pending.completed = true;
+  IterationMetrics& m = pending.metrics;
   m.loss = last_loss_ = pending.loss.item<double>();
   m.grad_norm = pending.grad_norm.item<double>();
   m.elapsed_ms = pending.timer->elapsed_ms();
@@ -230,6 +248,7 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
     if (resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 && groups_->world().rank() == 0)
       checkpoints_->clear_unhealthy(*resumed_unhealthy_);
   }
+  if (hooks_.after_step) run_hook("after_step", [&] { hooks_.after_step(m); });
   return m;
 }
 
@@ -335,19 +354,30 @@ torch::Tensor Trainer::stage_forward(const Samples& samples, int64_t consumed, i
   }
   const torch::Tensor x = first ? rank_chunks(batch.tokens) : input;
   if (!last) return model->forward(x, documents);
-  const torch::Tensor loss_mask =
-      data.eod_mask_loss ? rank_chunks(batch.tokens.ne(data_->end_of_document)) : torch::Tensor();
-  return model->loss(x, rank_chunks(batch.targets), documents, loss_mask);
+  const torch::Tensor mask = loss_mask(batch);
+  return model->loss(x, rank_chunks(batch.targets), documents, mask.defined() ? rank_chunks(mask) : mask,
+                     hooks_.loss);
+}
+
+torch::Tensor Trainer::loss_mask(const Batch& batch) const {
+  torch::Tensor mask = batch.loss_mask;
+  if (config_.data.eod_mask_loss) {
+    const torch::Tensor not_end = batch.tokens.ne(data_->end_of_document).to(torch::kUInt8);
+    mask = mask.defined() ? mask * not_end : not_end;
+  }
+  return mask;
 }
 
 double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const {
-  if (!config_.data.eod_mask_loss) return 1;
-  const torch::Tensor inputs = samples.batch(consumed, config_.batch.global_batch_size).tokens;
-  const int64_t counted = inputs.ne(data_->end_of_document).sum().item<int64_t>();
+  if (!config_.data.eod_mask_loss && !samples.has_loss_mask()) return 1;
+  const torch::Tensor mask = loss_mask(samples.batch(consumed, config_.batch.global_batch_size));
+  const int64_t counted = mask.sum().item<int64_t>();
   if (counted == 0)
-    fail("data.eod_mask_loss: every input token of the global batch at sample ", consumed,
-         " is the end-of-document token; there is no loss to take");
-  return double(inputs.numel()) / double(counted);
+    fail("no target of the global batch at sample ", consumed, " counts towards the loss (",
+         samples.has_loss_mask() ? "the program's loss masks" : "", samples.has_loss_mask() && config_.data.eod_mask_loss ? " and " : "",
+         config_.data.eod_mask_loss ? "data.eod_mask_loss: every input token is the end-of-document token" : "",
+         "); there is no loss to take");
+  return double(mask.numel()) / double(counted);
 }
 
 CheckpointRequest Trainer::checkpoint_request() const {
@@ -360,15 +390,19 @@ void Trainer::save_checkpoint() {
   if (!checkpoints_) fail("save_checkpoint() needs train.checkpoint_dir");
   if (background_save_) publish_background_save();
   if (last_saved_ == iteration_) return;  // saved (or resumed from) already: the same on every rank
+  const std::string folder = checkpoints_->path(iteration_);
+  if (hooks_.before_save) run_hook("before_save", [&] { hooks_.before_save(iteration_, folder); });
   const Stopwatch stopped;
   trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
-  log::info(str("saved checkpoint ", checkpoints_->path(iteration_), " in ", fixed(stopped.elapsed_s(), 2),
-                " s (training stopped for the write)"));
+  log::info(str("saved checkpoint ", folder, " in ", fixed(stopped.elapsed_s(), 2), " s (training stopped for the write)"));
+  if (hooks_.after_save) run_hook("after_save", [&] { hooks_.after_save(iteration_, folder); });
 }
 
 void Trainer::start_background_save() {
   if (background_save_) publish_background_save();  // one pending save at a time: bounded memory
+  if (hooks_.before_save)
+    run_hook("before_save", [&] { hooks_.before_save(iteration_, checkpoints_->path(iteration_)); });
   const Stopwatch stopped;
   background_save_ = std::make_unique<BackgroundSave>(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
@@ -379,8 +413,10 @@ void Trainer::start_background_save() {
 void Trainer::publish_background_save() {
   std::unique_ptr<BackgroundSave> save = std::move(background_save_);
   const double waited = save->publish();
-  log::info(str("saved checkpoint ", checkpoints_->path(save->iteration()), ": written in the background in ",
-                fixed(save->write_seconds(), 2), " s (training waited ", fixed(waited, 2), " s for it)"));
+  const std::string folder = checkpoints_->path(save->iteration());
+  log::info(str("saved checkpoint ", folder, ": written in the background in ", fixed(save->write_seconds(), 2),
+                " s (training waited ", fixed(waited, 2), " s for it)"));
+  if (hooks_.after_save) run_hook("after_save", [&] { hooks_.after_save(save->iteration(), folder); });
 }
 
 void Trainer::report_stragglers(int64_t from_iteration) {
@@ -403,7 +439,7 @@ void Trainer::report_stragglers(int64_t from_iteration) {
 }
 
 Trainer::Control Trainer::agree_on_control() {
-  int64_t stop = stop_signal();
+  int64_t stop = stop_requested_ ? kStopRequested : stop_signal();
   const double minutes = since_built_.elapsed_s() / 60;
   if (config_.train.exit_after_minutes > 0 && minutes >= config_.train.exit_after_minutes) stop = kTimeLimit;
   const bool writing = background_save_ && !background_save_->written();
@@ -432,7 +468,10 @@ TrainingEnd Trainer::train() {
   since_report_.restart();
   last_report_blocked_s_ = FlightRecorder::process().blocked_seconds();
   while (iteration_ < t.iters && !stop) {
+    if (hooks_.before_step) run_hook("before_step", [&] { hooks_.before_step(iteration_ + 1); });
     pending.push_back(run_step());
+    // A program that reads every step (after_step) reads it now, so a stop it asks for is agreed below.
+    if (hooks_.after_step) complete(pending.back());
     const int64_t it = iteration_;
     const Control control = agree_on_control();
     if (control.save_written) publish_background_save();
@@ -444,12 +483,14 @@ TrainingEnd Trainer::train() {
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
-      if (m.iteration == it && validate) validate_into(m);
+      if (m.iteration == it && validate) {
+        validate_into(m);
+        if (hooks_.after_validation) run_hook("after_validation", [&] { hooks_.after_validation(m); });
+      }
       if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss) ||
           (stop && m.iteration == it))
         log_->iteration(m);
       log_->record(m);
-      for (const auto& callback : callbacks_) callback(m);
     }
     pending.clear();
     if (logged && cpu_world_->size() > 1) report_stragglers(last_reported + 1);
@@ -459,8 +500,11 @@ TrainingEnd Trainer::train() {
   }
   if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
   if (!stop || iteration_ >= t.iters) return {};  // a stop asked for at the very end changes nothing
-  TrainingEnd end{false, stop == kTimeLimit ? "train.exit_after_minutes" : signal_name(stop),
-                  stop == kTimeLimit ? 3 : 128 + stop};
+  TrainingEnd end{false,
+                  stop == kStopRequested ? "request_stop()"
+                  : stop == kTimeLimit   ? "train.exit_after_minutes"
+                                         : signal_name(stop),
+                  stop == kStopRequested ? 0 : stop == kTimeLimit ? 3 : 128 + stop};
   const std::string kept = checkpoints_ ? str("saved in ", checkpoints_->path(iteration_), "; the same command resumes")
                                         : "nothing saved: train.checkpoint_dir is not set";
   log::info(str("stopped by ", end.stopped_by, " after iteration ", iteration_, " of ", t.iters, ": ", kept,

@@ -1,6 +1,7 @@
 // The training loop as a library: build from a Config, then train() or step() yourself.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,13 +13,14 @@
 #include "model/gpt.h"
 #include "model/parallel_model.h"
 #include "parallel/comm/launch.h"
+#include "train/data/samples.h"
+#include "train/hooks.h"
 #include "train/loss_guard.h"
 #include "train/metrics.h"
 
 namespace trident {
 
 struct GPTData;
-class Samples;
 struct PipelineOptions;
 class CheckpointStore;
 struct CheckpointRequest;
@@ -30,13 +32,14 @@ class Communicator;
 class BackgroundSave;
 
 // How train() ended: every iteration done, or stopped early, for a stop signal (SIGTERM, SIGINT:
-// train/stop_signals.h) on any rank or train.exit_after_minutes, after saving a checkpoint (when
-// train.checkpoint_dir is set).
+// train/stop_signals.h) on any rank, train.exit_after_minutes or the program's request_stop(),
+// after saving a checkpoint (when train.checkpoint_dir is set).
 struct TrainingEnd {
   bool completed = true;
-  std::string stopped_by;  // "SIGTERM", "SIGINT", "train.exit_after_minutes"
-  // For a program to exit with: 0 when completed, 128 + the signal's number (143 for SIGTERM, 130
-  // for SIGINT, as a shell reports them), 3 at train.exit_after_minutes.
+  std::string stopped_by;  // "SIGTERM", "SIGINT", "train.exit_after_minutes", "request_stop()"
+  // For a program to exit with: 0 when completed or stopped by request_stop(), 128 + the
+  // signal's number (143 for SIGTERM, 130 for SIGINT, as a shell reports them), 3 at
+  // train.exit_after_minutes.
   int exit_code = 0;
 };
 
@@ -49,6 +52,9 @@ class Trainer {
   // A setup error on any rank throws JobError on every rank (parallel/comm/failure.h).
   explicit Trainer(Config config, const LaunchInfo& launch = detect_launch(),
                    std::shared_ptr<Communicator> cpu_world = nullptr);
+  // data.type=program: trains on the program's own samples instead of data.path's.
+  Trainer(Config config, const SampleSource& source, const LaunchInfo& launch = detect_launch(),
+          std::shared_ptr<Communicator> cpu_world = nullptr);
   ~Trainer();
 
   // Iterates up to train.iters, logging, validating and checkpointing as configured, or until a
@@ -66,8 +72,11 @@ class Trainer {
   // in the background), unless it is saved already. Collective.
   void save_checkpoint();
 
-  // Called after every iteration of train(), validation included.
-  void on_iteration(std::function<void(const IterationMetrics&)> callback);
+  // The program's calls into train() and its loss (train/hooks.h), replacing any given before.
+  void set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
+  // Asks train() to stop at the end of the current iteration (after saving, as for a signal);
+  // on any rank, from a hook or another thread: the ranks agree at the end of the step.
+  void request_stop() { stop_requested_ = true; }
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
@@ -81,7 +90,13 @@ class Trainer {
   const ZeroOptimizer& optimizer() const { return *optimizer_; }
 
  private:
+  // Both public constructors: `source` given for data.type=program.
+  Trainer(Config config, const SampleSource* source, const LaunchInfo& launch, std::shared_ptr<Communicator> cpu_world);
   PipelineOptions pipeline_options() const;
+  // Runs the program's hook `name`; what it throws ends the job (train/hooks.h).
+  void run_hook(const char* name, const std::function<void()>& call);
+  // The batch's loss mask (the program's, and data.eod_mask_loss's), undefined when every target counts.
+  torch::Tensor loss_mask(const Batch& batch) const;
   // This stage's forward of micro-batch `micro` with model chunk `chunk`: activations for the
   // next stage, or, on the stage holding the head, the micro-batch's mean loss (in fp32 or fp64).
   // With data.eod_mask_loss: the global batch's tokens over those of them whose loss counts
@@ -107,7 +122,8 @@ class Trainer {
     int stop = 0;
     bool save_written = false;
   };
-  static constexpr int kTimeLimit = 1000;  // above every signal's number
+  static constexpr int kTimeLimit = 1000;      // above every signal's number
+  static constexpr int kStopRequested = 1001;  // request_stop()
   Control agree_on_control();
   CheckpointRequest checkpoint_request() const;
   // At a log interval of a job of several ranks (collective over the CPU world): each rank's
@@ -141,7 +157,8 @@ class Trainer {
   Stopwatch since_built_;   // train.exit_after_minutes
   Stopwatch since_report_;  // the straggler report's interval
   double last_report_blocked_s_ = 0;
-  std::vector<std::function<void(const IterationMetrics&)>> callbacks_;
+  Hooks hooks_;
+  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace trident

@@ -93,11 +93,20 @@ void GPTSamples::sample(int64_t index, int64_t* out) const {
            " is outside model.vocab_size (", vocab_size_, ")");
 }
 
+void Samples::loss_mask(int64_t, uint8_t*) const {
+  TRIDENT_CHECK(false, "loss_mask() of samples that have none (has_loss_mask() is false)");
+}
+
 Batch Samples::batch(int64_t first, int64_t count) const {
   auto rows = torch::empty({count, seq_length_ + 1}, torch::kLong);
   int64_t* data = rows.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) sample(first + i, data + i * (seq_length_ + 1));
-  return {rows.narrow(1, 0, seq_length_).contiguous(), rows.narrow(1, 1, seq_length_).contiguous()};
+  Batch batch{rows.narrow(1, 0, seq_length_).contiguous(), rows.narrow(1, 1, seq_length_).contiguous(), {}};
+  if (has_loss_mask()) {
+    batch.loss_mask = torch::empty({count, seq_length_}, torch::kUInt8);
+    for (int64_t i = 0; i < count; ++i) loss_mask(first + i, batch.loss_mask.data_ptr<uint8_t>() + i * seq_length_);
+  }
+  return batch;
 }
 
 BlendedSamples::BlendedSamples(std::vector<std::shared_ptr<const Samples>> parts, std::vector<double> weights,
@@ -187,6 +196,9 @@ void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
 }  // namespace
 
 GPTData::GPTData(const Config& config) {
+  if (config.data.type == "program")
+    fail("data.type=program needs a program that gives the Trainer its samples (trident::SampleSource, ",
+         "docs/library.md); the train program reads data.type=indexed or synthetic");
   const auto& m = config.model;
   const bool synthetic = config.data.type == "synthetic";
   const std::vector<BlendPart> blend = synthetic ? std::vector<BlendPart>{{1.0, ""}} : data_blend(config.data.path);
@@ -253,6 +265,65 @@ GPTData::GPTData(const Config& config) {
   train = std::make_shared<BlendedSamples>(std::move(parts), std::move(weights), m.seq_length);
 }
 
+namespace {
+
+// A program's samples, each checked as it is read: the error names the sample and what is wrong
+// (a wrong id would otherwise index past the embedding).
+class CheckedSamples : public Samples {
+ public:
+  CheckedSamples(std::shared_ptr<const Samples> inner, int64_t vocab_size, std::string name)
+      : Samples(inner->seq_length()), inner_(std::move(inner)), vocab_size_(vocab_size), name_(std::move(name)) {}
+  int64_t size() const override { return inner_->size(); }
+  void sample(int64_t index, int64_t* out) const override {
+    inner_->sample(index, out);
+    for (int64_t i = 0; i <= seq_length_; ++i)
+      if (out[i] < 0 || out[i] >= vocab_size_)
+        fail(name_, " sample ", index, ": token id ", out[i], " at position ", i, " is outside model.vocab_size (",
+             vocab_size_, ")");
+  }
+  bool has_loss_mask() const override { return inner_->has_loss_mask(); }
+  void loss_mask(int64_t index, uint8_t* out) const override {
+    inner_->loss_mask(index, out);
+    for (int64_t i = 0; i < seq_length_; ++i)
+      if (out[i] > 1)
+        fail(name_, " sample ", index, ": loss mask value ", int(out[i]), " at position ", i, " is neither 0 nor 1");
+  }
+
+ private:
+  std::shared_ptr<const Samples> inner_;
+  int64_t vocab_size_;
+  std::string name_;
+};
+
+std::shared_ptr<const Samples> checked_program_samples(const std::shared_ptr<const Samples>& samples,
+                                                       const ModelConfig& model, const std::string& name) {
+  if (samples->seq_length() != model.seq_length)
+    fail(name, " are of ", samples->seq_length(), " + 1 tokens, but model.seq_length is ", model.seq_length);
+  if (samples->size() <= 0) fail(name, " hold no sample (size() is ", samples->size(), ")");
+  return std::make_shared<CheckedSamples>(samples, model.vocab_size, name);
+}
+
+}  // namespace
+
+GPTData::GPTData(const Config& config, const SampleSource& source) {
+  if (config.data.type != "program")
+    fail("the program gave the Trainer its own samples, but data.type is '", config.data.type,
+         "': set data.type=program");
+  if (!source.train) fail("data.type=program: the program's SampleSource has no train samples");
+  train = checked_program_samples(source.train, config.model, "the program's train samples");
+  if (source.valid)
+    validation.push_back({"program", 1, nullptr, nullptr,
+                          checked_program_samples(source.valid, config.model, "the program's validation samples")});
+  if (config.train.eval_interval > 0 && !source.valid)
+    fail("train.eval_interval is set but the program's SampleSource has no validation samples (valid)");
+  if (config.data.documents() || config.data.eod_mask_loss) {
+    if (source.end_of_document < 0 || source.end_of_document >= config.model.vocab_size)
+      fail(config.data.eod_mask_loss ? "data.eod_mask_loss" : config.data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
+           " needs the end-of-document token: set SampleSource::end_of_document (got ", source.end_of_document, ")");
+    end_of_document = source.end_of_document;
+  }
+}
+
 PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_document) {
   //   tokens     a  b  E  c  d        ends    0 0 1 0 0      ids = ends before: 0 0 0 1 1
   //   index      0  1  2  3  4        starts  0 0 3 0 0      (where the next document starts)
@@ -266,6 +337,7 @@ PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_doc
 }
 
 std::string GPTData::describe() const {
+  if (datasets.empty()) return "the program's samples (data.type=program)";
   if (datasets.size() == 1) return datasets.front().stream->describe();
   std::string text = str("a blend of ", datasets.size(), " datasets:");
   for (const auto& part : datasets) text += str(" ", part.weight, " x ", part.stream->describe(), ";");

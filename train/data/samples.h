@@ -36,23 +36,42 @@ std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t v
                                                uint64_t seed);
 
 struct Batch {
-  torch::Tensor tokens;   // [micro_batch, seq] int64
-  torch::Tensor targets;  // [micro_batch, seq] int64, tokens shifted by one
+  torch::Tensor tokens;     // [micro_batch, seq] int64
+  torch::Tensor targets;    // [micro_batch, seq] int64, tokens shifted by one
+  torch::Tensor loss_mask;  // [micro_batch, seq] uint8, 1 where a target counts; undefined: all count
 };
 
-// An endless order of samples of seq_length + 1 tokens.
+// An endless order of samples of seq_length + 1 tokens: what training reads, by index. The
+// built-in datasets (GPTSamples, BlendedSamples) are samples; so is a program's own source
+// (SampleSource). Sample `index` must be a pure function of `index` (any epoch: index may
+// exceed size()), so that every rank reads its part of each global batch and a resumed or
+// re-laid-out run reads the same samples.
 class Samples {
  public:
   explicit Samples(int64_t seq_length) : seq_length_(seq_length) {}
   virtual ~Samples() = default;
   virtual int64_t size() const = 0;  // samples in one epoch
-  // The sample at position `index` of the order.
+  // The sample at position `index` of the order: seq_length + 1 tokens.
   virtual void sample(int64_t index, int64_t* out) const = 0;
+  // Whether samples carry loss masks; then loss_mask writes sample `index`'s seq_length values,
+  // out[i] = 1 where the loss of predicting token i + 1 counts, 0 where it does not.
+  virtual bool has_loss_mask() const { return false; }
+  virtual void loss_mask(int64_t index, uint8_t* out) const;
   // Samples [first, first + count) of the order, as one batch.
   Batch batch(int64_t first, int64_t count) const;
+  int64_t seq_length() const { return seq_length_; }
 
  protected:
   int64_t seq_length_;
+};
+
+// What a program gives the Trainer in place of data.path (data.type=program): its own training
+// samples, optionally validation samples, and the end-of-document token where data.eod_mask_loss
+// or data.reset_* need one.
+struct SampleSource {
+  std::shared_ptr<const Samples> train;
+  std::shared_ptr<const Samples> valid;  // null: no validation
+  int64_t end_of_document = -1;
 };
 
 class GPTSamples : public Samples {
@@ -114,7 +133,7 @@ struct DatasetPart {
   double weight = 1;
   std::shared_ptr<TokenStream> stream;
   std::shared_ptr<GPTSamples> train;
-  std::shared_ptr<GPTSamples> valid;  // null when it does not validate
+  std::shared_ptr<const Samples> valid;  // null when it does not validate
 };
 
 // Documents packed into samples: for tokens [b, s], each token's document (how many
@@ -129,10 +148,13 @@ PackedDocuments packed_documents(const torch::Tensor& tokens, int64_t end_of_doc
 // Train and validation samples of one config.
 struct GPTData {
   GPTData(const Config& config);
+  // data.type=program: the program's own samples, each checked as it is read (token ids within
+  // model.vocab_size, masks of 0 and 1).
+  GPTData(const Config& config, const SampleSource& source);
   std::vector<DatasetPart> datasets;    // one per prefix of data.path
   std::vector<DatasetPart> validation;  // those that validate (their `valid`): data.path's held-out
                                         // parts, or data.valid_path's datasets read whole
-  std::shared_ptr<Samples> train;     // the datasets' train samples blended (the one dataset's own)
+  std::shared_ptr<const Samples> train;  // the datasets' train samples blended (the one dataset's own)
   int64_t end_of_document = -1;       // the tokenizer's, when data.eod_mask_loss or data.reset_* needs it
   bool validates() const { return !validation.empty(); }
   std::string describe() const;

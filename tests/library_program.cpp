@@ -1,0 +1,74 @@
+// A program built on trident's public API for tests/test_library.cpp: it registers a block that
+// is right at every layout ("ffn_only": attention then a squared-ReLU MLP) and one that is not
+// ("rank_scaled": scales its output by 1 + the tensor-parallel rank, as a block that mixes up
+// its ranks would), and can throw from a hook.
+//   library_program [--throw-in-hook] [section.key=value ...]
+#include <trident/trident.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+class TestBlock : public trident::TransformerBlock {
+ public:
+  TestBlock(const trident::BlockContext& context, bool rank_scaled)
+      : TransformerBlock(context), scale_(rank_scaled ? 1.0 + context.tp.group->rank() : 1.0) {
+    const trident::ModelConfig& m = context.config;
+    norm = register_module("norm", trident::Norm(m.normalization, m.hidden_size, m.layernorm_epsilon, context.tp));
+    attn = register_module("attn", trident::SelfAttention(m, context.tp, context.recompute, context.cp, streams_));
+    up = register_module("up", trident::ColumnParallelLinear(m.hidden_size, m.ffn(), context.tp));
+    down = register_module("down", trident::RowParallelLinear(m.ffn(), m.hidden_size, context.tp, trident::Init::residual));
+  }
+
+ protected:
+  torch::Tensor compute(const torch::Tensor& x, const trident::Documents& documents) override {
+    const torch::Tensor h = x + attn(norm(x), documents);
+    const torch::Tensor a = torch::relu(up(h));
+    return h + scale_ * down(a * a);
+  }
+
+ private:
+  double scale_;
+  trident::Norm norm{nullptr};
+  trident::SelfAttention attn{nullptr};
+  trident::ColumnParallelLinear up{nullptr};
+  trident::RowParallelLinear down{nullptr};
+};
+
+const char* const kConfig = R"(
+model: {num_layers: 4, hidden_size: 32, num_attention_heads: 4, seq_length: 16, vocab_size: 256,
+        hidden_dropout: 0.0, attention_dropout: 0.0, block: ffn_only}
+batch: {micro_batch_size: 2, global_batch_size: 8}
+data: {type: synthetic}
+optimizer: {lr: 3.0e-3, warmup_iters: 1}
+train: {iters: 3, log_interval: 1, eval_interval: 0}
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  trident::LaunchInfo launch;
+  try {
+    launch = trident::detect_launch();
+    std::vector<std::string> arguments(argv + 1, argv + argc);
+    const bool throw_in_hook = !arguments.empty() && arguments.front() == "--throw-in-hook";
+    if (throw_in_hook) arguments.erase(arguments.begin());
+    for (const bool scaled : {false, true})
+      trident::register_block(scaled ? "rank_scaled" : "ffn_only", [scaled](const trident::BlockContext& context) {
+        return std::make_shared<TestBlock>(context, scaled);
+      });
+    trident::Trainer trainer(trident::Config::parse(kConfig, arguments), launch);
+    trident::Hooks hooks;
+    if (throw_in_hook)
+      hooks.after_step = [](trident::IterationMetrics& m) {
+        if (m.iteration == 2) throw std::runtime_error("the program's own check failed");
+      };
+    trainer.set_hooks(hooks);
+    return trainer.train().exit_code;
+  } catch (const std::exception& e) {
+    return trident::report_failure(e, int(launch.world_size));
+  }
+}

@@ -1,0 +1,267 @@
+// trident as a library (docs/library.md): a program's own samples and loss masks, its hooks and
+// loss, its own blocks and the layout-equality proof it can run on them. The multi-process
+// cases run tests/library_program.cpp, a program on the public API alone.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <mutex>
+#include <random>
+
+#include <trident/trident.h>
+
+#include "tests/helpers.h"
+#include "tests/launchers.h"
+
+using namespace trident;
+using namespace trident::testing;
+
+namespace {
+
+constexpr int64_t kSeq = 16;
+
+// Seeded random bytes with the end-of-document token 0 now and then; optional masks that count
+// a target where its input is not the end of a document (what data.eod_mask_loss counts).
+class ByteSamples : public Samples {
+ public:
+  explicit ByteSamples(bool masks, int64_t vocab = 256, int64_t seq = kSeq) : Samples(seq), masks_(masks) {
+    std::mt19937 random(7);
+    tokens_.resize(size_t(64 * (seq + 1)));
+    for (auto& t : tokens_) t = random() % 5 == 0 ? 0 : int64_t(random() % uint32_t(vocab));
+  }
+  int64_t size() const override { return 64; }
+  void sample(int64_t index, int64_t* out) const override {
+    std::copy_n(tokens_.begin() + (index % size()) * (seq_length_ + 1), seq_length_ + 1, out);
+  }
+  bool has_loss_mask() const override { return masks_; }
+  void loss_mask(int64_t index, uint8_t* out) const override {
+    std::vector<int64_t> tokens(size_t(seq_length_ + 1));
+    sample(index, tokens.data());
+    for (int64_t i = 0; i < seq_length_; ++i) out[i] = tokens[size_t(i)] != 0;
+  }
+
+ private:
+  bool masks_;
+  std::vector<int64_t> tokens_;
+};
+
+Config program_config(std::vector<std::string> overrides = {}) {
+  std::vector<std::string> all = {"data.type=program",       "model.num_layers=2",       "model.hidden_size=32",
+                                  "model.num_attention_heads=2", "model.seq_length=16",  "model.vocab_size=256",
+                                  "batch.micro_batch_size=2", "batch.global_batch_size=8", "train.iters=3",
+                                  "train.log_interval=1000", "train.eval_interval=0"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return Config::parse("", all);
+}
+
+SampleSource source_of(std::shared_ptr<const Samples> train) {
+  SampleSource source;
+  source.train = std::move(train);
+  source.end_of_document = 0;
+  return source;
+}
+
+std::vector<double> losses_of(Trainer& trainer, Hooks hooks = {}) {
+  std::vector<double> losses;
+  auto program_step = hooks.after_step;
+  hooks.after_step = [&](IterationMetrics& m) {
+    losses.push_back(m.loss);
+    if (program_step) program_step(m);
+  };
+  trainer.set_hooks(hooks);
+  trainer.train();
+  return losses;
+}
+
+// Registers the test blocks once: "library_test_ffn", the built-in block's parts in another order.
+void register_test_blocks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_block("library_test_ffn", [](const BlockContext& context) -> std::shared_ptr<TransformerBlock> {
+      return std::make_shared<BlockImpl>(context);
+    });
+  });
+}
+
+}  // namespace
+
+// The program's own masks take the path data.eod_mask_loss takes: the same masks give the same
+// losses, normalised over the global batch's counted targets.
+TEST(ProgramData, LossMasksOfItsOwnEqualTheEndOfDocumentMask) {
+  Trainer masked(program_config(), source_of(std::make_shared<ByteSamples>(true)), LaunchInfo{});
+  Trainer by_config(program_config({"data.eod_mask_loss=true"}), source_of(std::make_shared<ByteSamples>(false)),
+                    LaunchInfo{});
+  Trainer unmasked(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  const auto a = losses_of(masked), b = losses_of(by_config), c = losses_of(unmasked);
+  ASSERT_EQ(a.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;
+  EXPECT_NE(a[0], c[0]);  // the masks change the loss: the comparison above is not vacuous
+}
+
+TEST(ProgramData, BadSamplesAndSettingsAreNamed) {
+  const auto train = [](SampleSource source, std::vector<std::string> overrides = {}) {
+    return error_of([&] { Trainer(program_config(overrides), source, LaunchInfo{}).train(); });
+  };
+  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 300))).find("the program's train samples sample "),
+            std::string::npos);
+  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 300))).find(" is outside model.vocab_size (256)"),
+            std::string::npos);
+  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 256, 8)))
+                .find("the program's train samples are of 8 + 1 tokens, but model.seq_length is 16"),
+            std::string::npos);
+  EXPECT_NE(train(SampleSource{}).find("the program's SampleSource has no train samples"), std::string::npos);
+  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false)), {"train.eval_interval=2"})
+                .find("the program's SampleSource has no validation samples"),
+            std::string::npos);
+  SampleSource no_end = source_of(std::make_shared<ByteSamples>(false));
+  no_end.end_of_document = -1;
+  EXPECT_NE(train(no_end, {"data.eod_mask_loss=true"}).find("set SampleSource::end_of_document"), std::string::npos);
+  EXPECT_NE(error_of([] { Trainer(program_config(), LaunchInfo{}); }).find("data.type=program needs a program"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              Trainer(program_config({"data.type=synthetic"}), source_of(std::make_shared<ByteSamples>(false)),
+                      LaunchInfo{});
+            }).find("set data.type=program"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { program_config({"data.path=x"}); }).find("data.path is set but data.type=program"),
+            std::string::npos);
+}
+
+// before_step sees each iteration; a stop asked for in after_step ends train() at that step,
+// saved; the program's scalars reach the log line's record; saves are announced around the write.
+TEST(Hooks, StepsStopsSavesAndScalars) {
+  const auto dir = scratch_dir();
+  const auto metrics = dir / "metrics.jsonl";
+  Trainer trainer(program_config({"train.iters=10", "train.checkpoint_dir=" + (dir / "ck").string(),
+                                  "train.save_interval=2", "train.metrics_file=" + metrics.string()}),
+                  source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  std::vector<int64_t> before;
+  std::vector<std::string> saves;
+  Hooks hooks;
+  hooks.before_step = [&](int64_t iteration) { before.push_back(iteration); };
+  hooks.after_step = [&](IterationMetrics& m) {
+    m.scalars.emplace_back("twice_the_loss", 2 * m.loss);
+    if (m.iteration == 3) trainer.request_stop();
+  };
+  hooks.before_save = [&](int64_t iteration, const std::string&) { saves.push_back("before " + std::to_string(iteration)); };
+  hooks.after_save = [&](int64_t iteration, const std::string& folder) {
+    saves.push_back("after " + std::to_string(iteration));
+    EXPECT_TRUE(std::filesystem::exists(folder)) << folder;
+  };
+  trainer.set_hooks(hooks);
+  const TrainingEnd end = trainer.train();
+  EXPECT_FALSE(end.completed);
+  EXPECT_EQ(end.stopped_by, "request_stop()");
+  EXPECT_EQ(end.exit_code, 0);
+  EXPECT_EQ(trainer.iteration(), 3);
+  EXPECT_EQ(before, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(saves, (std::vector<std::string>{"before 2", "after 2", "before 3", "after 3"}));
+  std::ifstream in(metrics);
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) EXPECT_NE(line.find("\"twice_the_loss\": "), std::string::npos) << line;
+  EXPECT_EQ(lines, 3);
+}
+
+TEST(Hooks, AnErrorInAHookNamesTheHookAndIteration) {
+  Trainer trainer(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  Hooks hooks;
+  hooks.after_step = [](IterationMetrics& m) {
+    if (m.iteration == 2) throw std::runtime_error("boom");
+  };
+  trainer.set_hooks(hooks);
+  EXPECT_EQ(error_of([&] { trainer.train(); }), "the program's hook after_step at iteration 2: boom");
+}
+
+// The program's loss replaces cross-entropy: cross-entropy itself gives the same run, twice it
+// twice the first loss; a loss of the wrong shape is named.
+TEST(Hooks, TheProgramsLossReplacesCrossEntropy) {
+  const auto run = [](TokenLoss loss) {
+    Trainer trainer(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+    Hooks hooks;
+    hooks.loss = std::move(loss);
+    return losses_of(trainer, hooks);
+  };
+  const auto built_in = run({});
+  EXPECT_EQ(run([](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
+              return vocab_parallel_cross_entropy(logits, targets, tp);
+            }),
+            built_in);
+  EXPECT_DOUBLE_EQ(run([](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
+                     return 2 * vocab_parallel_cross_entropy(logits, targets, tp);
+                   }).front(),
+                   2 * built_in.front());
+  EXPECT_NE(error_of([&] {
+              run([](const torch::Tensor& logits, const torch::Tensor&, Communicator&) { return logits.sum(); });
+            }).find("the program's loss (Hooks::loss) must return one loss per token (shape [32]), not shape []"),
+            std::string::npos);
+}
+
+TEST(Blocks, TheRegistryNamesWhatItKnows) {
+  register_test_blocks();
+  EXPECT_NE(error_of([] { register_block("library_test_ffn", [](const BlockContext& c) -> std::shared_ptr<TransformerBlock> {
+              return std::make_shared<BlockImpl>(c);
+            }); }).find("is registered already"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { register_block("transformer", {}); }).find("is taken or empty"), std::string::npos);
+  const std::string unknown = error_of([] {
+    Trainer(program_config({"model.block=no_such_block"}), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  });
+  EXPECT_NE(unknown.find("model.block='no_such_block' is not a block this program knows (transformer, library_test_ffn"),
+            std::string::npos)
+      << unknown;
+  // A registered block's model is no Hugging Face GPT-2 or Llama: export refuses it by name.
+  EXPECT_EQ(program_config({"model.block=library_test_ffn"}).model.non_gpt2_setting(), "model.block=library_test_ffn");
+  // The built-in block under another name trains as the built-in does.
+  Trainer registered(program_config({"model.block=library_test_ffn"}), source_of(std::make_shared<ByteSamples>(false)),
+                     LaunchInfo{});
+  Trainer built_in(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  EXPECT_EQ(losses_of(registered), losses_of(built_in));
+}
+
+// The proof a program can run on its own block: its model at TP 2 (with sequence parallelism),
+// PP 2 and DP 2 with ZeRO-3 equals one process in fp64; a block that depends on its tensor-
+// parallel rank is caught at TP 2 and passes where TP is 1.
+TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/tests/library_program";
+  check.launcher = kMpirun;
+  check.arguments = {"precision=fp64"};
+  check.layouts = {{"parallel.tensor=2", "parallel.sequence_parallel=true"},
+                   {"parallel.pipeline=2", "recompute=full"},
+                   {"parallel.data=2", "parallel.zero_stage=3"}};
+  check.work_dir = (scratch_dir() / "right").string();
+  const LayoutCheckResult right = check_layouts(check);
+  EXPECT_TRUE(right.equal) << right.report;
+  check.arguments.push_back("model.block=rank_scaled");
+  check.work_dir = (scratch_dir() / "wrong").string();
+  const LayoutCheckResult wrong = check_layouts(check);
+  EXPECT_FALSE(wrong.equal) << wrong.report;
+  std::istringstream lines(wrong.report);
+  std::string tp, pp;
+  std::getline(lines, tp), std::getline(lines, pp);
+  EXPECT_NE(tp.find("above the tolerance 1e-10"), std::string::npos) << wrong.report;
+  EXPECT_EQ(pp.find("above the tolerance"), std::string::npos) << wrong.report;
+  EXPECT_NE(error_of([&] {
+              check.layouts = {{"parallel.tensor=two"}};
+              check_layouts(check);
+            }).find("'parallel.tensor=two' must give a positive integer size"),
+            std::string::npos);
+}
+
+// A hook's error on every rank of a job under mpirun ends it in bounded time, its cause (naming
+// the hook) printed once (the first rank claims it beside the rank logs, parallel/comm/failure.h).
+TEST(Hooks, AnErrorInAHookEndsTheJob) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult run = run_command("timeout 120 " + kMpirun + "2 " + kBin +
+                                        "/tests/library_program --throw-in-hook parallel.data=2 train.log_dir=" +
+                                        (scratch_dir() / "logs").string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 124) << run.output;
+  EXPECT_LT(seconds, 60) << run.output;
+  const std::string cause = "the program's hook after_step at iteration 2: the program's own check failed";
+  const size_t first = run.output.find(cause);
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(cause, first + 1), std::string::npos) << "printed twice\n" << run.output;
+}

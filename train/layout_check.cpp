@@ -1,0 +1,123 @@
+#include "train/layout_check.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "train/checkpoint/checkpoint.h"
+
+namespace trident {
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> weights;
+};
+
+// The world size a layout asks for: the product of its parallel.tensor, pipeline, context and
+// data (1 where the layout does not give one).
+int64_t world_size(const std::vector<std::string>& layout) {
+  int64_t size = 1;
+  for (const std::string& argument : layout)
+    for (const std::string key : {"parallel.tensor=", "parallel.pipeline=", "parallel.context=", "parallel.data="})
+      if (argument.rfind(key, 0) == 0) {
+        size_t used = 0;
+        int64_t n = 0;
+        try {
+          n = std::stoll(argument.substr(key.size()), &used);
+        } catch (const std::exception&) {
+        }
+        if (n < 1 || used != argument.size() - key.size())
+          fail("LayoutCheck: '", argument, "' must give a positive integer size");
+        size *= n;
+      }
+  return size;
+}
+
+// Runs `command`, its output into `log`; "" when it exits 0, else why not.
+std::string run(const std::string& command, const std::string& log) {
+  const int status = std::system((command + " >" + log + " 2>&1").c_str());
+  if (status == 0) return "";
+  std::ifstream in(log);
+  std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (output.size() > 2000) output = "..." + output.substr(output.size() - 2000);
+  return trident::str("`", command, "` failed (status ", status, "):\n", output);
+}
+
+Run read_run(const std::filesystem::path& dir) {
+  Run result;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    result.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  const CheckpointStore store((dir / "checkpoints").string());
+  result.weights = read_global_weights(store.path(store.latest()));
+  return result;
+}
+
+// The relative differences of `run` from `serial`; "" when within `tolerance`, else the line.
+std::string compare(const Run& serial, const Run& run, double tolerance, std::string& summary) {
+  if (run.losses.size() != serial.losses.size())
+    return trident::str(run.losses.size(), " iterations logged, the single process logged ", serial.losses.size());
+  double worst_loss = 0;
+  for (size_t i = 0; i < serial.losses.size(); ++i)
+    worst_loss = std::max(worst_loss, std::abs(run.losses[i] - serial.losses[i]) / std::abs(serial.losses[i]));
+  double difference = 0, norm = 0, worst_tensor = 0;
+  std::string worst_name;
+  for (const auto& [name, value] : serial.weights) {
+    const auto found = run.weights.find(name);
+    if (found == run.weights.end()) return trident::str("its checkpoint lacks ", name);
+    if (!found->second.sizes().equals(value.sizes()))
+      return trident::str(name, " has shape ", found->second.sizes(), ", the single process's ", value.sizes());
+    const double delta = (found->second.to(torch::kDouble) - value.to(torch::kDouble)).norm().item<double>();
+    const double size = value.to(torch::kDouble).norm().item<double>();
+    difference += delta * delta, norm += size * size;
+    if (size > 0 && delta / size > worst_tensor) worst_tensor = delta / size, worst_name = name;
+  }
+  const double model = norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
+  summary = trident::str("losses within ", worst_loss, ", weights within ", model, " (worst tensor ", worst_name, " ",
+                worst_tensor, ")");
+  if (worst_loss > tolerance || model > tolerance) return trident::str(summary, ": above the tolerance ", tolerance);
+  return "";
+}
+
+}  // namespace
+
+LayoutCheckResult check_layouts(const LayoutCheck& check) {
+  if (check.program.empty()) fail("LayoutCheck: no program to run");
+  if (check.layouts.empty()) fail("LayoutCheck: no layouts to compare with the single process");
+  if (check.work_dir.empty()) fail("LayoutCheck: no work_dir for the runs' checkpoints and metrics");
+  namespace fs = std::filesystem;
+  LayoutCheckResult result;
+  const auto start = [&](const std::string& name, const std::string& launch, const std::vector<std::string>& layout) {
+    const fs::path dir = fs::path(check.work_dir) / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::string command = launch + check.program;
+    for (const auto& a : check.arguments) command += " " + a;
+    for (const auto& a : layout) command += " " + a;
+    command += trident::str(" train.checkpoint_dir=", (dir / "checkpoints").string(), " train.metrics_file=",
+                   (dir / "metrics.jsonl").string(), " train.log_dir=", (dir / "logs").string());
+    return std::make_pair(dir, run(command, (dir / "output.txt").string()));
+  };
+  const auto [serial_dir, serial_failure] = start("serial", "", {});
+  if (!serial_failure.empty()) return {false, "single process: " + serial_failure};
+  const Run serial = read_run(serial_dir);
+  for (size_t l = 0; l < check.layouts.size(); ++l) {
+    const auto& layout = check.layouts[l];
+    const std::string name = join(layout, " ");
+    const auto [dir, failure] = start(trident::str("layout-", l), trident::str(check.launcher, " ", world_size(layout), " "), layout);
+    std::string summary, problem = failure;
+    if (problem.empty()) problem = compare(serial, read_run(dir), check.tolerance, summary);
+    result.equal = result.equal && problem.empty();
+    result.report += trident::str(name, ": ", problem.empty() ? summary : problem, "\n");
+  }
+  return result;
+}
+
+}  // namespace trident

@@ -1,0 +1,35 @@
+// The proof trident gives its own model, for a program's: a model trains the same at any
+// parallel layout. check_layouts runs a program that trains with trident's Trainer from
+// `section.key=value` arguments (one that registers its own block, say) once in one process
+// and once per layout under a launcher, and compares every iteration's loss and the final
+// weights, gathered whole from each run's checkpoint, with the single process's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct LayoutCheck {
+  std::string program;                            // the program's path
+  std::vector<std::string> arguments;             // its arguments in every run: model, data, train.iters, ...
+  // Per layout, its arguments (parallel.*, recompute, ...); its world size is the product of
+  // the parallel.tensor, pipeline, context and data it gives (1 for each it does not).
+  std::vector<std::vector<std::string>> layouts;
+  // Starts a layout's processes: the command, then the world size, then the program.
+  std::string launcher = "mpirun --oversubscribe -np";
+  std::string work_dir;      // each run's checkpoints, metrics and output go into a folder of it
+  double tolerance = 1e-10;  // relative, on every loss and on the weights as a whole: 1e-10 for
+                             // precision=fp64, 1e-5 for fp32
+};
+
+struct LayoutCheckResult {
+  bool equal = true;
+  std::string report;  // a line per run: the largest differences, or why it is not equal
+};
+
+// Fails (Error) on a check that cannot run: no program, layouts or work_dir, or a size in a
+// layout that is not a positive integer.
+LayoutCheckResult check_layouts(const LayoutCheck& check);
+
+}  // namespace trident

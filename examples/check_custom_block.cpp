@@ -1,7 +1,7 @@
 // The layout-equality proof for examples/custom_block's block: trains it in one process and at
 // each layout below (tensor, sequence, pipeline, context and data parallelism, ZeRO-3, full
 // recomputation) in fp64, and compares every loss and the final weights.
-//   check_custom_block PATH/TO/custom_block WORK_DIR ["LAUNCHER"]   (LAUNCHER: "mpirun -np" by default)
+//   check_custom_block PATH/TO/custom_block WORK_DIR ["LAUNCHER"]   (default "mpirun --oversubscribe -np")
 #include <trident/trident.h>
 
 #include <cstdio>

@@ -78,19 +78,19 @@ void check_block_registered(const std::string& name) {
   const std::vector<std::string> names = registered_blocks();
   if (std::find(names.begin(), names.end(), name) == names.end())
     fail("model.block='", name, "' is not a block this program knows (", join(names, ", "),
-         "); a program registers its own with trident::register_block before building its Trainer");
+         "); a program registers its own blocks with trident::register_block before building a model of them");
 }
 
 std::shared_ptr<TransformerBlock> make_block(const BlockContext& context) {
   const std::string& name = context.config.block;
   if (name == kBuiltIn) return std::make_shared<BlockImpl>(context);
-  check_block_registered(name);
   BlockFactory factory;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    factory = r.factories.at(name);
+    if (const auto found = r.factories.find(name); found != r.factories.end()) factory = found->second;
   }
+  if (!factory) check_block_registered(name);  // fails, naming the blocks there are
   auto block = factory(context);
   if (!block) fail("model.block='", name, "': its factory returned no block");
   return block;

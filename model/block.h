@@ -32,6 +32,7 @@ struct Documents {
 
 // What a block is built with: the model's shape, its tensor- and context-parallel groups, the
 // recomputation asked for, the chunk's dropout streams and the block's global layer index.
+// `config` refers to the model's own copy, which lives as long as the block.
 struct BlockContext {
   const ModelConfig& config;
   TensorParallel tp;
@@ -77,7 +78,8 @@ using BlockFactory = std::function<std::shared_ptr<TransformerBlock>(const Block
 void register_block(const std::string& name, BlockFactory factory);
 // Names model.block may take in this program.
 std::vector<std::string> registered_blocks();
-// Fails naming model.block and the registered names when `name` is not one of them.
+// Fails naming model.block and the registered names when `name` is not one of them (the
+// Trainer checks before building anything heavy).
 void check_block_registered(const std::string& name);
 // The block of context.config.block for layer context.layer.
 std::shared_ptr<TransformerBlock> make_block(const BlockContext& context);

@@ -27,7 +27,9 @@ if [ -z "$mpiexec" ]; then
   echo "no MPI: the examples' TP 2 x PP 2 runs and the layout check are skipped"
   exit 0
 fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# MKL_CBWR: pip's LibTorch (MKL) rounds alike whatever the memory alignment, as the layout check's
+# 1e-10 comparisons need (tests/CMakeLists.txt).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 MKL_CBWR=COMPATIBLE
 launch="$mpiexec --oversubscribe -np"
 layout="parallel.tensor=2 parallel.pipeline=2"
 $launch 4 "$bin/finetune_answers" $layout train.metrics_file="$scratch/finetune.jsonl" 2>&1 | tee "$scratch/finetune.log"

@@ -3,6 +3,7 @@
 // cases run tests/library_program.cpp, a program on the public API alone.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -161,6 +162,42 @@ TEST(Hooks, StepsStopsSavesAndScalars) {
   EXPECT_EQ(lines, 3);
 }
 
+// A stop asked for after a validation holds before the next step (the checkpoint then holds
+// the weights validated); a signal in the same step outranks a request (its exit code tells a
+// scheduler why); a request, once honoured, does not stop a later train().
+TEST(Hooks, StopsAfterValidationAndSignalsComeFirst) {
+  const auto dir = scratch_dir();
+  SampleSource source = source_of(std::make_shared<ByteSamples>(false));
+  source.valid = std::make_shared<ByteSamples>(false);
+  Trainer trainer(program_config({"train.iters=10", "train.eval_interval=2", "train.eval_iters=1",
+                                  "train.checkpoint_dir=" + (dir / "ck").string()}),
+                  source, LaunchInfo{});
+  Hooks hooks;
+  hooks.after_validation = [&](const IterationMetrics& m) {
+    if (m.iteration == 4) trainer.request_stop();
+  };
+  trainer.set_hooks(hooks);
+  EXPECT_EQ(trainer.train().stopped_by, "request_stop()");
+  EXPECT_EQ(trainer.iteration(), 4);
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck" / "iter_0000004"));
+  // The request was honoured: the run goes on to the end.
+  trainer.set_hooks({});
+  EXPECT_TRUE(trainer.train().completed);
+  EXPECT_EQ(trainer.iteration(), 10);
+
+  Trainer signalled(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  install_stop_signals();
+  hooks = {};
+  hooks.after_step = [&](IterationMetrics&) {
+    signalled.request_stop();
+    std::raise(SIGTERM);
+  };
+  signalled.set_hooks(hooks);
+  const TrainingEnd end = signalled.train();
+  EXPECT_EQ(end.stopped_by, "SIGTERM");
+  EXPECT_EQ(end.exit_code, 143);
+}
+
 TEST(Hooks, AnErrorInAHookNamesTheHookAndIteration) {
   Trainer trainer(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
   Hooks hooks;
@@ -169,6 +206,12 @@ TEST(Hooks, AnErrorInAHookNamesTheHookAndIteration) {
   };
   trainer.set_hooks(hooks);
   EXPECT_EQ(error_of([&] { trainer.train(); }), "the program's hook after_step at iteration 2: boom");
+  Trainer named(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  hooks.after_step = [](IterationMetrics& m) { m.scalars.emplace_back("loss", 1.0); };
+  named.set_hooks(hooks);
+  EXPECT_EQ(error_of([&] { named.train(); }),
+            "the program's hook after_step at iteration 1: IterationMetrics::scalars: 'loss' is not a name of its own "
+            "(empty, or one the metrics file uses)");
 }
 
 // The program's loss replaces cross-entropy: cross-entropy itself gives the same run, twice it

@@ -14,6 +14,8 @@
 
 namespace trident {
 
+// train() calls every hook; step() calls before_step and after_step; save_checkpoint() calls
+// before_save and after_save.
 struct Hooks {
   // Before iteration `iteration` (1, 2, ...) runs.
   std::function<void(int64_t iteration)> before_step;

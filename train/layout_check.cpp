@@ -1,5 +1,7 @@
 #include "train/layout_check.h"
 
+#include <sys/wait.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -44,10 +46,11 @@ int64_t world_size(const std::vector<std::string>& layout) {
 std::string run(const std::string& command, const std::string& log) {
   const int status = std::system((command + " >" + log + " 2>&1").c_str());
   if (status == 0) return "";
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream in(log);
   std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (output.size() > 2000) output = "..." + output.substr(output.size() - 2000);
-  return trident::str("`", command, "` failed (status ", status, "):\n", output);
+  return trident::str("`", command, "` failed (", code < 0 ? std::string("killed") : trident::str("exit code ", code), "):\n", output);
 }
 
 Run read_run(const std::filesystem::path& dir) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "core/json_line.h"
@@ -76,6 +77,19 @@ void RunLog::memory(const StateMemory& held, const torch::Device& device) const 
                 mib(estimate.weights), ")", gathered, ", grads ", mib(double(held.grads)), " (", mib(estimate.grads),
                 "), optimizer ", mib(double(held.optimizer)), " (", mib(estimate.optimizer), ")", host,
                 ", activations ", activations, " (", mib(estimate.activations), ")"));
+}
+
+void check_scalar_names(const IterationMetrics& m) {
+  static const std::set<std::string> kUsed = {"iteration",   "consumed_samples", "loss",          "lr",
+                                              "grad_norm",   "loss_scale",       "skipped",       "elapsed_ms",
+                                              "tokens_per_s", "tflops_6pd",      "tflops_model",  "tflops_hardware",
+                                              "mfu",         "valid_loss",       "max_in_flight", "pipeline_transfer_ms"};
+  std::set<std::string> seen;
+  for (const auto& [name, value] : m.scalars) {
+    if (name.empty() || kUsed.count(name) || name.rfind("valid_loss/", 0) == 0)
+      fail("IterationMetrics::scalars: '", name, "' is not a name of its own (empty, or one the metrics file uses)");
+    if (!seen.insert(name).second) fail("IterationMetrics::scalars: '", name, "' is given twice");
+  }
 }
 
 void RunLog::iteration(const IterationMetrics& m) const {

@@ -44,6 +44,9 @@ struct IterationMetrics {
   std::vector<std::pair<std::string, double>> scalars;
 };
 
+// Fails naming a name of m.scalars that is empty, repeated, or one the metrics file uses already.
+void check_scalar_names(const IterationMetrics& m);
+
 class RunLog {
  public:
   // `vocab`: the padded vocabulary the model holds; `peak_tflops`: the device's, 0 if unknown

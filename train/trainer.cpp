@@ -142,11 +142,11 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
 
 Trainer::~Trainer() = default;
 
-void Trainer::run_hook(const char* name, const std::function<void()>& call) {
+void Trainer::run_hook(const char* name, int64_t iteration, const std::function<void()>& call) {
   try {
     call();
   } catch (const std::exception& e) {
-    const Error error(str("the program's hook ", name, " at iteration ", iteration_, ": ", describe(e)));
+    const Error error(str("the program's hook ", name, " at iteration ", iteration, ": ", describe(e)));
     if (layout_.world_size() == 1) throw error;
     std::_Exit(report_failure(error, int(layout_.world_size())));  // ends the job (never returns)
   }
@@ -167,6 +167,7 @@ IterationMetrics Trainer::step() {
 }
 
 Trainer::PendingStep Trainer::run_step() {
+  if (hooks_.before_step) run_hook("before_step", iteration_ + 1, [&] { hooks_.before_step(iteration_ + 1); });
   PendingStep pending;
   pending.timer = std::make_unique<IntervalTimer>(device_);
   pending.timer->start();
@@ -248,7 +249,11 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
     if (resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 && groups_->world().rank() == 0)
       checkpoints_->clear_unhealthy(*resumed_unhealthy_);
   }
-  if (hooks_.after_step) run_hook("after_step", [&] { hooks_.after_step(m); });
+  if (hooks_.after_step)
+    run_hook("after_step", m.iteration, [&] {
+      hooks_.after_step(m);
+      check_scalar_names(m);
+    });
   return m;
 }
 
@@ -288,7 +293,9 @@ void Trainer::validate_into(IterationMetrics& m) {
 }
 
 std::vector<double> Trainer::evaluate_datasets() {
-  if (!data_->validates()) fail("evaluate() needs validation data: set data.valid_fraction > 0 or data.valid_path");
+  if (!data_->validates())
+    fail("evaluate() needs validation data: ", config_.data.type == "program" ? "give SampleSource::valid"
+                                                                               : "set data.valid_fraction > 0 or data.valid_path");
   torch::NoGradGuard no_grad;
   for (auto& chunk : model_.chunks) chunk->eval();
   std::vector<double> losses;
@@ -355,8 +362,15 @@ torch::Tensor Trainer::stage_forward(const Samples& samples, int64_t consumed, i
   const torch::Tensor x = first ? rank_chunks(batch.tokens) : input;
   if (!last) return model->forward(x, documents);
   const torch::Tensor mask = loss_mask(batch);
-  return model->loss(x, rank_chunks(batch.targets), documents, mask.defined() ? rank_chunks(mask) : mask,
-                     hooks_.loss);
+  TokenLoss token_loss;
+  if (hooks_.loss)
+    token_loss = [this](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
+      torch::Tensor losses;
+      const bool training = model_.chunks.front()->is_training();
+      run_hook("loss", training ? iteration_ + 1 : iteration_, [&] { losses = hooks_.loss(logits, targets, tp); });
+      return losses;
+    };
+  return model->loss(x, rank_chunks(batch.targets), documents, mask.defined() ? rank_chunks(mask) : mask, token_loss);
 }
 
 torch::Tensor Trainer::loss_mask(const Batch& batch) const {
@@ -373,9 +387,10 @@ double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const 
   const torch::Tensor mask = loss_mask(samples.batch(consumed, config_.batch.global_batch_size));
   const int64_t counted = mask.sum().item<int64_t>();
   if (counted == 0)
-    fail("no target of the global batch at sample ", consumed, " counts towards the loss (",
-         samples.has_loss_mask() ? "the program's loss masks" : "", samples.has_loss_mask() && config_.data.eod_mask_loss ? " and " : "",
-         config_.data.eod_mask_loss ? "data.eod_mask_loss: every input token is the end-of-document token" : "",
+    fail("no target of the global batch at sample ", consumed, " of ", &samples == data_->train.get() ? "training" : "validation",
+         " counts towards the loss (", samples.has_loss_mask() ? "the program's loss masks" : "",
+         samples.has_loss_mask() && config_.data.eod_mask_loss ? " with " : "",
+         config_.data.eod_mask_loss ? "data.eod_mask_loss, no loss where the input is the end-of-document token" : "",
          "); there is no loss to take");
   return double(mask.numel()) / double(counted);
 }
@@ -391,18 +406,18 @@ void Trainer::save_checkpoint() {
   if (background_save_) publish_background_save();
   if (last_saved_ == iteration_) return;  // saved (or resumed from) already: the same on every rank
   const std::string folder = checkpoints_->path(iteration_);
-  if (hooks_.before_save) run_hook("before_save", [&] { hooks_.before_save(iteration_, folder); });
+  if (hooks_.before_save) run_hook("before_save", iteration_, [&] { hooks_.before_save(iteration_, folder); });
   const Stopwatch stopped;
   trident::save_checkpoint(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
   log::info(str("saved checkpoint ", folder, " in ", fixed(stopped.elapsed_s(), 2), " s (training stopped for the write)"));
-  if (hooks_.after_save) run_hook("after_save", [&] { hooks_.after_save(iteration_, folder); });
+  if (hooks_.after_save) run_hook("after_save", iteration_, [&] { hooks_.after_save(iteration_, folder); });
 }
 
 void Trainer::start_background_save() {
   if (background_save_) publish_background_save();  // one pending save at a time: bounded memory
   if (hooks_.before_save)
-    run_hook("before_save", [&] { hooks_.before_save(iteration_, checkpoints_->path(iteration_)); });
+    run_hook("before_save", iteration_, [&] { hooks_.before_save(iteration_, checkpoints_->path(iteration_)); });
   const Stopwatch stopped;
   background_save_ = std::make_unique<BackgroundSave>(*checkpoints_, *cpu_world_, *groups_, checkpoint_request());
   last_saved_ = iteration_;
@@ -416,7 +431,8 @@ void Trainer::publish_background_save() {
   const std::string folder = checkpoints_->path(save->iteration());
   log::info(str("saved checkpoint ", folder, ": written in the background in ", fixed(save->write_seconds(), 2),
                 " s (training waited ", fixed(waited, 2), " s for it)"));
-  if (hooks_.after_save) run_hook("after_save", [&] { hooks_.after_save(save->iteration(), folder); });
+  if (hooks_.after_save)
+    run_hook("after_save", save->iteration(), [&] { hooks_.after_save(save->iteration(), folder); });
 }
 
 void Trainer::report_stragglers(int64_t from_iteration) {
@@ -439,13 +455,16 @@ void Trainer::report_stragglers(int64_t from_iteration) {
 }
 
 Trainer::Control Trainer::agree_on_control() {
-  int64_t stop = stop_requested_ ? kStopRequested : stop_signal();
+  int64_t stop = stop_signal();
   const double minutes = since_built_.elapsed_s() / 60;
   if (config_.train.exit_after_minutes > 0 && minutes >= config_.train.exit_after_minutes) stop = kTimeLimit;
   const bool writing = background_save_ && !background_save_->written();
-  auto flags = torch::tensor({stop, int64_t(writing)}, torch::kLong);
+  auto flags = torch::tensor({stop, int64_t(stop_requested_), int64_t(writing)}, torch::kLong);
   cpu_world_->all_reduce(flags, ReduceOp::max);
-  return {int(flags[0].item<int64_t>()), background_save_ && flags[1].item<int64_t>() == 0};
+  // A signal or the time limit outranks the program's request: its exit code tells a scheduler why.
+  const int agreed = int(flags[0].item<int64_t>());
+  return {agreed != 0 ? agreed : flags[1].item<int64_t>() != 0 ? kStopRequested : 0,
+          background_save_ && flags[2].item<int64_t>() == 0};
 }
 
 TrainingEnd Trainer::train() {
@@ -468,7 +487,6 @@ TrainingEnd Trainer::train() {
   since_report_.restart();
   last_report_blocked_s_ = FlightRecorder::process().blocked_seconds();
   while (iteration_ < t.iters && !stop) {
-    if (hooks_.before_step) run_hook("before_step", [&] { hooks_.before_step(iteration_ + 1); });
     pending.push_back(run_step());
     // A program that reads every step (after_step) reads it now, so a stop it asks for is agreed below.
     if (hooks_.after_step) complete(pending.back());
@@ -485,7 +503,7 @@ TrainingEnd Trainer::train() {
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
       if (m.iteration == it && validate) {
         validate_into(m);
-        if (hooks_.after_validation) run_hook("after_validation", [&] { hooks_.after_validation(m); });
+        if (hooks_.after_validation) run_hook("after_validation", it, [&] { hooks_.after_validation(m); });
       }
       if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss) ||
           (stop && m.iteration == it))
@@ -497,8 +515,16 @@ TrainingEnd Trainer::train() {
     if (logged) last_reported = it;
     if (save && t.async_save) start_background_save();
     else if (save) save_checkpoint();
+    // A stop asked for after validating or saving (hooks) holds before the next step: the
+    // checkpoint then holds the weights just validated.
+    if ((validate || save) && !stop) {
+      const Control again = agree_on_control();
+      if (again.save_written) publish_background_save();
+      stop = again.stop;
+    }
   }
   if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
+  stop_requested_ = false;                         // honoured: a later train() runs on
   if (!stop || iteration_ >= t.iters) return {};  // a stop asked for at the very end changes nothing
   TrainingEnd end{false,
                   stop == kStopRequested ? "request_stop()"

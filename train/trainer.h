@@ -93,8 +93,8 @@ class Trainer {
   // Both public constructors: `source` given for data.type=program.
   Trainer(Config config, const SampleSource* source, const LaunchInfo& launch, std::shared_ptr<Communicator> cpu_world);
   PipelineOptions pipeline_options() const;
-  // Runs the program's hook `name`; what it throws ends the job (train/hooks.h).
-  void run_hook(const char* name, const std::function<void()>& call);
+  // Runs the program's hook `name` at `iteration`; what it throws ends the job (train/hooks.h).
+  void run_hook(const char* name, int64_t iteration, const std::function<void()>& call);
   // The batch's loss mask (the program's, and data.eod_mask_loss's), undefined when every target counts.
   torch::Tensor loss_mask(const Batch& batch) const;
   // This stage's forward of micro-batch `micro` with model chunk `chunk`: activations for the

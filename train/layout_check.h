@@ -1,8 +1,9 @@
 // The proof trident gives its own model, for a program's: a model trains the same at any
 // parallel layout. check_layouts runs a program that trains with trident's Trainer from
 // `section.key=value` arguments (one that registers its own block, say) once in one process
-// and once per layout under a launcher, and compares every iteration's loss and the final
-// weights, gathered whole from each run's checkpoint, with the single process's.
+// and once per layout under a launcher, and compares every iteration's loss (as the metrics
+// file records it, to 9 significant digits) and the final weights, gathered whole from each
+// run's checkpoint at full precision, with the single process's.
 #pragma once
 
 #include <string>

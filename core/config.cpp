@@ -415,9 +415,8 @@ void Config::validate() const {
     fail("data.path is empty: give the prefix of a .bin/.idx pair (tools/preprocess makes one) ",
          "or set data.type=synthetic");
   if (data.type == "indexed") data_blend(data.path);
-  if (data.type == "synthetic" && (data.documents() || data.eod_mask_loss))
-    fail(data.eod_mask_loss ? "data.eod_mask_loss" : data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
-         " needs documents and their end-of-document token: data.type=synthetic has neither");
+  if (const std::string key = data.end_of_document_key(); data.type == "synthetic" && !key.empty())
+    fail(key, " needs documents and their end-of-document token: data.type=synthetic has neither");
   if (!data.valid_path.empty() && data.type != "indexed")
     fail("data.valid_path is for indexed datasets, not data.type=", data.type);
   if (!data.path.empty() && data.type == "program")

@@ -139,6 +139,14 @@ struct DataConfig {
   bool reset_position_ids = false;    // positions restart after each end-of-document token
   bool reset_attention_mask = false;  // attention within each document only
   bool documents() const { return reset_position_ids || reset_attention_mask; }
+  // The first key set of those that need the end-of-document token (eod_mask_loss,
+  // reset_position_ids, reset_attention_mask), "" for none.
+  std::string end_of_document_key() const {
+    return eod_mask_loss          ? "data.eod_mask_loss"
+           : reset_position_ids   ? "data.reset_position_ids"
+           : reset_attention_mask ? "data.reset_attention_mask"
+                                  : "";
+  }
 };
 
 // One dataset of a blend and its share of the samples (weights sum to 1).

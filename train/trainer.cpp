@@ -454,17 +454,17 @@ void Trainer::report_stragglers(int64_t from_iteration) {
                 fixed(sorted[n - 1].item<double>(), 2), " s"));
 }
 
-Trainer::Control Trainer::agree_on_control() {
+int Trainer::agree_on_control() {
   int64_t stop = stop_signal();
   const double minutes = since_built_.elapsed_s() / 60;
   if (config_.train.exit_after_minutes > 0 && minutes >= config_.train.exit_after_minutes) stop = kTimeLimit;
   const bool writing = background_save_ && !background_save_->written();
   auto flags = torch::tensor({stop, int64_t(stop_requested_), int64_t(writing)}, torch::kLong);
   cpu_world_->all_reduce(flags, ReduceOp::max);
+  if (background_save_ && flags[2].item<int64_t>() == 0) publish_background_save();
   // A signal or the time limit outranks the program's request: its exit code tells a scheduler why.
   const int agreed = int(flags[0].item<int64_t>());
-  return {agreed != 0 ? agreed : flags[1].item<int64_t>() != 0 ? kStopRequested : 0,
-          background_save_ && flags[2].item<int64_t>() == 0};
+  return agreed != 0 ? agreed : flags[1].item<int64_t>() != 0 ? kStopRequested : 0;
 }
 
 TrainingEnd Trainer::train() {
@@ -491,9 +491,7 @@ TrainingEnd Trainer::train() {
     // A program that reads every step (after_step) reads it now, so a stop it asks for is agreed below.
     if (hooks_.after_step) complete(pending.back());
     const int64_t it = iteration_;
-    const Control control = agree_on_control();
-    if (control.save_written) publish_background_save();
-    stop = control.stop;
+    stop = agree_on_control();
     const bool validate = t.eval_interval > 0 && (it % t.eval_interval == 0 || it == t.iters);
     const bool save = checkpoints_ && t.save_interval > 0 && it % t.save_interval == 0 && !stop;
     const bool logged = it % t.log_interval == 0 || it == t.iters || it == first_iteration + 1 || stop;
@@ -517,11 +515,7 @@ TrainingEnd Trainer::train() {
     else if (save) save_checkpoint();
     // A stop asked for after validating or saving (hooks) holds before the next step: the
     // checkpoint then holds the weights just validated.
-    if ((validate || save) && !stop) {
-      const Control again = agree_on_control();
-      if (again.save_written) publish_background_save();
-      stop = again.stop;
-    }
+    if ((validate || save) && !stop) stop = agree_on_control();
   }
   if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
   stop_requested_ = false;                         // honoured: a later train() runs on

@@ -116,15 +116,12 @@ class Trainer {
   // The validation loss into `m`, and each dataset's when data.path blends several.
   void validate_into(IterationMetrics& m);
   // What every rank acts on together at the end of an iteration, agreed in one small all-reduce
-  // over the CPU world: a stop asked for on any rank (a signal's number, or kTimeLimit) and
-  // whether the checkpoint written in the background is written on every rank.
-  struct Control {
-    int stop = 0;
-    bool save_written = false;
-  };
+  // over the CPU world: publishes the checkpoint written in the background once every rank has
+  // written it, and returns the stop asked for on any rank (a signal's number, kTimeLimit or
+  // kStopRequested; 0 for none).
   static constexpr int kTimeLimit = 1000;      // above every signal's number
   static constexpr int kStopRequested = 1001;  // request_stop()
-  Control agree_on_control();
+  int agree_on_control();
   CheckpointRequest checkpoint_request() const;
   // At a log interval of a job of several ranks (collective over the CPU world): each rank's
   // time since the last report spent computing and spent waiting in communication (the flight

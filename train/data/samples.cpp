@@ -245,13 +245,10 @@ GPTData::GPTData(const Config& config) {
   std::vector<DatasetPart> all = datasets;
   if (!held_out) all.insert(all.end(), validation.begin(), validation.end());
   check_same_tokenizer(all);
-  if (config.data.documents() || config.data.eod_mask_loss) {
+  if (const std::string key = config.data.end_of_document_key(); !key.empty()) {
     const TokenizerRecord* tokenizer = datasets.front().stream->tokenizer();
     if (!tokenizer)
-      fail(config.data.eod_mask_loss        ? "data.eod_mask_loss"
-           : config.data.reset_position_ids ? "data.reset_position_ids"
-                                            : "data.reset_attention_mask",
-           " needs the end-of-document token, but dataset '", datasets.front().name,
+      fail(key, " needs the end-of-document token, but dataset '", datasets.front().name,
            "' records no tokenizer (no ", datasets.front().name, ".tokenizer.json: made by another program?)");
     end_of_document = tokenizer->end_of_document;
   }
@@ -316,10 +313,9 @@ GPTData::GPTData(const Config& config, const SampleSource& source) {
                           checked_program_samples(source.valid, config.model, "the program's validation samples")});
   if (config.train.eval_interval > 0 && !source.valid)
     fail("train.eval_interval is set but the program's SampleSource has no validation samples (valid)");
-  if (config.data.documents() || config.data.eod_mask_loss) {
+  if (const std::string key = config.data.end_of_document_key(); !key.empty()) {
     if (source.end_of_document < 0 || source.end_of_document >= config.model.vocab_size)
-      fail(config.data.eod_mask_loss ? "data.eod_mask_loss" : config.data.reset_position_ids ? "data.reset_position_ids" : "data.reset_attention_mask",
-           " needs the end-of-document token: set SampleSource::end_of_document (got ", source.end_of_document, ")");
+      fail(key, " needs the end-of-document token: set SampleSource::end_of_document (got ", source.end_of_document, ")");
     end_of_document = source.end_of_document;
   }
 }

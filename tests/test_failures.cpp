@@ -249,11 +249,11 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
   }
 }
 
-// A link cut between two hosts: both ranks time out in the same operation and each names the
-// other as unreachable (the peer's address from its flight record does not answer), within
-// parallel.timeout_s and the few seconds they spend on each other's records. The two lines say
-// the same, numbers aside, unless one rank waited in a send and the other in a receive: the
-// second to fail then stays silent (FlightRecorder::first_to_report).
+// A link cut between two hosts: each rank names the other as unreachable (the peer's address from
+// its flight record does not answer), within parallel.timeout_s and the few seconds they spend on
+// each other's records, whether the peer waits in the same operation or, its last bytes lost, in
+// the one before. The two lines say the same, numbers aside, unless one rank waited in a send and
+// the other in a receive: the second to fail then stays silent (FlightRecorder::first_to_report).
 TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
   if (const std::string why = missing_backend(kHostsLaunch); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();

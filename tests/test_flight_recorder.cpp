@@ -35,6 +35,27 @@ TEST(FlightRecorder, AFailureNamesTheRanksBehindAndTheSilentOnes) {
   EXPECT_GE(recorder.blocked_seconds(), 1.0);
 }
 
+// After a cut link a peer may still wait in an earlier operation (its last bytes lost): it looks
+// behind, but it does not answer from here, so it is named unreachable, with where it was. A peer
+// behind that answers (127.0.0.1 refuses at once) is behind. The lost host is not an address at
+// all, so that its probe fails on every machine (a sandbox may answer for any IPv4 address).
+TEST(FlightRecorder, APeerThatDoesNotAnswerIsUnreachableEvenWhenBehind) {
+  const auto dir = scratch_dir();
+  FlightRecorder& recorder = FlightRecorder::process();
+  recorder.keep_records_in(dir.string(), "job8", 0);
+  const std::string group = "world[0,1,2,3]";
+  recorder.started(group, 7, "all_reduce", 64);
+  std::ofstream(dir / "flight-job8-rank-1.txt") << "address lost-host\nlast " << group << " 6 all_reduce finished\n";
+  std::ofstream(dir / "flight-job8-rank-2.txt") << "address 127.0.0.1\nlast " << group << " 6 all_reduce in-flight\n";
+  std::ofstream(dir / "flight-job8-rank-3.txt") << "address lost-host\nlast " << group << " 7 all_reduce in-flight\n";
+
+  const std::string verdict = recorder.explain_failure(std::chrono::seconds(1));
+  recorder.keep_records_in("", "", 0);
+  EXPECT_EQ(verdict, "this rank was in #7 all_reduce on " + group + "; unreachable from this rank: rank 1 "
+                     "(lost-host, at #6 all_reduce, finished), rank 3 (lost-host); behind: rank 2 (at #6 all_reduce, "
+                     "in-flight) (flight records in " + dir.string() + ")");
+}
+
 // Without a folder nothing is written and nothing is said.
 TEST(FlightRecorder, WithoutAFolderThereIsNoRecord) {
   FlightRecorder& recorder = FlightRecorder::process();

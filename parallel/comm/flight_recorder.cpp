@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -48,6 +50,20 @@ LastOperation last_in_record(const std::string& file, const std::string& group) 
     if (kind == "last" && key == group) words >> last.sequence >> last.operation >> last.state;
   }
   return last;
+}
+
+// The addresses among `addresses` that do not answer from this host ("" is never probed). Each
+// host is probed once, all at the same time: a probe of a lost host waits the whole second.
+std::set<std::string> hosts_not_answering(const std::vector<std::string>& addresses) {
+  const std::set<std::string> hosts(addresses.begin(), addresses.end());
+  std::vector<std::pair<std::string, std::future<bool>>> probes;
+  for (const auto& host : hosts)
+    if (!host.empty())
+      probes.emplace_back(host, std::async(std::launch::async, host_answers, host, std::chrono::milliseconds(1000)));
+  std::set<std::string> silent;
+  for (auto& [host, answers] : probes)
+    if (!answers.get()) silent.insert(host);
+  return silent;
 }
 
 }  // namespace
@@ -189,18 +205,27 @@ std::string FlightRecorder::explain_failure(std::chrono::seconds wait, int64_t i
     if (missing.empty() || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::vector<std::string> behind, unreachable;
+  std::map<int, LastOperation> records;
+  std::vector<std::string> addresses;
   for (int member : members_of(group)) {
     if (member == rank_ || std::find(missing.begin(), missing.end(), member) != missing.end()) continue;
-    const LastOperation last = last_in_record(record_file(member), group);
-    // A peer that reached this operation too but does not answer from here: a lost link or host.
-    if (last.sequence >= sequence && !last.address.empty() &&
-        !host_answers(last.address, std::chrono::milliseconds(1000)))
-      unreachable.push_back(str("rank ", member, " (", last.address, ")"));
-    if (last.sequence < sequence)
-      behind.push_back(last.sequence < 0 ? str("rank ", member, " (no operation on this group yet)")
-                                         : str("rank ", member, " (at #", last.sequence, " ", last.operation, ", ",
-                                               last.state, ")"));
+    records[member] = last_in_record(record_file(member), group);
+    addresses.push_back(records[member].address);
+  }
+  const std::set<std::string> silent_hosts = hosts_not_answering(addresses);
+  // A peer that does not answer from here is cut off (a lost link or host), whether it reached
+  // this operation or is behind: after a cut, a peer still waiting in an earlier operation of the
+  // group (its last bytes lost) looks behind, and the cut is the cause.
+  std::vector<std::string> behind, unreachable;
+  for (const auto& [member, last] : records) {
+    const std::string position =
+        last.sequence < 0 ? "no operation on this group yet"
+                          : str("at #", last.sequence, " ", last.operation, ", ", last.state);
+    if (silent_hosts.count(last.address))
+      unreachable.push_back(last.sequence < sequence ? str("rank ", member, " (", last.address, ", ", position, ")")
+                                                     : str("rank ", member, " (", last.address, ")"));
+    else if (last.sequence < sequence)
+      behind.push_back(str("rank ", member, " (", position, ")"));
   }
   std::vector<std::string> silent;
   for (int m : missing) silent.push_back(str(m));

@@ -262,7 +262,8 @@ TEST(Blocks, TheRegistryNamesWhatItKnows) {
 
 // The proof a program can run on its own block: its model at TP 2 (with sequence parallelism),
 // PP 2 and DP 2 with ZeRO-3 equals one process in fp64; a block that depends on its tensor-
-// parallel rank is caught at TP 2 and passes where TP is 1.
+// parallel rank is caught at TP 2 and passes where TP is 1. The work folders' names hold a space
+// and a quote, which reach the runs as one word each.
 TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   LayoutCheck check;
@@ -272,11 +273,11 @@ TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   check.layouts = {{"parallel.tensor=2", "parallel.sequence_parallel=true"},
                    {"parallel.pipeline=2", "recompute=full"},
                    {"parallel.data=2", "parallel.zero_stage=3"}};
-  check.work_dir = (scratch_dir() / "right").string();
+  check.work_dir = (scratch_dir() / "right runs").string();
   const LayoutCheckResult right = check_layouts(check);
   EXPECT_TRUE(right.equal) << right.report;
   check.arguments.push_back("model.block=rank_scaled");
-  check.work_dir = (scratch_dir() / "wrong").string();
+  check.work_dir = (scratch_dir() / "the wrong block's runs").string();
   const LayoutCheckResult wrong = check_layouts(check);
   EXPECT_FALSE(wrong.equal) << wrong.report;
   std::istringstream lines(wrong.report);

@@ -42,9 +42,20 @@ int64_t world_size(const std::vector<std::string>& layout) {
   return size;
 }
 
+// `word` as one word of a POSIX shell command: left alone when it holds nothing the shell reads
+// specially, else in single quotes (a quote inside written '\'').
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                               "0123456789_-+=.,:/@%") == std::string::npos;
+  if (plain) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 // Runs `command`, its output into `log`; "" when it exits 0, else why not.
 std::string run(const std::string& command, const std::string& log) {
-  const int status = std::system((command + " >" + log + " 2>&1").c_str());
+  const int status = std::system((command + " >" + shell_word(log) + " 2>&1").c_str());
   if (status == 0) return "";
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream in(log);
@@ -101,11 +112,14 @@ LayoutCheckResult check_layouts(const LayoutCheck& check) {
     const fs::path dir = fs::path(check.work_dir) / name;
     fs::remove_all(dir);
     fs::create_directories(dir);
-    std::string command = launch + check.program;
-    for (const auto& a : check.arguments) command += " " + a;
-    for (const auto& a : layout) command += " " + a;
-    command += trident::str(" train.checkpoint_dir=", (dir / "checkpoints").string(), " train.metrics_file=",
-                   (dir / "metrics.jsonl").string(), " train.log_dir=", (dir / "logs").string());
+    std::vector<std::string> words = {check.program};
+    words.insert(words.end(), check.arguments.begin(), check.arguments.end());
+    words.insert(words.end(), layout.begin(), layout.end());
+    words.push_back("train.checkpoint_dir=" + (dir / "checkpoints").string());
+    words.push_back("train.metrics_file=" + (dir / "metrics.jsonl").string());
+    words.push_back("train.log_dir=" + (dir / "logs").string());
+    std::string command = launch + shell_word(words.front());  // the launcher is the caller's shell text
+    for (size_t w = 1; w < words.size(); ++w) command += " " + shell_word(words[w]);
     return std::make_pair(dir, run(command, (dir / "output.txt").string()));
   };
   const auto [serial_dir, serial_failure] = start("serial", "", {});

@@ -17,7 +17,9 @@ struct LayoutCheck {
   // Per layout, its arguments (parallel.*, recompute, ...); its world size is the product of
   // the parallel.tensor, pipeline, context and data it gives (1 for each it does not).
   std::vector<std::vector<std::string>> layouts;
-  // Starts a layout's processes: the command, then the world size, then the program.
+  // Starts a layout's processes: the command, then the world size, then the program. The
+  // launcher is shell text, used as written; the program, arguments and paths each reach the
+  // runs as one word (quoted where the shell would read them otherwise).
   std::string launcher = "mpirun --oversubscribe -np";
   std::string work_dir;      // each run's checkpoints, metrics and output go into a folder of it
   double tolerance = 1e-10;  // relative, on every loss and on the weights as a whole: 1e-10 for

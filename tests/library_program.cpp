@@ -1,8 +1,8 @@
 // A program built on trident's public API for tests/test_library.cpp: it registers a block that
 // is right at every layout ("ffn_only": attention then a squared-ReLU MLP) and one that is not
 // ("rank_scaled": scales its output by 1 + the tensor-parallel rank, as a block that mixes up
-// its ranks would), and can throw from a hook.
-//   library_program [--throw-in-hook] [section.key=value ...]
+// its ranks would), and can throw from a hook or add a rank-local term to its loss.
+//   library_program [--throw-in-hook | --rank-local-loss] [section.key=value ...]
 #include <trident/trident.h>
 
 #include <cstring>
@@ -54,17 +54,22 @@ int main(int argc, char** argv) {
   try {
     launch = trident::detect_launch();
     std::vector<std::string> arguments(argv + 1, argv + argc);
-    const bool throw_in_hook = !arguments.empty() && arguments.front() == "--throw-in-hook";
-    if (throw_in_hook) arguments.erase(arguments.begin());
+    const std::string flag = !arguments.empty() && arguments.front().rfind("--", 0) == 0 ? arguments.front() : "";
+    if (!flag.empty()) arguments.erase(arguments.begin());
     for (const bool scaled : {false, true})
       trident::register_block(scaled ? "rank_scaled" : "ffn_only", [scaled](const trident::BlockContext& context) {
         return std::make_shared<TestBlock>(context, scaled);
       });
     trident::Trainer trainer(trident::Config::parse(kConfig, arguments), launch);
     trident::Hooks hooks;
-    if (throw_in_hook)
+    if (flag == "--throw-in-hook")
       hooks.after_step = [](trident::IterationMetrics& m) {
         if (m.iteration == 2) throw std::runtime_error("the program's own check failed");
+      };
+    if (flag == "--rank-local-loss")
+      hooks.loss = [](const torch::Tensor& logits, const torch::Tensor& targets, trident::Communicator& tp) {
+        // z-loss on this rank's slice of the vocabulary only: the mistake to catch.
+        return trident::vocab_parallel_cross_entropy(logits, targets, tp) + 1e-4 * logits.logsumexp(1).square();
       };
     trainer.set_hooks(hooks);
     return trainer.train().exit_code;

@@ -162,6 +162,26 @@ TEST(Hooks, StepsStopsSavesAndScalars) {
   EXPECT_EQ(lines, 3);
 }
 
+// A background save is published (and after_save called) at the end of a later step, when it is
+// written: a stop asked for there holds before the next step, as after a synchronous save.
+TEST(Hooks, AStopAskedForAfterABackgroundSaveHoldsBeforeTheNextStep) {
+  const auto dir = scratch_dir();
+  Trainer trainer(program_config({"train.iters=10", "train.checkpoint_dir=" + (dir / "ck").string(),
+                                  "train.save_interval=2", "train.async_save=true"}),
+                  source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  int64_t published_at = -1;
+  Hooks hooks;
+  hooks.after_save = [&](int64_t iteration, const std::string&) {
+    if (iteration != 2) return;
+    published_at = trainer.iteration();
+    trainer.request_stop();
+  };
+  trainer.set_hooks(hooks);
+  EXPECT_EQ(trainer.train().stopped_by, "request_stop()");
+  EXPECT_GE(published_at, 2);
+  EXPECT_EQ(trainer.iteration(), published_at);
+}
+
 // A stop asked for after a validation holds before the next step (the checkpoint then holds
 // the weights validated); a signal in the same step outranks a request (its exit code tells a
 // scheduler why); a request, once honoured, does not stop a later train().
@@ -234,7 +254,8 @@ TEST(Hooks, TheProgramsLossReplacesCrossEntropy) {
                    2 * built_in.front());
   EXPECT_NE(error_of([&] {
               run([](const torch::Tensor& logits, const torch::Tensor&, Communicator&) { return logits.sum(); });
-            }).find("the program's loss (Hooks::loss) must return one loss per token (shape [32]), not shape []"),
+            }).find("the program's hook loss at iteration 1: Hooks::loss must return one floating-point loss per "
+                    "token (shape [32]), not Float of shape []"),
             std::string::npos);
 }
 
@@ -284,12 +305,32 @@ TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   std::string tp, pp;
   std::getline(lines, tp), std::getline(lines, pp);
   EXPECT_NE(tp.find("above the tolerance 1e-10"), std::string::npos) << wrong.report;
+  EXPECT_NE(pp.find("losses within"), std::string::npos) << wrong.report;
   EXPECT_EQ(pp.find("above the tolerance"), std::string::npos) << wrong.report;
   EXPECT_NE(error_of([&] {
               check.layouts = {{"parallel.tensor=two"}};
               check_layouts(check);
             }).find("'parallel.tensor=two' must give a positive integer size"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check.tolerance = std::nan("");
+              check_layouts(check);
+            }).find("LayoutCheck: tolerance must be a positive number, not nan"),
+            std::string::npos);
+}
+
+// A loss hook that adds a term of its own vocabulary shard (not reduced over TP) trains each
+// TP rank on a loss of its own: refused at its first call, naming the hook.
+TEST(Hooks, ALossThatDiffersAcrossTensorParallelRanksIsRefused) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const CommandResult run = run_command("timeout 120 " + kMpirun + "2 " + kBin +
+                                        "/tests/library_program --rank-local-loss parallel.tensor=2 train.log_dir=" +
+                                        (scratch_dir() / "logs").string());
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("the program's hook loss at iteration 1: Hooks::loss returned different losses on the "
+                            "tensor-parallel ranks"),
+            std::string::npos)
+      << run.output;
 }
 
 // A hook's error on every rank of a job under mpirun ends it in bounded time, its cause (naming

@@ -1,6 +1,7 @@
 // What a program adds to train(): calls at fixed points of the loop, and its own loss. Every
-// member is optional. Hooks run on every rank; what they decide together (a stop) is agreed
-// at the end of the step. An exception thrown by a hook ends the job like any rank's failure
+// member is optional; every rank must set the same ones. The hooks run on every rank (`loss` on
+// the ranks of the last pipeline stage); what they decide together (a stop) is agreed at the
+// end of the step. An exception thrown by a hook ends the job like any rank's failure
 // (parallel/comm/failure.h): its cause, naming the hook and the iteration, printed first; in a
 // job of one process it is thrown out of train() as trident::Error instead.
 #pragma once

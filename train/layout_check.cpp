@@ -66,9 +66,14 @@ std::string run(const std::string& command, const std::string& log) {
 
 Run read_run(const std::filesystem::path& dir) {
   Run result;
-  std::ifstream metrics(dir / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);)
-    result.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  const auto file = dir / "metrics.jsonl";
+  std::ifstream metrics(file);
+  for (std::string line; std::getline(metrics, line);) try {
+      result.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    } catch (const nlohmann::json::exception& e) {
+      fail("LayoutCheck: line ", result.losses.size() + 1, " of ", file.string(), " gives no loss: ", e.what());
+    }
+  if (result.losses.empty()) fail("LayoutCheck: ", file.string(), " records no iteration: did the program train?");
   const CheckpointStore store((dir / "checkpoints").string());
   result.weights = read_global_weights(store.path(store.latest()));
   return result;
@@ -78,9 +83,16 @@ Run read_run(const std::filesystem::path& dir) {
 std::string compare(const Run& serial, const Run& run, double tolerance, std::string& summary) {
   if (run.losses.size() != serial.losses.size())
     return trident::str(run.losses.size(), " iterations logged, the single process logged ", serial.losses.size());
+  // The metrics file records a loss to 9 significant digits: runs equal to the last bit may still
+  // differ there by one unit of the 9th digit, which no tolerance below it can tell apart.
   double worst_loss = 0;
-  for (size_t i = 0; i < serial.losses.size(); ++i)
-    worst_loss = std::max(worst_loss, std::abs(run.losses[i] - serial.losses[i]) / std::abs(serial.losses[i]));
+  bool losses_differ = false;
+  for (size_t i = 0; i < serial.losses.size(); ++i) {
+    const double expected = std::abs(serial.losses[i]), difference = std::abs(run.losses[i] - serial.losses[i]);
+    const double recorded_unit = expected > 0 ? std::pow(10.0, std::floor(std::log10(expected)) - 8) : 0.0;
+    losses_differ = losses_differ || difference > std::max(tolerance * expected, recorded_unit);
+    worst_loss = std::max(worst_loss, expected > 0 ? difference / expected : difference);
+  }
   double difference = 0, norm = 0, worst_tensor = 0;
   std::string worst_name;
   for (const auto& [name, value] : serial.weights) {
@@ -96,7 +108,7 @@ std::string compare(const Run& serial, const Run& run, double tolerance, std::st
   const double model = norm > 0 ? std::sqrt(difference / norm) : std::sqrt(difference);
   summary = trident::str("losses within ", worst_loss, ", weights within ", model, " (worst tensor ", worst_name, " ",
                 worst_tensor, ")");
-  if (worst_loss > tolerance || model > tolerance) return trident::str(summary, ": above the tolerance ", tolerance);
+  if (losses_differ || model > tolerance) return trident::str(summary, ": above the tolerance ", tolerance);
   return "";
 }
 
@@ -106,6 +118,8 @@ LayoutCheckResult check_layouts(const LayoutCheck& check) {
   if (check.program.empty()) fail("LayoutCheck: no program to run");
   if (check.layouts.empty()) fail("LayoutCheck: no layouts to compare with the single process");
   if (check.work_dir.empty()) fail("LayoutCheck: no work_dir for the runs' checkpoints and metrics");
+  if (!(check.tolerance > 0) || !std::isfinite(check.tolerance))
+    fail("LayoutCheck: tolerance must be a positive number, not ", check.tolerance);
   namespace fs = std::filesystem;
   LayoutCheckResult result;
   const auto start = [&](const std::string& name, const std::string& launch, const std::vector<std::string>& layout) {

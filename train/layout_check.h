@@ -31,8 +31,9 @@ struct LayoutCheckResult {
   std::string report;  // a line per run: the largest differences, or why it is not equal
 };
 
-// Fails (Error) on a check that cannot run: no program, layouts or work_dir, or a size in a
-// layout that is not a positive integer.
+// Fails (Error) on a check that cannot run: no program, layouts or work_dir, a tolerance that is
+// not a positive number, a size in a layout that is not a positive integer, or a metrics file
+// without losses. A difference in a loss's 9th significant digit (as recorded) is not counted.
 LayoutCheckResult check_layouts(const LayoutCheck& check);
 
 }  // namespace trident

@@ -367,10 +367,33 @@ torch::Tensor Trainer::stage_forward(const Samples& samples, int64_t consumed, i
     token_loss = [this](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
       torch::Tensor losses;
       const bool training = model_.chunks.front()->is_training();
-      run_hook("loss", training ? iteration_ + 1 : iteration_, [&] { losses = hooks_.loss(logits, targets, tp); });
+      run_hook("loss", training ? iteration_ + 1 : iteration_, [&] {
+        losses = hooks_.loss(logits, targets, tp);
+        check_program_loss(losses, targets, tp);
+      });
       return losses;
     };
   return model->loss(x, rank_chunks(batch.targets), documents, mask.defined() ? rank_chunks(mask) : mask, token_loss);
+}
+
+void Trainer::check_program_loss(const torch::Tensor& losses, const torch::Tensor& targets, Communicator& tp) {
+  if (!losses.defined() || !losses.is_floating_point() || losses.sizes() != targets.sizes())
+    fail("Hooks::loss must return one floating-point loss per token (shape [", targets.numel(), "]), not ",
+         losses.defined() ? trident::str(losses.scalar_type(), " of shape ", losses.sizes()) : std::string("an empty tensor"));
+  // Every tensor-parallel rank must return the same losses (reduced over the vocabulary shards,
+  // whose all-reduces give every rank the same bits): a rank-local term would train each rank on
+  // a loss of its own. Checked at the first call, to keep the device unsynchronised after it
+  // (rank-local terms show at every call).
+  if (program_loss_checked_ || tp.size() == 1) return;
+  program_loss_checked_ = true;
+  auto bounds = losses.detach().to(torch::kDouble).sum().reshape({1}).repeat({2});
+  bounds[1].neg_();
+  tp.all_reduce(bounds, ReduceOp::max);
+  const double high = bounds[0].item<double>(), low = -bounds[1].item<double>();
+  if (high != low)
+    fail("Hooks::loss returned different losses on the tensor-parallel ranks (their sums over the micro-batch differ "
+         "by ", high - low, "): reduce what each rank computes on its vocabulary shard over `tp`, as "
+         "vocab_parallel_cross_entropy does");
 }
 
 torch::Tensor Trainer::loss_mask(const Batch& batch) const {
@@ -461,10 +484,19 @@ int Trainer::agree_on_control() {
   const bool writing = background_save_ && !background_save_->written();
   auto flags = torch::tensor({stop, int64_t(stop_requested_), int64_t(writing)}, torch::kLong);
   cpu_world_->all_reduce(flags, ReduceOp::max);
-  if (background_save_ && flags[2].item<int64_t>() == 0) publish_background_save();
   // A signal or the time limit outranks the program's request: its exit code tells a scheduler why.
   const int agreed = int(flags[0].item<int64_t>());
-  return agreed != 0 ? agreed : flags[1].item<int64_t>() != 0 ? kStopRequested : 0;
+  bool requested = flags[1].item<int64_t>() != 0;
+  if (background_save_ && flags[2].item<int64_t>() == 0) {
+    publish_background_save();
+    // A stop asked for in after_save holds before the next step, as after a synchronous save.
+    if (!agreed && !requested && hooks_.after_save) {
+      auto again = torch::tensor({int64_t(stop_requested_)}, torch::kLong);
+      cpu_world_->all_reduce(again, ReduceOp::max);
+      requested = again.item<int64_t>() != 0;
+    }
+  }
+  return agreed != 0 ? agreed : requested ? kStopRequested : 0;
 }
 
 TrainingEnd Trainer::train() {
@@ -474,6 +506,7 @@ TrainingEnd Trainer::train() {
                  " validation samples"));
   if (iteration_ >= t.iters) {
     log::info(str("already at iteration ", iteration_, ", train.iters=", t.iters, ": nothing to do"));
+    stop_requested_ = false;  // nothing to stop: a later train() runs on
     return {};
   }
   log_->open_metrics(/*resumed=*/iteration_ > 0);

@@ -95,13 +95,16 @@ class Trainer {
   PipelineOptions pipeline_options() const;
   // Runs the program's hook `name` at `iteration`; what it throws ends the job (train/hooks.h).
   void run_hook(const char* name, int64_t iteration, const std::function<void()>& call);
+  // Fails unless Hooks::loss's `losses` hold one floating-point loss per target, the same on
+  // every tensor-parallel rank (compared at the first call).
+  void check_program_loss(const torch::Tensor& losses, const torch::Tensor& targets, Communicator& tp);
   // The batch's loss mask (the program's, and data.eod_mask_loss's), undefined when every target counts.
   torch::Tensor loss_mask(const Batch& batch) const;
+  // With a loss mask (the program's or data.eod_mask_loss's): the global batch's targets over
+  // those of them whose loss counts (every rank reads the whole global batch to count them); else 1.
+  double loss_normalizer(const Samples& samples, int64_t consumed) const;
   // This stage's forward of micro-batch `micro` with model chunk `chunk`: activations for the
   // next stage, or, on the stage holding the head, the micro-batch's mean loss (in fp32 or fp64).
-  // With data.eod_mask_loss: the global batch's tokens over those of them whose loss counts
-  // (every rank reads the whole global batch to count them); else 1.
-  double loss_normalizer(const Samples& samples, int64_t consumed) const;
   torch::Tensor stage_forward(const Samples& samples, int64_t consumed, int64_t chunk, int64_t micro,
                               const torch::Tensor& input);
   struct PendingStep;
@@ -156,6 +159,7 @@ class Trainer {
   double last_report_blocked_s_ = 0;
   Hooks hooks_;
   std::atomic<bool> stop_requested_{false};
+  bool program_loss_checked_ = false;  // check_program_loss compared the TP ranks' losses
 };
 
 }  // namespace trident

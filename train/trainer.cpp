@@ -390,6 +390,10 @@ void Trainer::check_program_loss(const torch::Tensor& losses, const torch::Tenso
   bounds[1].neg_();
   tp.all_reduce(bounds, ReduceOp::max);
   const double high = bounds[0].item<double>(), low = -bounds[1].item<double>();
+  if (!std::isfinite(high) || !std::isfinite(low)) {
+    program_loss_checked_ = false;  // the loss guard speaks of a loss that is not finite; compare at the next call
+    return;
+  }
   if (high != low)
     fail("Hooks::loss returned different losses on the tensor-parallel ranks (their sums over the micro-batch differ "
          "by ", high - low, "): reduce what each rank computes on its vocabulary shard over `tp`, as "
@@ -490,7 +494,7 @@ int Trainer::agree_on_control() {
   if (background_save_ && flags[2].item<int64_t>() == 0) {
     publish_background_save();
     // A stop asked for in after_save holds before the next step, as after a synchronous save.
-    if (!agreed && !requested && hooks_.after_save) {
+    if (!agreed && !requested) {
       auto again = torch::tensor({int64_t(stop_requested_)}, torch::kLong);
       cpu_world_->all_reduce(again, ReduceOp::max);
       requested = again.item<int64_t>() != 0;

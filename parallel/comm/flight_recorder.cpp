@@ -11,6 +11,7 @@
 #include <future>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -58,8 +59,10 @@ std::set<std::string> hosts_not_answering(const std::vector<std::string>& addres
   const std::set<std::string> hosts(addresses.begin(), addresses.end());
   std::vector<std::pair<std::string, std::future<bool>>> probes;
   for (const auto& host : hosts)
-    if (!host.empty())
-      probes.emplace_back(host, std::async(std::launch::async, host_answers, host, std::chrono::milliseconds(1000)));
+    if (!host.empty()) try {
+        probes.emplace_back(host, std::async(std::launch::async, host_answers, host, std::chrono::milliseconds(1000)));
+      } catch (const std::system_error&) {  // no thread to probe with: say nothing of that host
+      }
   std::set<std::string> silent;
   for (auto& [host, answers] : probes)
     if (!answers.get()) silent.insert(host);

@@ -386,8 +386,8 @@ void Trainer::check_program_loss(const torch::Tensor& losses, const torch::Tenso
   // (rank-local terms show at every call).
   if (program_loss_checked_ || tp.size() == 1) return;
   program_loss_checked_ = true;
-  auto bounds = losses.detach().to(torch::kDouble).sum().reshape({1}).repeat({2});
-  bounds[1].neg_();
+  const torch::Tensor sum = losses.detach().to(torch::kDouble).sum();
+  torch::Tensor bounds = torch::stack({sum, -sum});  // the max of both: the highest sum, minus the lowest
   tp.all_reduce(bounds, ReduceOp::max);
   const double high = bounds[0].item<double>(), low = -bounds[1].item<double>();
   if (!std::isfinite(high) || !std::isfinite(low)) {

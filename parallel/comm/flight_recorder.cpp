@@ -53,10 +53,11 @@ LastOperation last_in_record(const std::string& file, const std::string& group) 
   return last;
 }
 
-// The addresses among `addresses` that do not answer from this host ("" is never probed). Each
-// host is probed once, all at the same time: a probe of a lost host waits the whole second.
-std::set<std::string> hosts_not_answering(const std::vector<std::string>& addresses) {
-  const std::set<std::string> hosts(addresses.begin(), addresses.end());
+// The addresses of `records` that do not answer from this host ("" is never probed). Each host
+// is probed once, all at the same time: a probe of a lost host waits the whole second.
+std::set<std::string> hosts_not_answering(const std::map<int, LastOperation>& records) {
+  std::set<std::string> hosts;
+  for (const auto& [member, last] : records) hosts.insert(last.address);
   std::vector<std::pair<std::string, std::future<bool>>> probes;
   for (const auto& host : hosts)
     if (!host.empty()) try {
@@ -209,13 +210,10 @@ std::string FlightRecorder::explain_failure(std::chrono::seconds wait, int64_t i
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::map<int, LastOperation> records;
-  std::vector<std::string> addresses;
-  for (int member : members_of(group)) {
-    if (member == rank_ || std::find(missing.begin(), missing.end(), member) != missing.end()) continue;
-    records[member] = last_in_record(record_file(member), group);
-    addresses.push_back(records[member].address);
-  }
-  const std::set<std::string> silent_hosts = hosts_not_answering(addresses);
+  for (int member : members_of(group))
+    if (member != rank_ && std::find(missing.begin(), missing.end(), member) == missing.end())
+      records[member] = last_in_record(record_file(member), group);
+  const std::set<std::string> silent_hosts = hosts_not_answering(records);
   // A peer that does not answer from here is cut off (a lost link or host), whether it reached
   // this operation or is behind: after a cut, a peer still waiting in an earlier operation of the
   // group (its last bytes lost) looks behind, and the cut is the cause.

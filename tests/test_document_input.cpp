@@ -23,6 +23,13 @@ void write_gzip(const std::string& path, const std::string& text) {
   ASSERT_EQ(gzclose(file), Z_OK);
 }
 
+// Files as preprocess takes them when they are named on its command line.
+std::vector<InputFile> named(const std::vector<std::string>& paths) {
+  std::vector<InputFile> files;
+  for (const auto& path : paths) files.push_back(input_file(path, FoundBy::command_line));
+  return files;
+}
+
 std::vector<InputRecord> read_all(InputReader& reader, size_t batch_bytes) {
   std::vector<InputRecord> records, batch;
   while (reader.read(batch, batch_bytes)) {
@@ -55,9 +62,17 @@ class FailingTokenizer : public Tokenizer {
 
 }  // namespace
 
-TEST(DocumentInput, JsonLinesAreKnownByTheirNames) {
-  for (const char* name : {"a.jsonl", "a.json", "dir/a.jsonl.gz", "a.json.gz"}) EXPECT_TRUE(is_json_lines(name)) << name;
-  for (const char* name : {"a.txt", "a.gz", "a.txt.gz", "jsonl", "a.jsonl.zst"}) EXPECT_FALSE(is_json_lines(name)) << name;
+// .jsonl is JSON lines wherever it was found; .json only when named on the command line.
+TEST(DocumentInput, JsonLinesAreKnownByTheirNamesAndHowTheyWereFound) {
+  for (FoundBy found_by : {FoundBy::command_line, FoundBy::folder_walk}) {
+    for (const char* name : {"a.jsonl", "dir/a.jsonl.gz"}) EXPECT_TRUE(is_json_lines(name, found_by)) << name;
+    for (const char* name : {"a.txt", "a.gz", "a.txt.gz", "jsonl", "a.jsonl.zst", "json"})
+      EXPECT_FALSE(is_json_lines(name, found_by)) << name;
+  }
+  for (const char* name : {"a.json", "dir/a.json.gz"}) {
+    EXPECT_TRUE(is_json_lines(name, FoundBy::command_line)) << name;
+    EXPECT_FALSE(is_json_lines(name, FoundBy::folder_walk)) << name;
+  }
 }
 
 // Text files are one record each; JSON lines one per non-blank line, numbered as an editor
@@ -71,7 +86,7 @@ TEST(DocumentInput, ReadsTextFilesWholeAndJsonLinesOneByOne) {
   const std::vector<std::string> files = {(dir / "a.txt").string(), (dir / "b.jsonl").string(),
                                           (dir / "c.jsonl.gz").string(), (dir / "d.txt.gz").string()};
   for (size_t batch_bytes : {size_t(1), size_t(1) << 20}) {
-    InputReader reader(files);
+    InputReader reader(named(files));
     EXPECT_EQ(reader.fraction_read(), 0.0);
     const auto records = read_all(reader, batch_bytes);
     EXPECT_EQ(reader.fraction_read(), 1.0);
@@ -101,7 +116,7 @@ TEST(DocumentInput, ACorruptGzipIsAnErrorNamingTheFile) {
   }
   bytes[bytes.size() / 2] ^= 0x55;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  InputReader reader({path});
+  InputReader reader(named({path}));
   EXPECT_EQ(error_of([&] { read_all(reader, 1 << 20); }).rfind("input '" + path + "' cannot be read: ", 0), 0u);
 }
 
@@ -144,7 +159,7 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
   lines.close();
   const auto bytes = byte_tokenizer();
   for (int workers : {1, 2, 5}) {
-    InputReader reader({(dir / "many.jsonl").string()});
+    InputReader reader(named({(dir / "many.jsonl").string()}));
     std::vector<std::string> seen;
     EncodingPool pool(*bytes, workers, "text");
     pool.encode_in_order(reader, [&](const EncodedBatch& batch) {
@@ -163,7 +178,7 @@ TEST(ParallelEncoding, ResultsComeInInputOrderForAnyNumberOfWorkers) {
 
   std::ofstream(dir / "poisoned.jsonl") << "{\"text\": \"fine\"}\n{\"text\": \"poison\"}\n{\"text\": \"after\"}\n";
   for (int workers : {1, 3}) {
-    InputReader reader({(dir / "many.jsonl").string(), (dir / "poisoned.jsonl").string()});
+    InputReader reader(named({(dir / "many.jsonl").string(), (dir / "poisoned.jsonl").string()}));
     size_t before = 0;
     const FailingTokenizer failing;
     EncodingPool pool(failing, workers, "text");

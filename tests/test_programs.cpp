@@ -260,6 +260,44 @@ TEST(PreprocessProgram, JsonLinesGiveTheSameDatasetForAnyNumberOfWorkers) {
   EXPECT_NE(r.output.find("3000 documents"), std::string::npos) << r.output;
 }
 
+// A folder shaped like this repository's (sources, configs, tokenizer files, a package.json, a
+// JSON array, JSON lines): .jsonl files found in it are JSON lines, every other file one text
+// document; a .json named on the command line is JSON lines, with their strict errors.
+TEST(PreprocessProgram, ReadsAFolderOfMixedFilesAsTextAndJsonLines) {
+  const auto dir = scratch_dir();
+  const auto repo = dir / "repo";
+  for (const char* folder : {"core", "configs", "tests/data/gpt2-tiny", "web"})
+    std::filesystem::create_directories(repo / folder);
+  std::ofstream(repo / "README.md") << "# a project\n";
+  std::ofstream(repo / "core/main.cpp") << "int main() { return 0; }\n";
+  std::ofstream(repo / "configs/tiny.yaml") << "model:\n  hidden_size: 8\n";
+  std::ofstream(repo / "tests/data/gpt2-tiny/vocab.json") << "{\"hello\": 0, \"world\": 1}";
+  std::ofstream(repo / "package.json") << "{\n  \"name\": \"x\",\n  \"version\": \"1.0.0\"\n}\n";
+  std::ofstream(repo / "web/array.json") << "[1, 2, 3]\n";
+  std::ofstream(repo / "web/pages.jsonl") << "{\"text\": \"first page\"}\n{\"text\": \"second page\"}\n";
+  ASSERT_EQ(run("printf '{\"text\": \"gzipped page\"}\\n' | gzip -c > " + (repo / "web/more.jsonl.gz").string()).exit_code, 0);
+  const std::string prefix = (dir / "out").string();
+  Result r = run(kBin + "/preprocess --quiet --output " + prefix + " " + repo.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 6 text files (README.md, main.cpp, tiny.yaml, vocab.json, package.json, array.json), 3 lines.
+  EXPECT_NE(r.output.find("9 documents"), std::string::npos) << r.output;
+  trident::IndexedDataset dataset(prefix);
+  std::string stored;  // the byte tokenizer's ids are the bytes; 0 ends each document
+  std::vector<int64_t> tokens(size_t(dataset.num_tokens()));
+  dataset.read(0, dataset.num_tokens(), tokens.data());
+  for (int64_t token : tokens) stored += token == 0 ? '|' : char(token);
+  EXPECT_NE(stored.find("|first page|second page|"), std::string::npos) << stored;
+  EXPECT_NE(stored.find("|gzipped page|"), std::string::npos) << stored;
+  EXPECT_NE(stored.find("{\"hello\": 0, \"world\": 1}|"), std::string::npos) << stored;
+
+  const std::string named = (repo / "web/array.json").string();
+  r = run(kBin + "/preprocess --quiet --output " + prefix + "-named " + named);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: input '" + named + "' line 1 is a JSON array, not an object (--skip-bad-lines skips such lines)\n");
+  r = run(kBin + "/preprocess --help");
+  EXPECT_NE(r.output.find(".json files named here"), std::string::npos) << r.output;
+}
+
 // A bad JSON line stops the run, naming file and line, before anything is written; with
 // --skip-bad-lines it is counted instead.
 TEST(PreprocessProgram, BadJsonLinesAreNamedOrSkippedAndCounted) {

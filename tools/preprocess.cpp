@@ -5,8 +5,10 @@
 //              [--tokenizer-json tokenizer.json] [--json-keys KEY] [--skip-bad-lines]
 //              [--workers N] [--extensions .md,.txt] [--quiet] PATH...
 //
-// A text file is one document; a JSON-lines file (.jsonl, .json) holds one per line, the string
-// under --json-keys (train/data/document_input.h); either may be gzip-compressed. Each document
+// A text file is one document; a JSON-lines file holds one per line, the string under
+// --json-keys; either may be gzip-compressed. JSON lines are .jsonl files wherever found, and
+// .json files named on the command line; a .json found in a folder is text
+// (train/data/document_input.h, is_json_lines). Each document
 // is stored as its tokens, then the tokenizer's end-of-document id. Directories are walked in
 // sorted order; binary documents (holding a NUL byte), empty ones, symbolic links and the
 // output's own files (PREFIX.bin, PREFIX.tokenizer.json, ...) are skipped. --workers threads encode, and the dataset is the
@@ -38,6 +40,8 @@
 namespace fs = std::filesystem;
 using trident::checked;
 using trident::fail;
+using trident::FoundBy;
+using trident::InputFile;
 using trident::InputRecord;
 using trident::parse_command_line;
 using trident::RecordDocument;
@@ -82,7 +86,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--vocab", o.vocab, "gpt2: vocab.json");
   app.add_option("--merges", o.merges, "gpt2: merges.txt");
   app.add_option("--tokenizer-json", o.tokenizer_json, "hf: a byte-level BPE's tokenizer.json (Llama 3's, Qwen's, ...)");
-  app.add_option("--json-keys", o.json_key, "JSON lines (.jsonl, .json, also .gz): the key whose string is the document")
+  app.add_option("--json-keys", o.json_key, "JSON lines: the key whose string is the document")
       ->capture_default_str();
   app.add_flag("--skip-bad-lines", o.skip_bad_lines,
                "JSON lines: skip and count lines that are not an object with a string under the key "
@@ -93,7 +97,11 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--extensions", o.extensions, "only files with these extensions, e.g. .md,.txt")
       ->delimiter(',');
   app.add_flag("--quiet", o.quiet, "no progress bar");
-  app.add_option("inputs", o.inputs, "files and directories (walked in sorted order)")->required();
+  app.add_option("inputs", o.inputs,
+                 "files and directories (walked in sorted order). JSON lines, one document a line, are .jsonl "
+                 "files wherever found and .json files named here (not found in a folder: vocab.json there is "
+                 "text); any of them may end .gz; every other file is one text document")
+      ->required();
   return app;
 }
 
@@ -135,22 +143,22 @@ bool is_own_output(const fs::path& file, const Options& o) {
   });
 }
 
-std::vector<std::string> collect_files(const Options& o) {
-  std::vector<std::string> files;
-  const auto take = [&](const fs::path& file) {
-    if (!is_own_output(file, o)) files.push_back(file.string());
+std::vector<InputFile> collect_files(const Options& o) {
+  std::vector<InputFile> files;
+  const auto take = [&](const fs::path& file, FoundBy found_by) {
+    if (!is_own_output(file, o)) files.push_back(trident::input_file(file.string(), found_by));
   };
   for (const auto& input : o.inputs) {
     fs::path path(input);
     if (fs::is_symlink(path)) continue;
     if (fs::is_regular_file(path) || fs::is_fifo(path)) {  // a named pipe: a decompressor's output
-      take(path);
+      take(path, FoundBy::command_line);
     } else if (fs::is_directory(path)) {
       std::vector<fs::path> found;
       for (const auto& entry : fs::recursive_directory_iterator(path))
         if (entry.is_regular_file() && !entry.is_symlink() && wanted(entry.path(), o)) found.push_back(entry.path());
       std::sort(found.begin(), found.end());
-      for (const auto& file : found) take(file);
+      for (const auto& file : found) take(file, FoundBy::folder_walk);
     } else {
       fail("input '", input, "' is neither a file nor a directory");
     }
@@ -199,7 +207,7 @@ struct RemovedAtExit {
 
 // SentencePiece trains on lines of files: the documents, one after another, in one file beside
 // the output, removed when training ends.
-std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, const std::vector<std::string>& files) {
+std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, const std::vector<InputFile>& files) {
   const RemovedAtExit corpus{o.output + ".sentencepiece-corpus.partial"};
   Tally tally{o.skip_bad_lines};
   {
@@ -207,7 +215,7 @@ std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, con
     trident::InputReader reader(files);
     for (std::vector<InputRecord> batch; reader.read(batch, size_t(1) << 20); batch.clear()) {
       for (auto& record : batch) {
-        RecordDocument document = trident::document_of(record, o.json_key, files);
+        RecordDocument document = trident::document_of(record, o.json_key, reader.files());
         if (!tally.admit(document.kind, document.error)) continue;
         out.write(document.text.data(), document.text.size());
         out.write("\n", 1);
@@ -228,7 +236,7 @@ std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, con
   return tokenizer;
 }
 
-std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::vector<std::string>& files) {
+std::unique_ptr<trident::Tokenizer> make_tokenizer(const Options& o, const std::vector<InputFile>& files) {
   if (o.tokenizer == "gpt2") return trident::load_gpt2_bpe(o.vocab, o.merges);
   if (o.tokenizer == "hf") return trident::load_hf_tokenizer(o.tokenizer_json);
   if (o.tokenizer == "byte") return trident::byte_tokenizer();
@@ -277,7 +285,7 @@ int main(int argc, char** argv) {
     CLI::App app{"", "preprocess"};
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     check_options(options);
-    const std::vector<std::string> files = collect_files(options);
+    const std::vector<InputFile> files = collect_files(options);
     if (files.empty()) fail("no input files found in ", trident::join(options.inputs, " "));
     if (fs::path(options.output).has_parent_path())
       fs::create_directories(fs::path(options.output).parent_path());

@@ -33,15 +33,19 @@ std::string zlib_cause(void* file) {
 
 }  // namespace
 
-bool is_json_lines(const std::string& path) {
+bool is_json_lines(const std::string& path, FoundBy found_by) {
   const std::string name = ends_with(path, ".gz") ? path.substr(0, path.size() - 3) : path;
-  return ends_with(name, ".jsonl") || ends_with(name, ".json");
+  return ends_with(name, ".jsonl") || (ends_with(name, ".json") && found_by == FoundBy::command_line);
 }
 
-InputReader::InputReader(std::vector<std::string> files) : files_(std::move(files)) {
-  for (const auto& file : files_) {
+InputFile input_file(const std::string& path, FoundBy found_by) { return {path, is_json_lines(path, found_by)}; }
+
+InputReader::InputReader(const std::vector<InputFile>& files) {
+  for (const auto& file : files) {
+    files_.push_back(file.path);
+    json_lines_files_.push_back(file.json_lines);
     std::error_code error;
-    const auto size = fs::file_size(file, error);
+    const auto size = fs::file_size(file.path, error);
     sizes_.push_back(error ? 0 : int64_t(size));
     total_ += sizes_.back();
   }
@@ -60,7 +64,7 @@ bool InputReader::open_next() {
   open_ = gzopen(path.c_str(), "rb");
   if (!open_) fail("input '", path, "' cannot be read: ", errno ? std::strerror(errno) : "out of memory");
   gzbuffer(as_gz(open_), unsigned(kReadChunk));
-  json_lines_ = is_json_lines(path);
+  json_lines_ = json_lines_files_[next_ - 1];
   line_ = 0;
   pending_.clear();
   at_ = 0;

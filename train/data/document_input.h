@@ -1,8 +1,9 @@
 // The inputs preprocess reads, as records in order:
 //  - a text file is one document, its bytes;
-//  - a JSON-lines file (.jsonl or .json) holds one document per line: a JSON object whose string
-//    under a key ("text" by default) is the document (Megatron's preprocess_data.py --json-keys).
-// Either may be gzip-compressed (.gz after its extension). Reading (decompressing, cutting lines)
+//  - a JSON-lines file holds one document per line: a JSON object whose string under a key
+//    ("text" by default) is the document (Megatron's preprocess_data.py --json-keys).
+// Either may be gzip-compressed (.gz after its extension). Which one a file is follows from its
+// name and how it was found (is_json_lines). Reading (decompressing, cutting lines)
 // is serial and cheap; taking the document out of a record (parsing its JSON) is document_of(),
 // which preprocess runs on its encoding threads.
 #pragma once
@@ -13,8 +14,22 @@
 
 namespace trident {
 
-// True for names ending .jsonl, .json, .jsonl.gz or .json.gz.
-bool is_json_lines(const std::string& path);
+// How preprocess came to a file: named on its command line, or found walking a named folder.
+enum class FoundBy { command_line, folder_walk };
+
+// The rule for JSON lines (one, so that a folder of sources never stops on a vocab.json):
+//  - a name ending .jsonl (or .jsonl.gz) is JSON lines wherever it was found;
+//  - a name ending .json (or .json.gz) is JSON lines when named on the command line (Megatron's
+//    loose JSON, `--input corpus.json`), and text when found in a folder (vocab.json,
+//    package.json, a JSON array: a folder of sources holds such files);
+//  - every other file is text.
+bool is_json_lines(const std::string& path, FoundBy found_by);
+
+struct InputFile {
+  std::string path;
+  bool json_lines = false;
+};
+InputFile input_file(const std::string& path, FoundBy found_by);
 
 struct InputRecord {
   std::string bytes;  // a whole text file, or one line of a JSON-lines file without its line end
@@ -25,7 +40,7 @@ struct InputRecord {
 class InputReader {
  public:
   // Nothing is opened yet; sizes are taken for progress.
-  explicit InputReader(std::vector<std::string> files);
+  explicit InputReader(const std::vector<InputFile>& files);
   ~InputReader();
   InputReader(const InputReader&) = delete;
   InputReader& operator=(const InputReader&) = delete;
@@ -44,6 +59,7 @@ class InputReader {
   void close();
 
   std::vector<std::string> files_;
+  std::vector<bool> json_lines_files_;
   std::vector<int64_t> sizes_;
   int64_t total_ = 0, done_ = 0;  // bytes on disk: of every file, of the files closed
   size_t next_ = 0;               // the next file to open

@@ -7,7 +7,11 @@
 #   install_example.sh BUILD_DIR SOURCE_DIR [MPIEXEC]
 set -euo pipefail
 build_dir=$1 source_dir=$2 mpiexec=${3:-}
-scratch=$(mktemp -d)
+# A fixed folder in the build tree, so that ccache, hashing paths relative to the checkout
+# (CCACHE_BASEDIR), serves the examples' compilation in any clone from its cache.
+scratch=$build_dir/install-example
+rm -rf "$scratch"
+mkdir -p "$scratch"
 trap 'rm -rf "$scratch"' EXIT
 cmake --install "$build_dir" --prefix "$scratch/prefix" >/dev/null
 # Where the build found its dependencies (LibTorch, yaml-cpp, CUDA), the example looks too.
@@ -16,7 +20,7 @@ cmake -S "$source_dir/examples" -B "$scratch/example" -G Ninja \
   -DCMAKE_PREFIX_PATH="$scratch/prefix;$(cached CMAKE_PREFIX_PATH)" -DTorch_DIR="$(cached Torch_DIR)" \
   -DCMAKE_CUDA_COMPILER="$(cached CMAKE_CUDA_COMPILER)" \
   -DCMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" >/dev/null
-cmake --build "$scratch/example" >/dev/null
+CCACHE_BASEDIR=$(cd "$source_dir" && pwd) CCACHE_NOHASHDIR=true cmake --build "$scratch/example" >/dev/null
 bin=$scratch/example
 expect() {  # expect LOG PATTERN: the run's log holds the line
   grep -q "$2" "$1" || { echo "expected '$2' in:"; cat "$1"; exit 1; }

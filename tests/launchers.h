@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/build_paths.h"
+
 namespace trident::testing {
 
 inline const std::string kBin = TRIDENT_BINARY_DIR;

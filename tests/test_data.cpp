@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/files.h"
+#include "tests/build_paths.h"
 #include "tests/helpers.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/samples.h"

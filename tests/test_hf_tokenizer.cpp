@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/files.h"
+#include "tests/build_paths.h"
 #include "tests/helpers.h"
 #include "train/data/byte_level_bpe.h"
 #include "train/data/tokenizer.h"

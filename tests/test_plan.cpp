@@ -12,6 +12,7 @@
 #include "core/plan/memory.h"
 #include "core/plan/planner.h"
 #include "core/plan/time_model.h"
+#include "tests/build_paths.h"
 #include "tests/helpers.h"
 
 using namespace trident;

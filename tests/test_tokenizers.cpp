@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/build_paths.h"
 #include "tests/helpers.h"
 #include "train/data/tokenizer.h"
 

@@ -25,11 +25,14 @@ struct RunResult {
   std::map<std::string, torch::Tensor> params;
 };
 
+// The runs' length, and where the resume tests stop and start again.
+constexpr int kIters = 4, kStopAt = 2;
+
 std::vector<std::string> model_overrides(const std::string& data) {
   return {"data.path=" + data,       "model.num_layers=8",           "model.hidden_size=64",
           "model.num_attention_heads=4", "model.seq_length=64",      "batch.global_batch_size=16",
           "model.make_vocab_size_divisible_by=64",  // 256 at TP 1, 2 and 4 alike
-          "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     "train.iters=6",
+          "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     str("train.iters=", kIters),
           "train.eval_interval=0",   "data.valid_fraction=0"};
 }
 
@@ -83,7 +86,7 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
   EXPECT_EQ(result.exit_code, 0) << result.output;
 
   // Whole parameters, assembled from the pieces every rank of the layout stored.
-  return {read_losses(dir / "metrics.jsonl"), read_global_weights(CheckpointStore((dir / "ckpt").string()).path(6))};
+  return {read_losses(dir / "metrics.jsonl"), read_global_weights(CheckpointStore((dir / "ckpt").string()).path(kIters))};
 }
 
 // fp64 runs must agree to rounding (1e-10 relative, loss and every parameter tensor). fp32
@@ -309,19 +312,19 @@ INSTANTIATE_TEST_SUITE_P(
                     kLlama}),
     [](const ::testing::TestParamInfo<ParallelRun>& info) { return info.param.name; });
 
-// A pipelined, tensor-parallel run stopped after 3 steps and resumed to 6 equals the straight
+// A pipelined, tensor-parallel run stopped halfway and resumed to the end equals the straight
 // run: every rank restores its own shards.
 TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
   const auto dir = *root_ / "resume";
   auto overrides = model_overrides(data_);
   overrides.insert(overrides.end(), {"parallel.tensor=2", "parallel.pipeline=2",
-                                     "batch.micro_batch_size=2", "optimizer.decay_iters=6"});
+                                     "batch.micro_batch_size=2", str("optimizer.decay_iters=", kIters)});
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const std::string command = "timeout 300 " + train_command(kMpirun + "4 ", overrides);
   auto r = run_command(command + " train.metrics_file=" + (dir / "straight.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string ckpt = " train.checkpoint_dir=" + (dir / "ckpt").string();
-  r = run_command(command + ckpt + " train.iters=3 train.metrics_file=" + (dir / "first.jsonl").string());
+  r = run_command(command + ckpt + str(" train.iters=", kStopAt, " train.metrics_file=") + (dir / "first.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_command(command + ckpt + " train.metrics_file=" + (dir / "second.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -330,7 +333,7 @@ TEST_F(DataParallelRuns, PipelinedResumeIsExact) {
        second = read_losses(dir / "second.jsonl");
   first.insert(first.end(), second.begin(), second.end());
   EXPECT_EQ(first, straight);
-  EXPECT_EQ(straight.size(), 6u);
+  EXPECT_EQ(straight.size(), size_t(kIters));
 }
 
 // A blend of two datasets trains the same samples in any layout: DP 2 x PP 2 equals one
@@ -379,21 +382,21 @@ TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
   }
 }
 
-// A ZeRO-3 run at DP 2 stopped after 3 steps resumes exactly from its sharded weights and
+// A ZeRO-3 run at DP 2 stopped halfway resumes exactly from its sharded weights and
 // optimizer state; the same checkpoint resumed at DP 4 with ZeRO-1 continues the same run (to
 // rounding): each rank picks its pieces out of the saved shards.
 TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   const auto dir = *root_ / "zero-resume";
   auto overrides = model_overrides(data_);
   overrides.insert(overrides.end(), {"precision=fp64", "batch.micro_batch_size=2",
-                                     "optimizer.decay_iters=6", "parallel.bucket_mb=0.1"});
+                                     str("optimizer.decay_iters=", kIters), "parallel.bucket_mb=0.1"});
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const std::string dp2 = "timeout 300 " + train_command(kMpirun + "2 ", overrides) + " parallel.zero_stage=3";
   const std::string dp4 = "timeout 300 " + train_command(kMpirun + "4 ", overrides) + " parallel.zero_stage=1";
   auto r = run_command(dp2 + " train.metrics_file=" + (dir / "straight.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto same_dp = dir / "same", other_dp = dir / "other";
-  r = run_command(dp2 + " train.iters=3 train.checkpoint_dir=" + same_dp.string() +
+  r = run_command(dp2 + str(" train.iters=", kStopAt, " train.checkpoint_dir=") + same_dp.string() +
                   " train.metrics_file=" + (dir / "first.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::filesystem::copy(same_dp, other_dp, std::filesystem::copy_options::recursive);
@@ -410,13 +413,13 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
   auto same = first, other = first;
   for (double loss : read_losses(dir / "same.jsonl")) same.push_back(loss);
   for (double loss : read_losses(dir / "other.jsonl")) other.push_back(loss);
-  ASSERT_EQ(straight.size(), 6u);
+  ASSERT_EQ(straight.size(), size_t(kIters));
   EXPECT_EQ(same, straight);
-  ASSERT_EQ(other.size(), 6u);
-  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(other[i], straight[i], 1e-10 * straight[i]) << i;
+  ASSERT_EQ(other.size(), size_t(kIters));
+  for (size_t i = 0; i < size_t(kIters); ++i) EXPECT_NEAR(other[i], straight[i], 1e-10 * straight[i]) << i;
 }
 
-// Any layout resumes any other: a TP 2 x PP 2 run stopped after 3 steps and resumed at
+// Any layout resumes any other: a TP 2 x PP 2 run stopped halfway and resumed at
 // TP 1 x PP 4, at TP 4 x DP 2 and at DP 4 with ZeRO-3 continues the single-process run (fp64,
 // to rounding): every rank assembles its new parts of weights and optimizer state from the
 // pieces the old layout stored. The resumed runs' losses and final weights are compared with the straight run's.
@@ -424,19 +427,19 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = *root_ / "any-layout";
   auto overrides = model_overrides(data_);
-  overrides.insert(overrides.end(), {"precision=fp64", "optimizer.decay_iters=6"});
+  overrides.insert(overrides.end(), {"precision=fp64", str("optimizer.decay_iters=", kIters)});
   auto with = [&](std::vector<std::string> more) {
     more.insert(more.begin(), overrides.begin(), overrides.end());
     return more;
   };
   const auto saved = dir / "tp2-pp2";
   auto r = run_command("timeout 300 " + train_command(kMpirun + "4 ", with({"parallel.tensor=2", "parallel.pipeline=2",
-                                                                            "batch.micro_batch_size=2", "train.iters=3",
+                                                                            "batch.micro_batch_size=2", str("train.iters=", kStopAt),
                                                                             "train.checkpoint_dir=" + saved.string(),
                                                                             "train.metrics_file=" + (dir / "first.jsonl").string()})));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto first = read_losses(dir / "first.jsonl");
-  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(first.size(), size_t(kStopAt));
 
   const std::pair<std::string, std::vector<std::string>> layouts[] = {
       {"tp1-pp4", {"parallel.pipeline=4", "batch.micro_batch_size=2"}},
@@ -456,7 +459,7 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
     r = run_command("timeout 300 " + train_command(kMpirun + (name == "tp4-dp2" ? "8 " : "4 "), args));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
-    RunResult run{first, read_global_weights(CheckpointStore((resumed / "ckpt").string()).path(6))};
+    RunResult run{first, read_global_weights(CheckpointStore((resumed / "ckpt").string()).path(kIters))};
     for (double loss : read_losses(resumed / "metrics.jsonl")) run.losses.push_back(loss);
     expect_equal_runs(serial("fp64"), run, /*fp64=*/true);
   }

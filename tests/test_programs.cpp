@@ -475,36 +475,6 @@ TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
             std::string::npos) << r.output;
 }
 
-// The README's main job, shortened: real text through a SentencePiece tokenizer trained on it,
-// a loss below the corpus's unigram entropy out.
-TEST(TrainProgram, TinyGptOnRealTextBeatsTheUnigramEntropy) {
-  const auto dir = scratch_dir();
-  const std::string prefix = (dir / "corpus").string();
-  Result prep = run(kBin + "/preprocess --quiet --tokenizer sentencepiece --vocab-size 2048 --output " + prefix +
-                    " " + kSource + "/core " + kSource + "/model /usr/share/common-licenses");
-  ASSERT_EQ(prep.exit_code, 0) << prep.output;
-  double entropy = 0;
-  ASSERT_EQ(std::sscanf(prep.output.substr(prep.output.find("unigram entropy: ")).c_str(),
-                        "unigram entropy: %lf", &entropy), 1) << prep.output;
-  EXPECT_GT(entropy, 5.0);  // pieces of English and C++
-
-  const std::string metrics = (dir / "metrics.jsonl").string();
-  Result train = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml model.vocab_size=2048 data.path=" +
-                     prefix + " train.iters=80 train.eval_interval=80 train.metrics_file=" + metrics);
-  ASSERT_EQ(train.exit_code, 0) << train.output;
-  std::ifstream in(metrics);
-  std::string line, last;
-  int lines = 0;
-  while (std::getline(in, line)) last = line, ++lines;
-  EXPECT_EQ(lines, 80);
-  double loss = 0, valid = 0;
-  ASSERT_EQ(std::sscanf(last.substr(last.find("\"loss\": ")).c_str(), "\"loss\": %lf", &loss), 1);
-  ASSERT_EQ(std::sscanf(last.substr(last.find("\"valid_loss\": ")).c_str(), "\"valid_loss\": %lf",
-                        &valid), 1) << last;
-  EXPECT_LT(loss, entropy) << train.output;
-  EXPECT_LT(valid, entropy) << train.output;
-}
-
 // The compute benchmark's table, at toy sizes: every row present, numbers where the device can
 // run the dtype.
 TEST(BenchProgram, PrintsATableOfEveryBenchmark) {

@@ -1,0 +1,48 @@
+# Which tests run in one lane only. scripts/test builds and tests two LibTorch versions (1.13 and
+# pip's 2.x); lane 1.13 runs every test, lane 2.x every test whose result can depend on the
+# LibTorch it is built against. The others are labelled `once` here (CTest's LABELS), and lane 2.x
+# leaves them out when lane 1.13 ran in the same scripts/test (docs/building.md, "What each lane
+# proves").
+#
+# Once: code that calls no LibTorch, or calls it only to hold bytes.
+#  - the config, the layout and its process grid, the launch environment, errors, the flight
+#    recorder and the watchdog's bookkeeping, the divergence guard's rule;
+#  - the planner and its formulas (core/plan: no LibTorch at all);
+#  - data and tokenizers (train/data: no LibTorch) and the programs that only read, check and
+#    write files or draw: preprocess, plan, plot, train's input checks and dry run, --help;
+#  - the include order and the GPU report's trace summary (Python).
+# Both lanes: every tensor computation (the model, attention: LibTorch 2.x runs
+# scaled_dot_product_attention, the parallel layers, optimizers, ZeRO, mixed precision), checkpoints
+# (LibTorch's serialisation and random state), the communicators (Gloo is LibTorch's own in 2.x),
+# the failure path through them, the library's API and the installed package (C++17 against C++20
+# headers), export, generate, the Hugging Face interop (only 2.x has transformers).
+#
+# The layout-equality sweep (DataParallelRuns/EqualsSerial, 49 layouts) proves trident's index
+# arithmetic once per layout in lane 1.13; lane 2.x runs the layouts that together take every
+# parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring, each pipeline
+# schedule, the ends as layers), ZeRO 1, 2 and 3, offload, both recomputations, both families,
+# fp32 and fp64, both launchers and simulated hosts.
+set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
+  FourDimensionalWithRecomputeFp64 FourDimensionalInterleavedFp32 LlamaFourDimensionalFp64
+  ThreeDimensionalWithZeroThreeFp64 ThreeDimensionalWithZeroTwoFp32 ContextTwoPipelineTwoGPipeZeroThreeFp64
+  ContextParallelFourZeroOneFp64 OffloadZeroTwoDataTwoFp64 OffloadZeroThreeDataTwoFp32
+  TensorTwoByDataTwoWithSelectiveRecomputeFp64 PipelineFiveEndsAsLayersFp64
+  LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32)
+set(TRIDENT_ONCE_SUITES
+  Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
+  Formulas Memory Plan TimeModel DeviceProfile
+  Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
+  DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram Programs TrainProgram)
+set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary)
+
+# trident_tests in three gtest filters: the `once` tests (the suites above, and the sweep's layouts
+# but those in both lanes), the sweep's layouts in both lanes, and the rest.
+list(TRANSFORM TRIDENT_ONCE_SUITES APPEND ".*" OUTPUT_VARIABLE trident_once_suites)
+list(APPEND trident_once_suites "DataParallelRuns.BlendedDataEqualsSerialInAnyLayout")
+list(JOIN trident_once_suites ":" trident_once_suites)
+list(TRANSFORM TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES PREPEND "DataParallelRuns/EqualsSerial.Run/"
+     OUTPUT_VARIABLE trident_equals_serial_both)
+list(JOIN trident_equals_serial_both ":" trident_equals_serial_both)
+set(TRIDENT_ONCE_FILTER "${trident_once_suites}:DataParallelRuns/EqualsSerial.*-${trident_equals_serial_both}")
+set(TRIDENT_EQUALS_SERIAL_BOTH_FILTER "${trident_equals_serial_both}")
+set(TRIDENT_OTHERS_FILTER "*-${trident_once_suites}:DataParallelRuns/EqualsSerial.*")

@@ -34,15 +34,3 @@ set(TRIDENT_ONCE_SUITES
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
   DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram Programs TrainProgram)
 set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary)
-
-# trident_tests in three gtest filters: the `once` tests (the suites above, and the sweep's layouts
-# but those in both lanes), the sweep's layouts in both lanes, and the rest.
-list(TRANSFORM TRIDENT_ONCE_SUITES APPEND ".*" OUTPUT_VARIABLE trident_once_suites)
-list(APPEND trident_once_suites "DataParallelRuns.BlendedDataEqualsSerialInAnyLayout")
-list(JOIN trident_once_suites ":" trident_once_suites)
-list(TRANSFORM TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES PREPEND "DataParallelRuns/EqualsSerial.Run/"
-     OUTPUT_VARIABLE trident_equals_serial_both)
-list(JOIN trident_equals_serial_both ":" trident_equals_serial_both)
-set(TRIDENT_ONCE_FILTER "${trident_once_suites}:DataParallelRuns/EqualsSerial.*-${trident_equals_serial_both}")
-set(TRIDENT_EQUALS_SERIAL_BOTH_FILTER "${trident_equals_serial_both}")
-set(TRIDENT_OTHERS_FILTER "*-${trident_once_suites}:DataParallelRuns/EqualsSerial.*")

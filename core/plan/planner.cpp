@@ -196,7 +196,7 @@ std::vector<Validation> validate_time_model() {
   config.batch.micro_batch_size = 8;
   config.recompute = Recompute::none;
   const PlanRow estimate = evaluate_layout(config, resolve_layout(config, 1), h100);
-  out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu});
+  out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu, ""});
   for (const LlamaRun& run : llama3_runs()) {
     Hardware cluster;
     cluster.gpus = run.gpus;

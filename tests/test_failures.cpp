@@ -2,8 +2,12 @@
 // time with the failing rank's cause printed first and once, and nothing already saved is lost.
 // Every test runs the real `train` program as a user would, under mpirun or env://.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -11,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/files.h"
+#include "parallel/comm/failure.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
@@ -148,6 +153,32 @@ TEST(JobFailure, OneRanksErrorEndsTheJobWithThatRanksCause) {
     }
     EXPECT_NE(run.result.output.find("iter 2/6"), std::string::npos) << "failed too early\n" << run.result.output;
   }
+}
+
+// A write to a socket whose peer is gone fails with EPIPE once ignore_broken_pipes() ran (the
+// Gloo world runs it); with SIGPIPE's default action the process would end without a word, as
+// rank 0 above did now and then under env:// when its write came before its read of the closed
+// connection. A handler of the program's own is kept.
+namespace {
+void own_handler(int) {}
+}  // namespace
+TEST(JobFailure, AWriteToAGonePeerFailsInsteadOfEndingTheProcess) {
+  ignore_broken_pipes();
+  int sockets[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  ::close(sockets[1]);
+  const char byte = 0;
+  errno = 0;
+  EXPECT_EQ(::write(sockets[0], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::close(sockets[0]);
+
+  std::signal(SIGPIPE, own_handler);
+  ignore_broken_pipes();
+  struct sigaction kept {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &kept), 0);
+  EXPECT_EQ(kept.sa_handler, &own_handler);
+  std::signal(SIGPIPE, SIG_DFL);
 }
 
 // Every rank meets a token outside the vocabulary in its first sample: the job prints the cause

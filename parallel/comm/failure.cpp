@@ -1,7 +1,9 @@
 #include "parallel/comm/failure.h"
 
 #include <c10/util/Exception.h>
+#include <signal.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -89,6 +91,11 @@ int report_failure(const std::exception& e, int world_size) {
   if (mpi_running()) std::this_thread::sleep_for(std::chrono::seconds(10));
 #endif
   std::_Exit(code);
+}
+
+void ignore_broken_pipes() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
 void end_job(int exit_code) {

@@ -45,6 +45,12 @@ std::shared_ptr<Communicator> join_job(const LaunchInfo& launch, std::chrono::se
 // cause (FlightRecorder::first_to_report), this rank stays silent (its log keeps the line).
 int report_failure(const std::exception& e, int world_size);
 
+// Makes a write to a socket whose peer is gone fail (EPIPE, which the communicator then reports
+// as a closed connection) instead of raising SIGPIPE, whose default action ends the process
+// without a word: a rank would vanish instead of saying why. A handler the program set for
+// SIGPIPE is kept. Python ignores SIGPIPE likewise, so PyTorch's Gloo behaves so under torchrun.
+void ignore_broken_pipes();
+
 // Ends every process of the job now, from the main thread, skipping destructors (they could
 // wait on peers): MPI_Abort under MPI, else this process exits and its peers lose it.
 [[noreturn]] void end_job(int exit_code);

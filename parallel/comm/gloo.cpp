@@ -231,6 +231,7 @@ std::shared_ptr<Communicator> make_gloo_world_communicator(const LaunchInfo& lau
   const std::string within = str(" within parallel.timeout_s=", timeout.count(), " s");
   const LocalInterface interface = gloo_interface(launch);
   FlightRecorder::process().set_address(interface.address);
+  ignore_broken_pipes();  // a peer that exits must make this rank fail with a cause, not vanish
   // c10d logs every connection retry and timeout through glog (or its own logger) before
   // throwing the exception that says the same, which trident reports once.
   log::QuietStderr quiet;

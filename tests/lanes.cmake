@@ -1,8 +1,8 @@
 # Which tests run in one lane only. scripts/test builds and tests two LibTorch versions (1.13 and
 # pip's 2.x); lane 1.13 runs every test, lane 2.x every test whose result can depend on the
-# LibTorch it is built against. The others are labelled `once` here (CTest's LABELS), and lane 2.x
-# leaves them out when lane 1.13 ran in the same scripts/test (docs/building.md, "CI: what each
-# lane proves, and its time").
+# LibTorch it is built against. The others are listed here, tests/CMakeLists.txt labels them
+# `once` (CTest's LABELS), and lane 2.x leaves them out when lane 1.13 ran in the same
+# scripts/test (docs/building.md, "CI: what each lane proves, and its time").
 #
 # Once: code that calls no LibTorch, or calls it only to hold bytes.
 #  - the config, the layout and its process grid, the launch environment, errors, the flight

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "tests/helpers.h"
 #include "train/data/document_input.h"
 #include "train/data/parallel_encoding.h"
@@ -54,7 +56,7 @@ class FailingTokenizer : public Tokenizer {
   std::string type() const override { return "byte"; }
 
  protected:
-  std::vector<std::string> write_files(const std::string&) const override { return {}; }
+  std::vector<std::string> write_files(const std::string&, Publication&) const override { return {}; }
 
  private:
   std::unique_ptr<Tokenizer> inner_ = byte_tokenizer();
@@ -117,7 +119,35 @@ TEST(DocumentInput, ACorruptGzipIsAnErrorNamingTheFile) {
   bytes[bytes.size() / 2] ^= 0x55;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   InputReader reader(named({path}));
-  EXPECT_EQ(error_of([&] { read_all(reader, 1 << 20); }).rfind("input '" + path + "' cannot be read: ", 0), 0u);
+  const std::string error = error_of([&] { read_all(reader, 1 << 20); });
+  EXPECT_EQ(error.rfind("input '" + path + "' cannot be read at byte ", 0), 0u) << error;
+}
+
+// A compressed file cut short (a copy that stopped, a full disk) is an error naming the file and
+// where it ends, never a shorter document or a last line to skip as bad: text and JSON lines,
+// whatever is read after it. A whole stream followed by more streams is read through.
+TEST(DocumentInput, ACutGzipIsAnErrorNamingTheFileAndTheOffset) {
+  const auto dir = scratch_dir();
+  std::string text;
+  for (uint32_t state = 1; text.size() < 200000; state = state * 1664525u + 1013904223u)
+    text += str("{\"text\": \"document ", state % 1000, "\"}\n");
+  for (const std::string name : {"cut.txt.gz", "cut.jsonl.gz"}) {
+    const std::string path = (dir / name).string();
+    write_gzip(path, text);
+    const auto size = std::filesystem::file_size(path);
+    std::filesystem::resize_file(path, size * 2 / 3);
+    InputReader reader(named({path, path}));
+    const std::string error = error_of([&] { read_all(reader, 1 << 16); });
+    EXPECT_EQ(error.rfind(str("input '", path, "' is truncated: its gzip stream ends early, at byte ", size * 2 / 3,
+                              " of the file ("), 0), 0u) << error;
+  }
+  const std::string whole = (dir / "two-streams.txt.gz").string();
+  write_gzip(whole, "first ");
+  std::ifstream in(whole, std::ios::binary);
+  const std::string one((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(whole, std::ios::binary | std::ios::app) << one;
+  InputReader reader(named({whole}));
+  EXPECT_EQ(read_all(reader, 1 << 20).at(0).bytes, "first first ");
 }
 
 // A JSON line's document is its string under the key; anything else is a bad line, named.
@@ -138,6 +168,8 @@ TEST(DocumentInput, TakesTheDocumentOutOrSaysWhatIsWrongWithTheLine) {
       {"[\"text\"]", "input 'c.jsonl' line 7 is a JSON array, not an object"},
       {"{\"content\": \"a\"}", "input 'c.jsonl' line 7 has no \"text\" (the --json-keys key)"},
       {"{\"text\": null}", "input 'c.jsonl' line 7 holds a null under \"text\", not a string"},
+      {"{\"text\": \"caf\xe9\"}", "input 'c.jsonl' line 7 is not UTF-8 (an invalid byte sequence in a string, at "
+                                  "byte 15); JSON text must be"},
   };
   for (const auto& [line, message] : bad) {
     const RecordDocument result = document(line, 7);

@@ -75,7 +75,16 @@ size_t InputReader::fill() {
   const size_t before = pending_.size();
   pending_.resize(before + kReadChunk);
   const int got = gzread(as_gz(open_), pending_.data() + before, unsigned(pending_.size() - before));
-  if (got < 0) fail("input '", files_[next_ - 1], "' cannot be read: ", zlib_cause(open_));
+  const std::string& path = files_[next_ - 1];
+  if (got < 0)
+    fail("input '", path, "' cannot be read at byte ", gzoffset(as_gz(open_)), " of ", sizes_[next_ - 1], ": ",
+         zlib_cause(open_));
+  // At the end of the input, zlib says whether a gzip stream was left unfinished: a cut file,
+  // whose text would otherwise end silently where the cut fell.
+  int code = Z_OK;
+  if (got == 0 && (gzerror(as_gz(open_), &code), code == Z_BUF_ERROR))
+    fail("input '", path, "' is truncated: its gzip stream ends early, at byte ", sizes_[next_ - 1], " of the file (",
+         gztell(as_gz(open_)), " bytes of text), before the end its stream declares");
   pending_.resize(before + size_t(got));
   return size_t(got);
 }
@@ -143,6 +152,9 @@ RecordDocument document_of(InputRecord& record, const std::string& json_key, con
     try {
       line = json::parse(record.bytes);
     } catch (const json::parse_error& e) {
+      // nlohmann-json says so in its message only; JSON text is UTF-8 (RFC 8259).
+      if (std::string(e.what()).find("ill-formed UTF-8") != std::string::npos)
+        return bad(str("is not UTF-8 (an invalid byte sequence in a string, at byte ", e.byte, "); JSON text must be"));
       return bad(str("is not JSON (a syntax error at byte ", e.byte, ")"));
     }
     if (!line.is_object()) return bad(str("is a JSON ", line.type_name(), ", not an object"));

@@ -85,8 +85,11 @@ class HfBpeTokenizer : public Tokenizer {
     if (!file.is_object())
       fail(source_, " is not a JSON object (it is ", file.is_discarded() ? "not JSON" : file.type_name(), ")");
     try {
-      read_model(file.at("model"));
-      read_added_tokens(file.value("added_tokens", json::array()));
+      read_model(object_member(file, "", "model"));
+      const json added_tokens = file.value("added_tokens", json::array());
+      if (!added_tokens.is_array()) unsupported("added_tokens", added_tokens, "a list of tokens");
+      read_added_tokens(added_tokens);
+      check_ids_are_dense();
       read_normalizer(file.value("normalizer", json()), "normalizer");
       for (auto& token : normalized_added_.tokens()) token.content = normalize(token.content);
       raw_added_.index();
@@ -97,8 +100,9 @@ class HfBpeTokenizer : public Tokenizer {
       const json decoder = file.value("decoder", json());
       if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
         unsupported("decoder", decoder, "ByteLevel");
-    } catch (const json::exception& e) {
-      fail(source_, " is malformed: ", e.what());
+    } catch (const json::exception& e) {  // a value of another type where the reads above did not look
+      const std::string what = e.what();
+      fail(source_, " is malformed: ", what.substr(what.find(']') + 1 + (what.find(']') + 1 < what.size())));
     }
     for (const auto& name : kEndOfDocumentNames) {
       for (AddedTokenMatcher* tokens : {&raw_added_, &normalized_added_})
@@ -139,15 +143,41 @@ class HfBpeTokenizer : public Tokenizer {
   std::string type() const override { return "hf-bpe"; }
 
  protected:
-  std::vector<std::string> write_files(const std::string& prefix) const override {
+  std::vector<std::string> write_files(const std::string& prefix, Publication& files) const override {
     const std::string file = prefix + ".hf-tokenizer.json";
-    replace_file(file, text_);  // it may be the file it was loaded from
+    write_text_file(files.stage(file), text_);  // it may replace the file it was loaded from
     return {file};
   }
 
  private:
   [[noreturn]] void unsupported(const std::string& key, const json& value, const std::string& expected) const {
-    fail(source_, ": ", key, " is ", value.dump(), "; trident reads ", expected);
+    std::string shown = value.dump();
+    if (shown.size() > 80) shown = shown.substr(0, 80) + "...";
+    fail(source_, ": ", key, " is ", shown, "; trident reads ", expected);
+  }
+
+  // The member `key` of `object`, found at `path` in the file: a missing member, or one of
+  // another type, is an error naming it in words.
+  const json& member(const json& object, const std::string& path, const std::string& key,
+                     bool (json::*is_type)() const noexcept, const char* expected) const {
+    const std::string where = path.empty() ? key : path + "." + key;
+    if (!object.is_object()) unsupported(path, object, "an object");
+    const auto found = object.find(key);
+    if (found == object.end()) fail(source_, " has no ", where, " (", expected, ")");
+    if (!((*found).*is_type)()) unsupported(where, *found, expected);
+    return *found;
+  }
+  const json& object_member(const json& object, const std::string& path, const std::string& key) const {
+    return member(object, path, key, &json::is_object, "an object");
+  }
+  const json& list_member(const json& object, const std::string& path, const std::string& key) const {
+    return member(object, path, key, &json::is_array, "a list");
+  }
+  std::string text_member(const json& object, const std::string& path, const std::string& key) const {
+    return member(object, path, key, &json::is_string, "a string").get<std::string>();
+  }
+  int64_t id_member(const json& object, const std::string& path, const std::string& key) const {
+    return member(object, path, key, &json::is_number_integer, "an integer id").get<int64_t>();
   }
 
   static std::string quoted(const std::string& text) { return json(text).dump(); }
@@ -163,13 +193,13 @@ class HfBpeTokenizer : public Tokenizer {
     }
     if (model.value("byte_fallback", false)) unsupported("model.byte_fallback", true, "false (byte-level BPE)");
     std::unordered_map<std::string, int64_t> vocabulary;
-    for (const auto& [token, id] : model.at("vocab").items()) {
+    for (const auto& [token, id] : object_member(model, "model", "vocab").items()) {
       if (!id.is_number_integer()) unsupported(str("model.vocab[", quoted(token), "]"), id, "an integer id");
       vocabulary[token] = id.get<int64_t>();
     }
     // Merges are "left right" strings (tokenizers before 0.20) or [left, right] pairs.
     std::vector<BpeMerge> merges;
-    for (const json& merge : model.at("merges")) {
+    for (const json& merge : list_member(model, "model", "merges")) {
       const std::string key = str("model.merges[", merges.size(), "]");
       if (merge.is_array()) {
         if (merge.size() != 2 || !merge[0].is_string() || !merge[1].is_string())
@@ -196,8 +226,8 @@ class HfBpeTokenizer : public Tokenizer {
     int64_t highest = -1;
     for (size_t i = 0; i < tokens.size(); ++i) {
       const json& token = tokens[i];
-      AddedToken added{token.at("id").get<int64_t>(), token.at("content").get<std::string>(),
-                       token.value("special", false)};
+      const std::string at = str("added_tokens[", i, "]");
+      AddedToken added{id_member(token, at, "id"), text_member(token, at, "content"), token.value("special", false)};
       const std::string key = str("added_tokens[", i, "] (", added.content, ")");
       if (added.content.empty()) unsupported(key + ".content", "", "some text");
       const auto earlier = added_ids.find(added.content);
@@ -219,11 +249,22 @@ class HfBpeTokenizer : public Tokenizer {
     }
   }
 
+  // Every table sized by the vocabulary (a dataset's counts, a model's embedding) takes the
+  // highest id + 1 rows: ids must number the tokens from 0, as tokenizers' files do.
+  void check_ids_are_dense() const {
+    int64_t tokens = model_tokens_;
+    for (const auto& [id, content] : added_text_)
+      if (!bpe_->bytes_of(id)) ++tokens;
+    if (vocab_size_ > tokens)
+      fail(source_, " has ", tokens, " tokens but gives one the id ", vocab_size_ - 1, ": trident reads ids that "
+           "number the tokens from 0 to ", tokens - 1);
+  }
+
   void read_normalizer(const json& normalizer, const std::string& key) {
     if (normalizer.is_null()) return;
-    const std::string type = normalizer.at("type").get<std::string>();
+    const std::string type = text_member(normalizer, key, "type");
     if (type == "Sequence") {
-      const json& steps = normalizer.at("normalizers");
+      const json& steps = list_member(normalizer, key, "normalizers");
       for (size_t i = 0; i < steps.size(); ++i) read_normalizer(steps[i], str(key, ".normalizers[", i, "]"));
       return;
     }
@@ -241,12 +282,12 @@ class HfBpeTokenizer : public Tokenizer {
   void read_pre_tokenizer(const json& pre_tokenizer) {
     const char* expected = "ByteLevel, or a Sequence of Split patterns (behavior Isolated) ending in ByteLevel";
     if (!pre_tokenizer.is_object()) unsupported("pre_tokenizer", pre_tokenizer, expected);
-    const bool sequence = pre_tokenizer.at("type") == "Sequence";
-    const json steps = sequence ? pre_tokenizer.at("pretokenizers") : json::array({pre_tokenizer});
+    const bool sequence = text_member(pre_tokenizer, "pre_tokenizer", "type") == "Sequence";
+    const json steps = sequence ? list_member(pre_tokenizer, "pre_tokenizer", "pretokenizers") : json::array({pre_tokenizer});
     for (size_t i = 0; i < steps.size(); ++i) {
       const json& step = steps[i];
       const std::string key = sequence ? str("pre_tokenizer.pretokenizers[", i, "]") : "pre_tokenizer";
-      const std::string type = step.at("type").get<std::string>();
+      const std::string type = text_member(step, key, "type");
       const bool last = i + 1 == steps.size();
       if (type == "ByteLevel" && last) {
         steps_.push_back({step.value("add_prefix_space", true),
@@ -256,9 +297,9 @@ class HfBpeTokenizer : public Tokenizer {
       } else if (type == "Split" && !last) {
         if (step.value("behavior", "") != "Isolated") unsupported(key + ".behavior", step.value("behavior", json()), "Isolated");
         if (step.value("invert", false)) unsupported(key + ".invert", true, "false");
-        const json& pattern = step.at("pattern");
+        const json& pattern = object_member(step, key, "pattern");
         const bool literal = pattern.contains("String");
-        steps_.push_back({false, std::make_unique<SplitPattern>(pattern.at(literal ? "String" : "Regex").get<std::string>(), literal,
+        steps_.push_back({false, std::make_unique<SplitPattern>(text_member(pattern, key + ".pattern", literal ? "String" : "Regex"), literal,
                                                                 str(source_, " ", key, ".pattern"))});
       } else {
         unsupported(key + ".type", type, expected);

@@ -223,6 +223,7 @@ const std::vector<Field>& schema() {
       field("train.keep_checkpoints", TRIDENT_MEMBER(train.keep_checkpoints), at_least(1)),
       field("train.max_loss_spike", TRIDENT_MEMBER(train.max_loss_spike), non_negative_number()),
       field("train.loss_spike_window", TRIDENT_MEMBER(train.loss_spike_window), at_least(3)),
+      field("train.loss_spike_patience", TRIDENT_MEMBER(train.loss_spike_patience), at_least(1)),
       field("train.async_save", TRIDENT_MEMBER(train.async_save), any<bool>("true or false")),
       field("train.exit_after_minutes", TRIDENT_MEMBER(train.exit_after_minutes), non_negative_number()),
       field("train.resume", TRIDENT_MEMBER(train.resume), any<bool>("true or false")),

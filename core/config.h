@@ -169,10 +169,11 @@ struct TrainConfig {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
   // The divergence guard (train/loss_guard.h): a loss more than max_loss_spike robust spreads
-  // above the median of the last loss_spike_window losses stops the run as a non-finite one does;
-  // 0 turns the spike rule off.
+  // above the median of the last loss_spike_window healthy losses is a spike; loss_spike_patience
+  // spikes in a row stop the run as a non-finite loss does. max_loss_spike 0 turns spikes off.
   double max_loss_spike = 10;
   int64_t loss_spike_window = 100;
+  int64_t loss_spike_patience = 5;
   bool async_save = false;     // write checkpoints in the background from a host copy of the state
   double exit_after_minutes = 0;  // 0: no limit; else stop (saving) after this much training time
   bool resume = true;          // continue from checkpoint_dir/latest when it exists

@@ -19,34 +19,57 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
-LossGuard::LossGuard(double max_spike, int64_t window) : max_spike_(max_spike), window_(size_t(window)) {
-  TRIDENT_CHECK(max_spike >= 0 && window >= 1, "loss guard: max_spike ", max_spike, ", window ", window);
+LossGuard::LossGuard(double max_spike, int64_t window, int64_t patience)
+    : max_spike_(max_spike), window_(size_t(window)), patience_(size_t(patience)) {
+  TRIDENT_CHECK(max_spike >= 0 && window >= 1 && patience >= 1, "loss guard: max_spike ", max_spike, ", window ",
+                window, ", patience ", patience);
 }
 
-std::string LossGuard::check(double loss) {
-  if (!std::isfinite(loss)) return str("the loss is ", loss);
+LossVerdict LossGuard::check(double loss) {
+  if (!std::isfinite(loss)) {
+    unhealthy_.push_back(loss);
+    return {LossVerdict::Kind::diverged, str("the loss is ", loss)};
+  }
   if (max_spike_ > 0 && !history_.empty()) {
     const std::vector<double> recent(history_.begin(), history_.end());
     const double level = median(recent);
     std::vector<double> deviations;
     for (double x : recent) deviations.push_back(std::abs(x - level));
     const double spread = std::max({1.4826 * median(deviations), 0.05 * std::abs(level), 0.01});
-    if (loss > level + max_spike_ * spread)
-      return str("the loss is ", loss, ", a spike: ", std::round((loss - level) / spread * 10) / 10, " spreads of ",
-                 fixed(spread, 4), " above the median ", fixed(level, 4), " of the last ", recent.size(),
-                 " iterations (train.max_loss_spike=", max_spike_, ")");
+    const double back = max_spike_ / 3;  // after a spike, the loss is back within this many spreads
+    const double spreads = (loss - level) / spread;
+    if (spreads > (unhealthy_.empty() ? max_spike_ : back)) {
+      unhealthy_.push_back(loss);
+      const std::string above = str(fixed(spreads, 1), " spreads of ", fixed(spread, 4), " above the median ",
+                                    fixed(level, 4), " of the last ", recent.size(), " healthy iterations");
+      const std::string rule = str("train.max_loss_spike=", max_spike_, ", train.loss_spike_patience=", patience_);
+      if (unhealthy_.size() >= patience_) {
+        std::string losses;
+        for (double spike : unhealthy_) losses += (losses.empty() ? "" : ", ") + fixed(spike, 4);
+        return {LossVerdict::Kind::diverged,
+                str("the loss did not come back: ", unhealthy_.size(), " losses in a row (", losses, ") from a spike ",
+                    "on stayed more than ", fixed(back, 1), " spreads above the level before it, the last ", above,
+                    " (", rule, ")")};
+      }
+      return {LossVerdict::Kind::spike,
+              str("the loss is ", loss, unhealthy_.size() == 1 ? ", a spike: " : ", not back yet: ", above, "; going on, ",
+                  "and stopping unless a loss within ", fixed(back, 1), " spreads of the median comes in the next ",
+                  patience_ - unhealthy_.size(), " iterations (", rule, ")")};
+    }
   }
+  unhealthy_.clear();
   history_.push_back(loss);
   if (history_.size() > window_) history_.pop_front();
-  return "";
+  return {};
 }
 
-void LossGuard::restore(const std::vector<double>& losses) {
+void LossGuard::restore(const std::vector<double>& history, const std::vector<double>& unhealthy) {
   history_.clear();
-  for (double loss : losses) {
+  for (double loss : history) {
     history_.push_back(loss);
     if (history_.size() > window_) history_.pop_front();
   }
+  unhealthy_ = unhealthy;
 }
 
 std::string first_loss_warning(double loss, int64_t vocab, double init_method_std) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "core/values.h"
 
@@ -25,10 +26,11 @@ CLI::Validator checked(const Rule<T>& rule) {
       "");
 }
 
-// Parses argv into `app`. Returns false when --help (or a program's --version) was asked for,
+// Parses argv into `app`, after making writes past the file-size limit fail as errors (core/files.h). Returns false when --help (or a program's --version) was asked for,
 // after the primary rank printed the answer (the program then exits 0); throws Error with CLI11's message and a
 // pointer to --help when the arguments are wrong.
 inline bool parse_command_line(CLI::App& app, int argc, char** argv) {
+  fail_writes_past_the_file_size_limit();
   try {
     app.parse(argc, argv);
     return true;

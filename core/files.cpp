@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault_injection.h"
 
 namespace trident {
 
@@ -56,9 +58,18 @@ FileDigest write_text_file(const std::string& path, const std::string& text) {
 
 void replace_file(const std::string& path, const std::string& text) {
   const std::string partial = path + ".partial";
-  write_text_file(partial, text);
-  if (std::rename(partial.c_str(), path.c_str()) != 0)
-    fail("cannot replace '", path, "': ", std::strerror(errno));
+  try {
+    write_text_file(partial, text);
+    rename_path(partial, path);
+  } catch (...) {
+    std::remove(partial.c_str());
+    throw;
+  }
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  const int failed = fault_point() ? EIO : std::rename(from.c_str(), to.c_str()) != 0 ? errno : 0;
+  if (failed != 0) fail("cannot rename '", from, "' to '", to, "': ", std::strerror(failed));
 }
 
 FileDigest digest_file(const std::string& path, const std::string& what) {
@@ -73,7 +84,7 @@ FileDigest digest_file(const std::string& path, const std::string& what) {
 }
 
 FileWriter::FileWriter(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = fault_point() ? (errno = EIO, -1) : ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create '", path_, "': ", std::strerror(errno));
 }
 
@@ -82,6 +93,7 @@ FileWriter::~FileWriter() {
 }
 
 void FileWriter::write(const void* data, size_t size) {
+  if (bytes_ == 0 && size > 0 && error_ == 0 && fault_point()) error_ = EIO;  // the file's first write
   checksum_.update(data, size);
   bytes_ += size;
   const char* at = static_cast<const char*>(data);
@@ -98,6 +110,7 @@ void FileWriter::write(const void* data, size_t size) {
 }
 
 FileDigest FileWriter::finish() {
+  if (error_ == 0 && fault_point()) error_ = EIO;
   if (error_ == 0 && ::fsync(fd_) != 0) error_ = errno;
   if (::close(fd_) != 0 && error_ == 0) error_ = errno;
   fd_ = -1;
@@ -108,9 +121,14 @@ FileDigest FileWriter::finish() {
 void sync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open '", path, "' to flush it: ", std::strerror(errno));
-  const int failed = ::fsync(fd) != 0 ? errno : 0;
+  const int failed = fault_point() ? EIO : ::fsync(fd) != 0 ? errno : 0;
   ::close(fd);
   if (failed != 0) fail("flushing '", path, "' to disk failed: ", std::strerror(failed));
+}
+
+void fail_writes_past_the_file_size_limit() {
+  struct sigaction current {};
+  if (sigaction(SIGXFSZ, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGXFSZ, SIG_IGN);
 }
 
 }  // namespace trident

@@ -24,8 +24,10 @@ std::string read_text_file(const std::string& path, const std::string& what);
 // Writes `text` as a new file (FileWriter's errors); returns its size and checksum.
 FileDigest write_text_file(const std::string& path, const std::string& text);
 // The same, replacing `path` atomically: written beside it as <path>.partial, flushed, renamed
-// over it. A failure leaves whatever `path` held.
+// over it. A failure leaves whatever `path` held, and no .partial file.
 void replace_file(const std::string& path, const std::string& text);
+// Renames a file or folder (atomically, within a file system); throws Error naming both.
+void rename_path(const std::string& from, const std::string& to);
 // A file's size and checksum (read_file's errors).
 FileDigest digest_file(const std::string& path, const std::string& what);
 
@@ -55,5 +57,12 @@ class FileWriter {
 
 // Flushes a file or directory to disk; throws Error naming it.
 void sync_path(const std::string& path);
+
+// A write past the file-size limit (`ulimit -f`) kills the process with SIGXFSZ by default,
+// silently and leaving partial files; ignored, the write fails with EFBIG, which the writers
+// report like a full disk ("writing '...' failed: File too large") and clean up after. Every
+// program calls this first (parse_command_line), and so does the trainer; a program that
+// handles the signal itself keeps its handler.
+void fail_writes_past_the_file_size_limit();
 
 }  // namespace trident

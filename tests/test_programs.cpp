@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -319,13 +320,14 @@ TEST(PreprocessProgram, BadJsonLinesAreNamedOrSkippedAndCounted) {
             std::string::npos) << r.output;
 }
 
-// A write that fails (a file-size limit stands in for a full disk) and an interrupted run leave
-// no dataset and no .partial file behind.
+// A write that fails (a file-size limit stands in for a full disk: SIGXFSZ, which would kill the
+// program silently, is ignored by it) and an interrupted run leave no dataset and no .partial
+// file behind.
 TEST(PreprocessProgram, AFailedOrInterruptedRunLeavesNothingBehind) {
   const auto dir = scratch_dir();
   const std::string prefix = (dir / "out").string();
   std::ofstream(dir / "big.txt") << std::string(400000, 'a');
-  Result r = run("bash -c 'trap \"\" XFSZ; ulimit -f 100; exec " + kBin + "/preprocess --quiet --output " + prefix +
+  Result r = run("bash -c 'ulimit -f 100; exec " + kBin + "/preprocess --quiet --output " + prefix +
                  " " + (dir / "big.txt").string() + "'");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output, "error: writing '" + prefix + ".bin.partial' failed: File too large\n");
@@ -340,6 +342,71 @@ TEST(PreprocessProgram, AFailedOrInterruptedRunLeavesNothingBehind) {
           "kill -INT $pid; echo {\\\"text\\\": \\\"b\\\"} >&3; exec 3>&-; wait $pid; echo exit $?'");
   EXPECT_EQ(r.output, "error: interrupted by Interrupt: no dataset written\nexit 130\n");
   EXPECT_EQ(files_named(dir, "out"), std::vector<std::string>{});
+}
+
+namespace {
+
+// Every file in `dir` whose name starts with `stem`, with its bytes.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& dir, const std::string& stem) {
+  std::map<std::string, std::string> files;
+  for (const auto& name : files_named(dir, stem))
+    files[name] = trident::read_text_file((dir / name).string(), "file");
+  return files;
+}
+
+void restore(const std::filesystem::path& dir, const std::string& stem, const std::map<std::string, std::string>& files) {
+  for (const auto& name : files_named(dir, stem)) std::filesystem::remove(dir / name);
+  for (const auto& [name, bytes] : files) std::ofstream(dir / name, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+// A run that replaces a dataset (another tokenizer, other text) fails at each of its file steps
+// in turn (core/fault_injection.h): each time the older dataset stays byte for byte and nothing
+// else stays behind. Killed at each step instead (SIGKILL: no cleanup at all), the next run puts
+// a half-published dataset back and removes what the killed one left, before it writes: failing
+// at its own first step, it too leaves the older dataset as it was.
+TEST(PreprocessProgram, AFailureOrAKillAtAnyStepLeavesTheOlderDatasetAsItWas) {
+  const auto dir = scratch_dir();
+  const std::string prefix = (dir / "out").string();
+  std::ofstream(dir / "old.txt") << "the older text, byte-level";
+  std::ofstream(dir / "new.jsonl") << "{\"text\": \"newer\"}\n{\"text\": \"text\"}\n";
+  ASSERT_EQ(run(kBin + "/preprocess --quiet --output " + prefix + " " + (dir / "old.txt").string()).exit_code, 0);
+  const auto before = snapshot(dir, "out");
+  ASSERT_EQ(before.size(), 3u);  // .bin, .idx, .tokenizer.json
+  const std::string gpt2 = kSource + "/tests/data/gpt2-tiny/";
+  const std::string replace = kBin + "/preprocess --quiet --output " + prefix + " --tokenizer gpt2 --vocab " + gpt2 +
+                              "vocab.json --merges " + gpt2 + "merges.txt " + (dir / "new.jsonl").string();
+  int64_t steps = 0;
+  for (int64_t n = 1; steps == 0; ++n) {
+    ASSERT_LT(n, 100) << "more steps than expected";
+    const Result r = run("TRIDENT_FAULT_AT=" + std::to_string(n) + " " + replace);
+    if (r.exit_code == 0) {
+      steps = n - 1;
+      break;
+    }
+    EXPECT_EQ(r.exit_code, 2) << n << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "\n"), 1) << n << "\n" << r.output;
+    EXPECT_NE(r.output.find("Input/output error"), std::string::npos) << n << "\n" << r.output;
+    EXPECT_EQ(snapshot(dir, "out"), before) << "failed at step " << n << ": " << r.output;
+  }
+  EXPECT_GE(steps, 25);  // five files, the journal, links and renames
+  const auto after = snapshot(dir, "out");
+  EXPECT_EQ(after.size(), 5u);  // and .vocab.json, .merges.txt
+  EXPECT_NE(after.at("out.bin"), before.at("out.bin"));
+
+  for (int64_t n = 1; n <= steps; ++n) {
+    restore(dir, "out", before);
+    const Result killed = run("TRIDENT_FAULT_AT=" + std::to_string(n) + ":kill " + replace);
+    EXPECT_TRUE(killed.exit_code == 137 || killed.exit_code == -1) << n << "\n" << killed.output;
+    const Result next = run("TRIDENT_FAULT_AT=1 " + replace);
+    EXPECT_EQ(next.exit_code, 2) << n << "\n" << next.output;
+    EXPECT_EQ(snapshot(dir, "out"), before) << "killed at step " << n << ", then failed at the first: " << next.output;
+  }
+  restore(dir, "out", before);
+  ASSERT_EQ(run("TRIDENT_FAULT_AT=" + std::to_string(steps) + ":kill " + replace).exit_code != 0, true);
+  EXPECT_EQ(run(replace).exit_code, 0);
+  EXPECT_EQ(snapshot(dir, "out"), after);
 }
 
 // A blend of two datasets validates each: the log and the metrics give each dataset's loss

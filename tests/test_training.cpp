@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 
+#include "core/fault_injection.h"
 #include "core/plan/memory.h"
+#include "core/text.h"
 #include "optim/zero.h"
 #include "parallel/comm/communicator.h"
 #include "tests/helpers.h"
@@ -333,9 +336,12 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesToClobber) {
   EXPECT_NE(message.find("saved with model.hidden_size=32 but this run has model.hidden_size=64"),
             std::string::npos) << message;
 
+  // Two folders newer than `latest` are not what an interrupted save leaves: someone's, kept.
+  std::filesystem::copy(store.path(7), store.path(8), std::filesystem::copy_options::recursive);
   std::filesystem::copy(store.path(7), store.path(9), std::filesystem::copy_options::recursive);
   message = error_of([&] { Trainer t(small_config(data, {"train.checkpoint_dir=" + ckpt})); });
-  EXPECT_NE(message.find("newer than its `latest` pointer"), std::string::npos) << message;
+  EXPECT_NE(message.find("'" + store.path(8) + "', newer than its `latest` pointer"), std::string::npos) << message;
+  remove_tree(store.path(8));
   remove_tree(store.path(9));
 
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000099\n";
@@ -386,6 +392,80 @@ TEST(Checkpoint, BrokenPointersAreDescribedInWords) {
             std::string::npos) << message;
 }
 
+// A save killed after publishing its folder and before moving `latest` (or writing the first
+// one) leaves one complete folder newer than `latest`: the same command resumes from it, saying so.
+TEST(Checkpoint, ASaveInterruptedBeforeMovingLatestResumesFromItsFolder) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  train_with_checkpoints(data, ckpt, 3, {"train.save_interval=1", "train.keep_checkpoints=3"});
+  CheckpointStore store(ckpt);
+  const auto pointer = std::filesystem::path(ckpt) / "latest";
+  std::ofstream(pointer, std::ios::trunc) << "iter_0000002\n";
+  const Config config = small_config(data, {"train.checkpoint_dir=" + ckpt, "train.iters=4"});
+  auto point = find_resume_point(store, config);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_EQ(point->folder, store.path(3));
+  EXPECT_EQ(point->progress.iteration, 3);
+  EXPECT_EQ(point->interrupted, "resuming from " + store.path(3) + ", the newest complete checkpoint: a save was "
+                                "interrupted after publishing it, before moving `latest` from iter_0000002; `latest` "
+                                "now names it");
+  EXPECT_EQ(point->warning, "");
+  Trainer resumed(config);
+  EXPECT_EQ(resumed.iteration(), 3);
+  EXPECT_EQ(store.latest(), 3);
+
+  // The first save: no `latest` yet, one folder.
+  remove_tree(store.path(1));
+  remove_tree(store.path(2));
+  std::filesystem::remove(pointer);
+  point = find_resume_point(store, config);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_EQ(point->folder, store.path(3));
+  EXPECT_NE(point->interrupted.find("before writing `latest`"), std::string::npos) << point->interrupted;
+}
+
+// Every file below `dir`, by relative path, with its bytes.
+std::map<std::string, std::string> folder_snapshot(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir))
+    if (entry.is_regular_file())
+      files[std::filesystem::relative(entry.path(), dir).string()] = read_text_file(entry.path().string(), "file");
+  return files;
+}
+
+// A save that fails at any of its file steps in turn (core/fault_injection.h: a file created,
+// its first write, its flush, the folder flushed, the folder renamed into place, `latest`
+// written and renamed) leaves the checkpoint directory byte for byte as it was, and says why.
+TEST(Checkpoint, ASaveThatFailsAtAnyStepLeavesTheDirectoryAsItWas) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::string ckpt = (dir / "ckpt").string();
+  train_with_checkpoints(data, ckpt, 2);
+  const auto before = folder_snapshot(ckpt);
+  int64_t steps = 0;
+  for (int64_t n = 1; steps == 0; ++n) {
+    ASSERT_LT(n, 100) << "more steps than expected";
+    Trainer trainer(small_config(data, {"train.checkpoint_dir=" + ckpt, "train.iters=3"}));
+    inject_fault_at(n);
+    std::string error;
+    try {
+      trainer.train();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    inject_fault_at(0);
+    if (error.empty()) {
+      steps = n - 1;
+      break;
+    }
+    EXPECT_NE(error.find("Input/output error"), std::string::npos) << n << ": " << error;
+    EXPECT_EQ(folder_snapshot(ckpt), before) << "failed at step " << n << ": " << error;
+  }
+  EXPECT_GE(steps, 15);
+  EXPECT_EQ(CheckpointStore(ckpt).latest(), 3);
+}
+
 TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
@@ -417,14 +497,16 @@ TEST(Checkpoint, AKilledSaveLeavesThePreviousOneIntact) {
     EXPECT_EQ(entry.path().filename().string().find(".staging"), std::string::npos);
 }
 
-// A run whose loss spikes or goes to nan stops with an error naming the iteration, before
-// anything is saved at it, and the last healthy checkpoint survives: a healthy run of 4
-// iterations goes on at a learning rate of 30 without clipping, saving every iteration
-// with keep_checkpoints=1. The first such step (iteration 5) ruins the weights but records the
-// finite loss computed before it; iteration 6's loss is finite but far above the history the
-// checkpoint brought along. Checkpoint 5 holds the ruined weights and is marked so; rotation
-// kept checkpoint 4, which the error names and which resumes; resuming from 5 warns.
-TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
+// A run whose loss spikes and does not come back stops with an error naming the iteration,
+// before anything is saved at it, and the last healthy checkpoint survives: a healthy run of 4
+// iterations goes on at a learning rate of 30 without clipping, saving every iteration with
+// keep_checkpoints=1. The first such step (iteration 5) ruins the weights but records the finite
+// loss computed before it; from iteration 6 on the losses are far above the history the
+// checkpoint brought along, and the fifth in a row (train.loss_spike_patience) ends the run, or
+// a loss that is not finite before it. The checkpoints saved since 5 hold ruined weights and are
+// marked so; rotation kept checkpoint 4 all along, which the error names and which resumes;
+// resuming from the newest warns.
+TEST(Training, SpikesThatDoNotComeBackStopBeforeSavingAndKeepTheLastHealthyCheckpoint) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir);
   const std::string ckpt = (dir / "ckpt").string();
@@ -439,31 +521,39 @@ TEST(Training, ASpikeStopsBeforeSavingAndKeepsTheLastHealthyCheckpoint) {
       with({"train.iters=20", "optimizer.lr=30", "optimizer.clip_grad=0", "optimizer.warmup_iters=0"});
   Trainer diverging(diverging_config);
   const std::string message = error_of([&] { diverging.train(); });
-  EXPECT_EQ(message.rfind("iteration 6: the loss is ", 0), 0u) << message;
-  EXPECT_NE(message.find(", a spike: "), std::string::npos) << message;
-  EXPECT_NE(message.find("training diverged; stopped before saving anything at this iteration (the "
-                         "newest checkpoint, " + ckpt + "/iter_0000005, holds the weights that gave this "
-                         "loss; the newest healthy one, " + ckpt + "/iter_0000004, whose next loss passed the "
-                         "divergence guard: to resume from it, move the newer ones out of " + ckpt + " and write "
-                         "iter_0000004 into its `latest`)"), std::string::npos) << message;
+  const int64_t stopped = std::stoll(message.substr(std::string("iteration ").size()));
+  ASSERT_TRUE(stopped >= 6 && stopped <= 10) << message;
+  const std::string row = stopped == 10 ? "the loss did not come back: 5 losses in a row (" : "the loss is ";
+  EXPECT_EQ(message.rfind(str("iteration ", stopped, ": ", row), 0), 0u) << message;
+  const std::string newest = str(ckpt, "/iter_000000", stopped - 1);
+  EXPECT_NE(message.find(str("training diverged; stopped before saving anything at this iteration (the newest "
+                             "checkpoint, ", newest, stopped == 6 ? ", holds the weights that gave the loss of "
+                                                                  : ", holds weights trained after the bad losses began at ",
+                             "iteration 6; the newest healthy one, ", ckpt, "/iter_0000004, whose next loss passed "
+                             "the divergence guard: to resume from it, move the newer ones out of ", ckpt,
+                             " and write iter_0000004 into its `latest`)")),
+            std::string::npos) << message;
   CheckpointStore store(ckpt);
-  EXPECT_EQ(store.latest(), 5);
-  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{4, 5}));
-  EXPECT_EQ(store.unhealthy_reason(5).rfind("iteration 6: the loss is ", 0), 0u) << store.unhealthy_reason(5);
+  EXPECT_EQ(store.latest(), stopped - 1);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{4, stopped - 1}));
+  EXPECT_EQ(store.unhealthy_reason(stopped - 1).rfind(str("iteration ", stopped, ": ", row), 0), 0u)
+      << store.unhealthy_reason(stopped - 1);
   EXPECT_EQ(store.unhealthy_reason(4), "");
-  EXPECT_EQ(store.newest_healthy(5), 4);
+  EXPECT_EQ(store.newest_healthy(stopped - 1), 4);
 
-  // Resuming from checkpoint 5 as it is warns, naming the healthy one.
+  // Resuming from the newest checkpoint as it is warns, naming the healthy one.
   const auto point = find_resume_point(store, diverging_config);
   ASSERT_TRUE(point.has_value());
-  EXPECT_NE(point->warning.find("resuming from " + store.path(5) + ", after which a run stopped (iteration 6: the "
-                                "loss is "), std::string::npos) << point->warning;
+  EXPECT_NE(point->warning.find(str("resuming from ", store.path(stopped - 1), ", after which a run stopped (iteration ",
+                                    stopped, ": ", row)),
+            std::string::npos) << point->warning;
   EXPECT_NE(point->warning.find("the newest healthy checkpoint is " + store.path(4)), std::string::npos)
       << point->warning;
   EXPECT_EQ(point->progress.recent_losses.size(), 5u);
+  EXPECT_EQ(point->progress.unhealthy_losses.size(), size_t(stopped - 6));
 
   // As the error says: checkpoint 4 resumes without a warning, and trains on.
-  std::filesystem::rename(store.path(5), dir / "iter_0000005.bad");
+  std::filesystem::rename(store.path(stopped - 1), dir / "iter_newest.bad");
   std::ofstream(std::filesystem::path(ckpt) / "latest", std::ios::trunc) << "iter_0000004\n";
   EXPECT_EQ(find_resume_point(store, diverging_config)->warning, "");
   // Had a run stopped after it for another cause (a bad batch, say), resuming would warn, and the
@@ -500,6 +590,14 @@ TEST(Checkpoint, RotationKeepsTheNewestHealthyCheckpoint) {
   save(8, 1.8);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 8}));
   EXPECT_EQ(store.latest(), 8);
+  // Saved while the divergence guard has seen 2 unhealthy losses in a row (iterations 9 and 10): 8 gave
+  // the first, so it is not known to be healthy, and 5 stays instead.
+  store.begin(10);
+  write_manifest_part(store.staging_path(10), 0, {});
+  store.commit(10, 1, 5.0, /*unhealthy_losses=*/2);
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 10}));
+  save(11, 1.7);  // the loss came back: 10 is the newest healthy one
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{10, 11}));
 }
 
 // Every file is checked against the checksum in manifest.json before it is loaded: a flipped

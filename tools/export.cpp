@@ -18,6 +18,7 @@
 #include "core/command_line.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/publication.h"
 #include "core/text.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/hugging_face.h"
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
     CLI::App app{"", "export"};
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     const fs::path out(options.output);
+    Publication::roll_back_interrupted((out / "export.publishing").string());  // an export killed while publishing
     if (fs::exists(out / "model.safetensors"))
       fail("--output '", options.output, "' already holds model.safetensors; choose another folder");
     const auto start = std::chrono::steady_clock::now();
@@ -101,14 +103,18 @@ int main(int argc, char** argv) {
       weights.tensors.emplace_back(name, tensor);
     }
     fs::create_directories(out);
-    const FileDigest written = write_safetensors((out / "model.safetensors").string(), weights);
-    write_text_file((out / "config.json").string(),
+    // Every file is written beside its place and published with the others once all are
+    // complete: a failed export leaves nothing (core/publication.h).
+    Publication outputs((out / "export.publishing").string());
+    const auto staged = [&](const std::string& name) { return outputs.stage((out / name).string()); };
+    const FileDigest written = write_safetensors(staged("model.safetensors"), weights);
+    write_text_file(staged("config.json"),
                     hugging_face_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype));
     std::vector<std::string> files = {"model.safetensors", "config.json"};
     if (tokenizer) {
       const auto names = hf_tokenizer_names(*tokenizer);
       for (size_t i = 0; i < names.size(); ++i) {
-        write_text_file((out / names[i]).string(), read_text_file(tokenizer->files[i], "tokenizer file"));
+        write_text_file(staged(names[i]), read_text_file(tokenizer->files[i], "tokenizer file"));
         files.push_back(names[i]);
       }
       std::optional<nlohmann::json> tokenizer_config;
@@ -127,10 +133,11 @@ int main(int argc, char** argv) {
         }
       }
       if (tokenizer_config) {
-        write_text_file((out / "tokenizer_config.json").string(), tokenizer_config->dump(2) + "\n");
+        write_text_file(staged("tokenizer_config.json"), tokenizer_config->dump(2) + "\n");
         files.push_back("tokenizer_config.json");
       }
     }
+    outputs.publish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("exported %s (iteration %lld) to %s in %.2f s: %s (%s parameters, %sB, %s), tokenizer: %s\n",
                 folder.c_str(), static_cast<long long>(saved.progress.iteration), options.output.c_str(), seconds,

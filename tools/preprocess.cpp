@@ -15,8 +15,10 @@
 // same byte for byte for any number of them (train/data/parallel_encoding.h). The dataset
 // records its tokenizer in PREFIX.tokenizer.json with the tokenizer's files beside it
 // (train/data/tokenizer.h); tokens are stored as uint8, uint16 or int32, the narrowest that
-// holds the vocabulary. A failed or interrupted run leaves no dataset and no .partial file
-// behind. Prints the unigram entropy that a model must beat.
+// holds the vocabulary. The dataset, its index and the tokenizer's files replace older ones
+// together once all are written (core/publication.h): a failed or interrupted run leaves the
+// older files as they were and no .partial file behind. Prints the unigram entropy that a model
+// must beat.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "core/command_line.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/publication.h"
 #include "core/text.h"
 #include "train/data/document_input.h"
 #include "train/data/indexed_dataset.h"
@@ -128,19 +131,36 @@ bool wanted(const fs::path& path, const Options& o) {
   });
 }
 
-// PREFIX.bin, PREFIX.idx, the tokenizer's files (PREFIX.tokenizer.json, ...) and their .partial
-// files: the dataset's own files are never its input, whether a second run walks the folder or
+// PREFIX.bin, PREFIX.idx, the tokenizer's files (PREFIX.tokenizer.json, ...), their .partial and
+// .previous files and the journal of their publication: the dataset's own files are never its input, whether a second run walks the folder or
 // names them. (PREFIX.jsonl is an input: `--output data/web data/web.jsonl` is the usual way.)
 bool is_own_output(const fs::path& file, const Options& o) {
   const fs::path prefix = fs::absolute(o.output);
   if (fs::weakly_canonical(fs::absolute(file).parent_path()) != fs::weakly_canonical(prefix.parent_path())) return false;
   std::string name = file.filename().string();
-  if (name.size() > 8 && name.compare(name.size() - 8, 8, ".partial") == 0) name.resize(name.size() - 8);
+  for (const std::string& stage : {".partial", ".previous"})
+    if (name.size() > stage.size() && name.compare(name.size() - stage.size(), stage.size(), stage) == 0)
+      name.resize(name.size() - stage.size());
   std::vector<std::string> suffixes = trident::tokenizer_file_suffixes();
-  suffixes.insert(suffixes.end(), {".bin", ".idx", ".sentencepiece-corpus"});
+  suffixes.insert(suffixes.end(), {".bin", ".idx", ".sentencepiece-corpus", ".publishing"});
   return std::any_of(suffixes.begin(), suffixes.end(), [&](const std::string& suffix) {
     return name == prefix.filename().string() + suffix;
   });
+}
+
+// What a run killed before it could clean up left: a half-published dataset is put back
+// (core/publication.h), and its .partial and .previous files go.
+void remove_leftovers(const Options& o) {
+  if (trident::Publication::roll_back_interrupted(o.output + ".publishing"))
+    std::fprintf(stderr, "note: put back the files of %s that a run killed while publishing had replaced\n",
+                 o.output.c_str());
+  const fs::path folder = fs::absolute(o.output).parent_path();
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    const bool staged = name.size() > 8 && (name.compare(name.size() - 8, 8, ".partial") == 0 ||
+                                             (name.size() > 9 && name.compare(name.size() - 9, 9, ".previous") == 0));
+    if (staged && is_own_output(entry.path(), o)) fs::remove(entry.path());
+  }
 }
 
 std::vector<InputFile> collect_files(const Options& o) {
@@ -167,12 +187,17 @@ std::vector<InputFile> collect_files(const Options& o) {
 }
 
 // Set by SIGINT or SIGTERM; the run stops at the next batch, through the errors' path, so that
-// nothing half-written stays behind. A second signal ends the process at once.
+// nothing half-written stays behind. A second signal ends the process at once, removing the
+// .partial files first (core/publication.h); the older dataset is untouched either way.
 volatile std::sig_atomic_t interrupted = 0;
 
 extern "C" void on_interrupt(int signal) {
+  if (interrupted) {
+    trident::Publication::remove_staged_files_in_signal_handler();
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
   interrupted = signal;
-  std::signal(signal, SIG_DFL);
 }
 
 void stop_if_interrupted() {
@@ -199,19 +224,14 @@ struct Tally {
   }
 };
 
-// Removes a file when it goes out of scope.
-struct RemovedAtExit {
-  std::string path;
-  ~RemovedAtExit() { std::remove(path.c_str()); }
-};
-
 // SentencePiece trains on lines of files: the documents, one after another, in one file beside
-// the output, removed when training ends.
+// the output, removed when training ends (staged, never published: a second Ctrl-C removes it too).
 std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, const std::vector<InputFile>& files) {
-  const RemovedAtExit corpus{o.output + ".sentencepiece-corpus.partial"};
+  trident::Publication scratch(o.output + ".sentencepiece-corpus.publishing");
+  const std::string corpus = scratch.stage(o.output + ".sentencepiece-corpus");
   Tally tally{o.skip_bad_lines};
   {
-    trident::FileWriter out(corpus.path);
+    trident::FileWriter out(corpus);
     trident::InputReader reader(files);
     for (std::vector<InputRecord> batch; reader.read(batch, size_t(1) << 20); batch.clear()) {
       for (auto& record : batch) {
@@ -228,7 +248,7 @@ std::unique_ptr<trident::Tokenizer> train_sentencepiece_on(const Options& o, con
   if (!o.quiet) std::fprintf(stderr, "training a SentencePiece BPE tokenizer of %lld ids on %zu documents...\n",
                              static_cast<long long>(o.vocab_size), tally.documents);
   const auto start = std::chrono::steady_clock::now();
-  auto tokenizer = trident::train_sentencepiece({corpus.path}, o.vocab_size);
+  auto tokenizer = trident::train_sentencepiece({corpus}, o.vocab_size);
   std::printf("trained a SentencePiece BPE tokenizer of %lld ids on %zu documents in %.2f s\n",
               static_cast<long long>(o.vocab_size), tally.documents,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -291,10 +311,13 @@ int main(int argc, char** argv) {
       fs::create_directories(fs::path(options.output).parent_path());
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
+    remove_leftovers(options);
     const auto tokenizer = make_tokenizer(options, files);
 
     const int64_t vocab_size = tokenizer->vocab_size();
-    trident::IndexedDatasetWriter writer(options.output, trident::token_type_for_vocab(vocab_size));
+    // The dataset, its index and the tokenizer's files replace older ones together, or not at all.
+    trident::Publication outputs(options.output + ".publishing");
+    trident::IndexedDatasetWriter writer(options.output, trident::token_type_for_vocab(vocab_size), &outputs);
     std::vector<int64_t> counts(size_t(vocab_size), 0);
     Tally tally{options.skip_bad_lines};
     trident::EncodingPool pool(*tokenizer, int(options.workers), options.json_key);
@@ -318,8 +341,10 @@ int main(int argc, char** argv) {
       fail("no documents in the ", files.size(), " input files: ", tally.skipped_text());
     progress.finish(tally);
     const double seconds = progress.seconds();
-    tokenizer->save(options.output);  // before the index: a finished dataset has its tokenizer
+    tokenizer->save(options.output, outputs);
     writer.finish();
+    stop_if_interrupted();
+    outputs.publish();
     std::printf("wrote %s.bin/.idx: %zu documents, %lld tokens (%s)\n"
                 "tokenizer: %s, %.2f bytes per token, %s tokens/s (%sB/s) on %lld threads; "
                 "model.vocab_size must be >= %lld\n"

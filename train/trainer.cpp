@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/logging.h"
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
@@ -55,11 +56,12 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       vocab_(config_.model.padded_vocab(layout_.tp_size)),
       device_(torch::kCPU),
       dtype_(weights_dtype(config_.precision)),
-      loss_guard_(config_.train.max_loss_spike, config_.train.loss_spike_window) {
+      loss_guard_(config_.train.max_loss_spike, config_.train.loss_spike_window, config_.train.loss_spike_patience) {
   if (cpu_world && cpu_world->size() != launch.world_size)
     fail("Trainer was given a communicator of size ", cpu_world->size(), " but the launch has WORLD_SIZE=",
          launch.world_size);
   log::set_process(int(launch.rank), int(launch.world_size));
+  fail_writes_past_the_file_size_limit();  // checkpoints and logs past `ulimit -f` fail as errors
   CommOptions comm = comm_options(config_);
   cpu_world_ = cpu_world ? std::move(cpu_world) : connect_world(launch, comm);
   // Setup runs in phases that every rank agrees on (parallel/comm/failure.h): a device, file or
@@ -131,9 +133,13 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     optimizer_->publish();
     iteration_ = last_saved_ = resume->progress.iteration;
     consumed_samples_ = resume->progress.consumed_samples;
-    loss_guard_.restore(resume->progress.recent_losses);
+    loss_guard_.restore(resume->progress.recent_losses, resume->progress.unhealthy_losses);
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
+    if (!resume->interrupted.empty()) {  // finishes the interrupted save's commit
+      if (groups_->world().rank() == 0) checkpoints_->move_latest(iteration_);
+      log::warn(resume->interrupted);
+    }
     if (!resume->warning.empty()) log::warn(resume->warning), resumed_unhealthy_ = iteration_;
   } else if (!config_.train.init_from.empty()) {
     log::info(str("initialized the weights from train.init_from '", config_.train.init_from, "'"));
@@ -205,7 +211,7 @@ Trainer::PendingStep Trainer::run_step() {
   if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
     diverged(str("the fp16 gradients overflowed in ", scaler_->skipped_in_a_row(), " steps in a row ",
                  "(more than loss_scale.max_consecutive_skips) down to a loss scale of ", scaler_->scale()),
-             iteration_ + 1);
+             iteration_ + 1, iteration_ + 1);
   if (stepped) {
     optimizer_->scale_grads(clip_coefficient(grad_norm, config_.optimizer.clip_grad) / loss_scale);
     optimizer_->step(lr);
@@ -241,12 +247,17 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
     if (const std::string warning = first_loss_warning(m.loss, vocab_, config_.model.init_method_std); !warning.empty())
       log::warn(warning);
   if (!m.skipped) {
-    const std::string why = std::isfinite(m.grad_norm)
-                                ? loss_guard_.check(m.loss)
-                                : str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm);
-    if (!why.empty()) diverged(why, m.iteration);
+    // The first of the unhealthy losses in a row this one would end as a divergence.
+    const int64_t first_bad = m.iteration - loss_guard_.unhealthy_in_a_row();
+    const LossVerdict verdict =
+        std::isfinite(m.grad_norm)
+            ? loss_guard_.check(m.loss)
+            : LossVerdict{LossVerdict::Kind::diverged, str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm)};
+    if (verdict.kind == LossVerdict::Kind::diverged) diverged(verdict.why, m.iteration, first_bad);
+    if (verdict.kind == LossVerdict::Kind::spike) log::warn(str("iteration ", m.iteration, ": ", verdict.why));
     // Resumed from a checkpoint marked unhealthy, and the loss after it passed: healthy after all.
-    if (resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 && groups_->world().rank() == 0)
+    if (verdict.kind == LossVerdict::Kind::healthy && resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 &&
+        groups_->world().rank() == 0)
       checkpoints_->clear_unhealthy(*resumed_unhealthy_);
   }
   if (hooks_.after_step)
@@ -257,18 +268,20 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   return m;
 }
 
-void Trainer::diverged(const std::string& what, int64_t iteration) const {
+void Trainer::diverged(const std::string& what, int64_t iteration, int64_t first_bad) const {
   // Every rank sees the same reduced loss and norm, so every rank stops here together. The
-  // checkpoint of the iteration before holds the weights that gave this loss: recorded, so that
-  // rotation and a resume from it know (best effort: the error below is what matters).
-  if (checkpoints_ && groups_->world().rank() == 0) try {
-      if (checkpoints_->latest() == iteration - 1)
-        checkpoints_->mark_unhealthy(iteration - 1, str("iteration ", iteration, ": ", what));
-    } catch (const std::exception& e) {
-      log::warn(str("could not mark ", checkpoints_->path(iteration - 1), " unhealthy (", e.what(), "): do not resume ",
-                    "from it, nor let a later save's rotation count on it"));
-    }
-  const std::string saved = checkpoints_ ? recovery_advice(*checkpoints_, iteration) : "no checkpoint was saved";
+  // checkpoints from the iteration before the first bad loss on hold the weights that gave the
+  // bad losses: recorded, so that rotation and a resume from them know (best effort: the error
+  // below is what matters).
+  if (checkpoints_ && groups_->world().rank() == 0)
+    for (int64_t saved : checkpoints_->iterations())
+      if (saved >= first_bad - 1 && saved < iteration) try {
+          checkpoints_->mark_unhealthy(saved, str("iteration ", iteration, ": ", what));
+        } catch (const std::exception& e) {
+          log::warn(str("could not mark ", checkpoints_->path(saved), " unhealthy (", e.what(), "): do not resume ",
+                        "from it, nor let a later save's rotation count on it"));
+        }
+  const std::string saved = checkpoints_ ? recovery_advice(*checkpoints_, first_bad) : "no checkpoint was saved";
   throw JobError::everywhere(str("iteration ", iteration, ": ", what, ": training diverged; stopped ",
                                  "before saving anything at this iteration (", saved, ")"),
                              int(layout_.world_size()));
@@ -424,7 +437,7 @@ double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const 
 
 CheckpointRequest Trainer::checkpoint_request() const {
   const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state(),
-                                  loss_guard_.history()};
+                                  loss_guard_.history(), loss_guard_.unhealthy_losses()};
   return {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_};
 }
 

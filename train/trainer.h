@@ -109,13 +109,15 @@ class Trainer {
                               const torch::Tensor& input);
   struct PendingStep;
   PendingStep run_step();
-  // Reads the device's numbers; a non-finite gradient norm or a loss the divergence guard refuses
-  // (not finite, or a spike: train/loss_guard.h), outside fp16's skipped steps, ends the run
-  // there (diverged). Warns once when a fresh run's first loss says the weights are too large.
+  // Reads the device's numbers; a non-finite gradient norm or a loss the divergence guard finds
+  // diverged (not finite, or spikes that did not come back: train/loss_guard.h), outside fp16's
+  // skipped steps, ends the run there (diverged); a single spike is a warning. Warns once when a
+  // fresh run's first loss says the weights are too large.
   IterationMetrics complete(PendingStep& pending);
-  // Throws JobError on every rank: the run diverged at `iteration`, for the reason given, after
-  // marking the checkpoint of the iteration before, if there is one, unhealthy.
-  [[noreturn]] void diverged(const std::string& what, int64_t iteration) const;
+  // Throws JobError on every rank: the run diverged at `iteration`, for the reason given, the bad
+  // losses starting at `first_bad`; marks the checkpoints from the iteration before it on, the
+  // ones whose weights gave those losses, unhealthy.
+  [[noreturn]] void diverged(const std::string& what, int64_t iteration, int64_t first_bad) const;
   // The validation loss into `m`, and each dataset's when data.path blends several.
   void validate_into(IterationMetrics& m);
   // What every rank acts on together at the end of an iteration, agreed in one small all-reduce

@@ -146,19 +146,30 @@ void CheckpointStore::begin(int64_t iteration) const {
   fs::create_directory(staging_path(iteration));
 }
 
-void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss) const {
+void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss, int64_t unhealthy_losses) const {
   const std::string staging = staging_path(iteration);
   write_manifest(staging, iteration, loss);  // every file in it is already on disk
   sync_path(staging);
-  fs::rename(staging, path(iteration));
+  rename_path(staging, path(iteration));
   sync_path(dir_);
-  replace_file((fs::path(dir_) / "latest").string(), folder_name(iteration) + "\n");
-  sync_path(dir_);
+  const int64_t before = latest();
+  try {
+    move_latest(iteration);
+  } catch (...) {  // `latest` may not be on disk: it goes back, and abandon() removes the folder
+    if (before >= 0) replace_file((fs::path(dir_) / "latest").string(), folder_name(before) + "\n");
+    else fs::remove(fs::path(dir_) / "latest");
+    throw;
+  }
 
   const auto saved = iterations();
-  const int64_t healthy = newest_healthy(iteration);
+  const int64_t healthy = newest_healthy(iteration - unhealthy_losses);
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
     if (saved[i] != iteration && saved[i] != healthy) remove_tree(path(saved[i]));
+}
+
+void CheckpointStore::move_latest(int64_t iteration) const {
+  replace_file((fs::path(dir_) / "latest").string(), folder_name(iteration) + "\n");
+  sync_path(dir_);
 }
 
 void CheckpointStore::mark_unhealthy(int64_t iteration, const std::string& why) const {
@@ -245,6 +256,7 @@ FileRecord write_shared_state(const std::string& folder, const TrainingProgress&
   progress_yaml["loss_scale"]["good_steps"] = progress.loss_scale.good_steps;
   progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
   progress_yaml["recent_losses"] = progress.recent_losses;
+  progress_yaml["unhealthy_losses"] = progress.unhealthy_losses;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   return write_text(fs::path(folder) / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
 }
@@ -284,12 +296,24 @@ void write_share(const std::string& folder, const RankShare& share) {
 }
 
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config) {
-  const int64_t latest = store.latest();
+  int64_t latest = store.latest();
   const std::vector<int64_t> saved = store.iterations();
   if (!saved.empty() && !config.train.resume)
     fail("train.checkpoint_dir '", store.dir(), "' already holds ", store.describe_saved(),
          latest >= 0 ? str(", latest: iteration ", latest) : std::string(),
          "; set train.resume=true to continue from it or choose another directory");
+  // A save killed after publishing its folder (complete: every file was written and flushed
+  // before the rename) and before moving `latest` leaves that one folder newer than `latest`, or
+  // the only folder and no `latest`. The run resumes from it; more folders than that are someone's.
+  std::string interrupted;
+  const auto newer = std::count_if(saved.begin(), saved.end(), [&](int64_t iteration) { return iteration > latest; });
+  if (newer == 1 && (latest >= 0 || saved.size() == 1) && store.unhealthy_reason(saved.back()).empty()) {
+    interrupted = str("resuming from ", store.path(saved.back()), ", the newest complete checkpoint: a save was ",
+                      "interrupted after publishing it, before ", latest >= 0 ? str("moving `latest` from ", folder_name(latest))
+                                                                              : std::string("writing `latest`"),
+                      "; `latest` now names it");
+    latest = saved.back();
+  }
   if (latest < 0 && !saved.empty())
     fail("train.checkpoint_dir '", store.dir(), "' holds ", store.describe_saved(), " but no `latest` pointer naming ",
          "the one to resume from; to resume from the newest, write ", folder_name(saved.back()), " into ",
@@ -299,7 +323,7 @@ std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const
       fail("train.checkpoint_dir '", store.dir(), "' holds '", store.path(iteration), "', newer than its ",
            "`latest` pointer; this run would overwrite it. Move it away or choose another directory");
   if (latest < 0) return std::nullopt;
-  ResumePoint point{store.path(latest), read_progress(store.path(latest), config), ""};
+  ResumePoint point{store.path(latest), read_progress(store.path(latest), config), "", interrupted};
   if (const std::string why = store.unhealthy_reason(latest); !why.empty()) {
     const int64_t healthy = store.newest_healthy(latest);
     point.warning = str("resuming from ", point.folder, ", after which a run stopped (", why, "): its weights may ",
@@ -311,12 +335,15 @@ std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const
   return point;
 }
 
-std::string recovery_advice(const CheckpointStore& store, int64_t iteration) {
+std::string recovery_advice(const CheckpointStore& store, int64_t first_bad) {
   const int64_t latest = store.latest();
   if (latest < 0) return "no checkpoint was saved";
-  if (latest + 1 < iteration)
+  if (latest + 1 < first_bad)
     return str("the newest checkpoint, ", store.path(latest), ", whose next loss passed the divergence guard");
-  std::string advice = str("the newest checkpoint, ", store.path(latest), ", holds the weights that gave this loss");
+  std::string advice =
+      str("the newest checkpoint, ", store.path(latest), latest + 1 == first_bad ? ", holds the weights that gave the loss of "
+                                                                                : ", holds weights trained after the bad losses began at ",
+          "iteration ", first_bad);
   const int64_t healthy = store.newest_healthy(latest);
   if (healthy >= 0)
     advice += str("; the newest healthy one, ", store.path(healthy), ", whose next loss passed the divergence ",
@@ -339,7 +366,9 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
     });
     agree(cpu_world, [&] { write_share(store.staging_path(iteration), rank_share(groups, request)); });
     agree(cpu_world, [&] {
-      if (leader) store.commit(iteration, request.config.train.keep_checkpoints, request.loss);
+      if (leader)
+        store.commit(iteration, request.config.train.keep_checkpoints, request.loss,
+                     int64_t(request.progress.unhealthy_losses.size()));
     });
   } catch (const JobError&) {
     if (leader) store.abandon(iteration);
@@ -361,6 +390,7 @@ SavedRun read_saved_run(const std::string& folder) {
                            root["loss_scale"]["skipped"].as<int64_t>()};
     // Checkpoints written before the divergence guard kept a history have none.
     if (root["recent_losses"]) progress.recent_losses = root["recent_losses"].as<std::vector<double>>();
+    if (root["unhealthy_losses"]) progress.unhealthy_losses = root["unhealthy_losses"].as<std::vector<double>>();
     saved.config = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
   } catch (const YAML::Exception& e) {
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());

@@ -50,12 +50,17 @@ class CheckpointStore {
   // begin() (one process) makes the empty staging folder; every writer fills
   // staging_path(iteration) and records its files (write_manifest_part); commit() (the same
   // process, after all writers) writes the manifest with the iteration's training loss,
-  // publishes the folder and prunes to `keep`. After a failure in any step, abandon() removes
-  // what the save left.
+  // publishes the folder and prunes to `keep`, never the newest healthy checkpoint: when the
+  // divergence guard has seen `unhealthy_losses` unhealthy losses in a row up to `iteration` (a
+  // spike and those after it that were not back), the checkpoints from the one before the first
+  // of them on are not known to be healthy. After a failure in
+  // any step, abandon() removes what the save left.
   std::string staging_path(int64_t iteration) const;
   void begin(int64_t iteration) const;
-  void commit(int64_t iteration, int64_t keep, double loss) const;
+  void commit(int64_t iteration, int64_t keep, double loss, int64_t unhealthy_losses = 0) const;
   void abandon(int64_t iteration) const noexcept;
+  // Points `latest` at `iteration`'s folder, on disk before it returns.
+  void move_latest(int64_t iteration) const;
   // A checkpoint is healthy when the loss measured after its update passed the divergence guard
   // (train/loss_guard.h). The newest checkpoint's next loss is not known when it is saved; a
   // checkpoint older than the newest was trained on, and so is healthy unless the guard stopped
@@ -85,6 +90,7 @@ struct TrainingProgress {
   int64_t optimizer_steps = 0;   // AdamW's bias correction (steps skipped by the loss scaler excluded)
   LossScaler::State loss_scale;
   std::vector<double> recent_losses;  // the divergence guard's history (train/loss_guard.h)
+  std::vector<double> unhealthy_losses;  // and the losses in a row since its last healthy one
 };
 
 // Where a run resumes: the checkpoint `latest` names, and a warning when the loss after it
@@ -93,16 +99,19 @@ struct ResumePoint {
   std::string folder;
   TrainingProgress progress;
   std::string warning;
+  std::string interrupted;  // why it is not the folder `latest` names, when it is not
 };
 // Checks that `store` can take this run (train.resume set when it holds checkpoints, a `latest`
-// when it holds any, none newer than `latest`, saved model keys equal to `config`'s) and returns
-// where it resumes, nothing for an empty directory. Reads progress.yaml only.
+// when it holds any, none newer than `latest` but the one a save interrupted before moving
+// `latest` leaves, saved model keys equal to `config`'s) and returns where it resumes, nothing
+// for an empty directory. Reads progress.yaml only.
 std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const Config& config);
 
-// After a divergence at `iteration`: which checkpoint to resume from, in words for the error.
-// The newest one holds the weights that gave the bad loss when it was saved the iteration
-// before; then the newest healthy one is named, with how to resume from it.
-std::string recovery_advice(const CheckpointStore& store, int64_t iteration);
+// After a divergence whose bad losses began at `first_bad`: which checkpoint to resume from, in
+// words for the error. The newest one holds weights that gave bad losses when it was saved at
+// the iteration before `first_bad` or later; then the newest healthy one is named, with how to
+// resume from it.
+std::string recovery_advice(const CheckpointStore& store, int64_t first_bad);
 
 // Whether this rank writes files when a checkpoint is saved: world rank 0, the first
 // data-parallel replica, and every rank when ZeRO shards the optimizer.

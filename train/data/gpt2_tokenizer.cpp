@@ -84,10 +84,10 @@ class Gpt2BpeTokenizer : public Tokenizer {
   std::string type() const override { return "gpt2-bpe"; }
 
  protected:
-  std::vector<std::string> write_files(const std::string& prefix) const override {
+  std::vector<std::string> write_files(const std::string& prefix, Publication& staged) const override {
     const std::vector<std::string> files = {prefix + ".vocab.json", prefix + ".merges.txt"};
-    replace_file(files[0], vocab_text_);  // they may be the files they were loaded from
-    replace_file(files[1], merges_text_);
+    write_text_file(staged.stage(files[0]), vocab_text_);  // they may replace the files they were loaded from
+    write_text_file(staged.stage(files[1]), merges_text_);
     return files;
   }
 

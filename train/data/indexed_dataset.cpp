@@ -13,6 +13,8 @@
 
 #include "core/error.h"
 
+namespace fs = std::filesystem;
+
 namespace trident {
 namespace {
 
@@ -20,14 +22,16 @@ constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 
 template <typename T>
-void write_pod(std::ofstream& out, const T& value) {
-  out.write(reinterpret_cast<const char*>(&value), sizeof value);
+void write_pod(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
 template <typename T>
-void write_array(std::ofstream& out, const std::vector<T>& values) {
-  out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(T)));
+void write_array(std::string& out, const std::vector<T>& values) {
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
 }
+
+constexpr size_t kBinBuffer = size_t(1) << 20;
 
 template <typename T>
 void read_exact(std::ifstream& in, T* out, size_t count, const std::string& path) {
@@ -64,68 +68,57 @@ TokenType token_type_for_vocab(int64_t vocab_size) {
   return TokenType::int32;
 }
 
-IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenType type)
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenType type, Publication* files)
     : prefix_(std::move(prefix)), type_(type) {
-  bin_ = std::fopen((prefix_ + ".bin.partial").c_str(), "wb");
-  if (!bin_) fail("cannot write '", prefix_, ".bin.partial': ", std::strerror(errno));
+  if (!files) own_files_ = std::make_unique<Publication>(prefix_ + ".publishing");
+  files_ = files ? files : own_files_.get();
+  bin_ = std::make_unique<FileWriter>(files_->stage(prefix_ + ".bin"));
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_) std::fclose(bin_);
-  if (finished_) return;
-  // Unfinished (an error, an interruption): nothing half-written stays behind.
-  std::remove((prefix_ + ".bin.partial").c_str());
-  std::remove((prefix_ + ".idx.partial").c_str());
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 void IndexedDatasetWriter::add_document(const int64_t* tokens, size_t count) {
   const size_t width = token_bytes(type_);
-  packed_.resize(count * width);
+  const size_t at = packed_.size();
+  packed_.resize(at + count * width);
   for (size_t i = 0; i < count; ++i) {
     // Little-endian truncation to the token width (x86 and ARM are little endian).
-    std::memcpy(packed_.data() + i * width, &tokens[i], width);
+    std::memcpy(packed_.data() + at + i * width, &tokens[i], width);
   }
-  if (std::fwrite(packed_.data(), 1, packed_.size(), bin_) != packed_.size())
-    fail("writing '", prefix_, ".bin.partial' failed: ", std::strerror(errno));
+  if (packed_.size() >= kBinBuffer) {
+    bin_->write(packed_.data(), packed_.size());
+    packed_.clear();
+  }
   lengths_.push_back(int32_t(count));
   document_starts_.push_back(int64_t(lengths_.size()));
 }
 
 void IndexedDatasetWriter::finish() {
-  const int closed = std::fclose(bin_);
-  bin_ = nullptr;
-  if (closed != 0) fail("writing '", prefix_, ".bin.partial' failed: ", std::strerror(errno));
+  bin_->write(packed_.data(), packed_.size());
+  bin_->finish();
   std::vector<int64_t> pointers(lengths_.size());
   int64_t offset = 0;
   for (size_t i = 0; i < lengths_.size(); ++i) {
     pointers[i] = offset;
     offset += int64_t(lengths_[i]) * int64_t(token_bytes(type_));
   }
-  const std::string partial = prefix_ + ".idx.partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    out.write(kMagic, sizeof kMagic);
-    write_pod(out, kVersion);
-    write_pod(out, uint8_t(type_));
-    write_pod(out, uint64_t(lengths_.size()));
-    write_pod(out, uint64_t(document_starts_.size()));
-    write_array(out, lengths_);
-    write_array(out, pointers);
-    write_array(out, document_starts_);
-    if (!out.flush()) fail("writing '", partial, "' failed: ", std::strerror(errno));
-  }
-  // Both files are complete before either is renamed; a reader that catches them between the
-  // two renames finds the sizes disagree and says so.
-  for (const char* suffix : {".bin", ".idx"}) {
-    const std::string path = prefix_ + suffix;
-    if (std::rename((path + ".partial").c_str(), path.c_str()) != 0)
-      fail("cannot rename '", path, ".partial': ", std::strerror(errno));
-  }
-  finished_ = true;
+  std::string index(kMagic, sizeof kMagic);
+  write_pod(index, kVersion);
+  write_pod(index, uint8_t(type_));
+  write_pod(index, uint64_t(lengths_.size()));
+  write_pod(index, uint64_t(document_starts_.size()));
+  write_array(index, lengths_);
+  write_array(index, pointers);
+  write_array(index, document_starts_);
+  write_text_file(files_->stage(prefix_ + ".idx"), index);
+  if (own_files_) own_files_->publish();
 }
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : bin_path_(prefix + ".bin") {
   const std::string idx_path = prefix + ".idx";
+  if (fs::exists(prefix + ".publishing"))
+    fail("dataset '", prefix, "' is between two versions: a preprocess run was killed while publishing it (", prefix,
+         ".publishing lists the files); preprocess --output ", prefix, " puts the previous ones back before it writes");
   std::ifstream in(idx_path, std::ios::binary);
   if (!in) fail("indexed dataset index '", idx_path, "' cannot be opened (make one with tools/preprocess)");
   char magic[9];

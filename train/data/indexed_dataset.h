@@ -9,8 +9,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/files.h"
+#include "core/publication.h"
 
 namespace trident {
 
@@ -22,9 +26,10 @@ TokenType token_type_for_vocab(int64_t vocab_size);
 
 class IndexedDatasetWriter {
  public:
-  // Writes <prefix>.bin.partial, renamed with the .idx to <prefix>.bin and <prefix>.idx, both
-  // complete, in finish(). Destroyed unfinished, it removes its .partial files.
-  IndexedDatasetWriter(std::string prefix, TokenType type);
+  // Stages <prefix>.bin and, in finish(), <prefix>.idx in `files`, to be published with the
+  // tokenizer's files (core/publication.h); without `files`, finish() publishes the two itself.
+  // Destroyed unpublished, nothing it wrote stays behind.
+  IndexedDatasetWriter(std::string prefix, TokenType type, Publication* files = nullptr);
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
@@ -36,9 +41,10 @@ class IndexedDatasetWriter {
  private:
   std::string prefix_;
   TokenType type_;
-  std::FILE* bin_ = nullptr;
-  bool finished_ = false;
-  std::vector<uint8_t> packed_;  // one document in the token type, reused
+  std::unique_ptr<Publication> own_files_;
+  Publication* files_;
+  std::unique_ptr<FileWriter> bin_;
+  std::vector<uint8_t> packed_;  // documents in the token type, written a megabyte at a time
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_starts_{0};
 };

@@ -178,9 +178,9 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string type() const override { return "sentencepiece"; }
 
  protected:
-  std::vector<std::string> write_files(const std::string& prefix) const override {
+  std::vector<std::string> write_files(const std::string& prefix, Publication& files) const override {
     const std::string file = prefix + ".model";
-    replace_file(file, engine_->model());  // it may be the file it was loaded from
+    write_text_file(files.stage(file), engine_->model());  // it may replace the file it was loaded from
     return {file};
   }
 

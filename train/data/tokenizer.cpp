@@ -33,7 +33,7 @@ class ByteTokenizer : public Tokenizer {
   std::string type() const override { return "byte"; }
 
  protected:
-  std::vector<std::string> write_files(const std::string&) const override { return {}; }
+  std::vector<std::string> write_files(const std::string&, Publication&) const override { return {}; }
 };
 
 std::string sidecar_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
@@ -52,13 +52,19 @@ std::string describe_tokenizer(const std::string& type, int64_t vocab_size) {
   return str(name, " (", vocab_size, " ids)");
 }
 
-void Tokenizer::save(const std::string& prefix) const {
+void Tokenizer::save(const std::string& prefix, Publication& files) const {
   json sidecar = {{"type", type()},
                   {"vocab_size", vocab_size()},
                   {"end_of_document", end_of_document()},
                   {"files", json::array()}};
-  for (const auto& file : write_files(prefix)) sidecar["files"].push_back(fs::path(file).filename().string());
-  replace_file(sidecar_path(prefix), sidecar.dump(2) + "\n");
+  for (const auto& file : write_files(prefix, files)) sidecar["files"].push_back(fs::path(file).filename().string());
+  write_text_file(files.stage(sidecar_path(prefix)), sidecar.dump(2) + "\n");
+}
+
+void Tokenizer::save(const std::string& prefix) const {
+  Publication files(prefix + ".publishing");
+  save(prefix, files);
+  files.publish();
 }
 
 std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }

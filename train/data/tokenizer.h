@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/publication.h"
+
 namespace trident {
 
 // "SentencePiece BPE (2000 ids)" for type "sentencepiece" (the names in PREFIX.tokenizer.json:
@@ -32,13 +34,16 @@ class Tokenizer {
   virtual int64_t end_of_document() const = 0;  // the id that ends each document
   virtual std::string type() const = 0;         // as PREFIX.tokenizer.json names it
   std::string describe() const { return describe_tokenizer(type(), vocab_size()); }
-  // Writes the tokenizer's own files for dataset `prefix`, then PREFIX.tokenizer.json naming them.
+  // Stages the tokenizer's own files for dataset `prefix` and PREFIX.tokenizer.json naming them
+  // in `files`, to be published with the dataset (core/publication.h).
+  void save(const std::string& prefix, Publication& files) const;
+  // The same, published at once.
   void save(const std::string& prefix) const;
 
  protected:
-  // PREFIX.model, PREFIX.vocab.json + PREFIX.merges.txt, PREFIX.hf-tokenizer.json: returns the
-  // files written.
-  virtual std::vector<std::string> write_files(const std::string& prefix) const = 0;
+  // PREFIX.model, PREFIX.vocab.json + PREFIX.merges.txt, PREFIX.hf-tokenizer.json, each written
+  // where `files` stages it: returns their final paths.
+  virtual std::vector<std::string> write_files(const std::string& prefix, Publication& files) const = 0;
 };
 
 std::unique_ptr<Tokenizer> byte_tokenizer();

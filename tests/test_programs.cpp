@@ -589,6 +589,17 @@ TEST(ExportProgram, ExportsACheckpointThatTrainingCanStartFrom) {
           (mpi ? " parallel.tensor=2" : ""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
+  // A failed export leaves no file (core/publication.h): every third file step fails in turn
+  // (preprocess's test tries each step of the same publication).
+  for (int64_t n = 1;; n += 3) {
+    ASSERT_LT(n, 100) << "more steps than expected";
+    r = run("TRIDENT_FAULT_AT=" + std::to_string(n) + " " + kBin + "/export --checkpoint " + ckpt + " --output " + out);
+    if (r.exit_code == 0) break;
+    EXPECT_EQ(r.exit_code, 2) << n << "\n" << r.output;
+    EXPECT_NE(r.output.find("Input/output error"), std::string::npos) << n << "\n" << r.output;
+    EXPECT_EQ(files_named(out, ""), std::vector<std::string>{}) << n << "\n" << r.output;
+  }
+  trident::remove_tree(out);
   r = run(kBin + "/export --checkpoint " + ckpt + " --output " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model.safetensors, config.json, vocab.json, merges.txt"), std::string::npos) << r.output;
@@ -695,6 +706,15 @@ TEST(GenerateProgram, ContinuesTextWithAModelOfAnyLayout) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("is neither a checkpoint (no manifest.json) nor a checkpoint directory"), std::string::npos)
       << r.output;
+  // A run on synthetic tokens has no tokenizer to decode with: --dataset names one.
+  const std::string synthetic = (dir / "synthetic").string();
+  ASSERT_EQ(run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml data.type=synthetic model.num_layers=1 "
+                "train.iters=1 train.metrics_file= train.checkpoint_dir=" + synthetic).exit_code, 0);
+  r = run(generate + "--checkpoint " + synthetic);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: checkpoint '" + synthetic + "/iter_0000001' was trained on data.type=synthetic, "
+                          "which has no tokenizer: pass --dataset PREFIX, a dataset whose tokenizer fits its "
+                          "model.vocab_size=256"), std::string::npos) << r.output;
 }
 
 // The same with a Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head) trained

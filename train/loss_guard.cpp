@@ -36,25 +36,25 @@ LossVerdict LossGuard::check(double loss) {
     std::vector<double> deviations;
     for (double x : recent) deviations.push_back(std::abs(x - level));
     const double spread = std::max({1.4826 * median(deviations), 0.05 * std::abs(level), 0.01});
-    const double back = max_spike_ / 3;  // after a spike, the loss is back within this many spreads
+    const double high = max_spike_ / 3;  // a loss this many spreads above the level is not healthy
     const double spreads = (loss - level) / spread;
-    if (spreads > (unhealthy_.empty() ? max_spike_ : back)) {
+    if (spreads > high) {
       unhealthy_.push_back(loss);
       const std::string above = str(fixed(spreads, 1), " spreads of ", fixed(spread, 4), " above the median ",
                                     fixed(level, 4), " of the last ", recent.size(), " healthy iterations");
       const std::string rule = str("train.max_loss_spike=", max_spike_, ", train.loss_spike_patience=", patience_);
       if (unhealthy_.size() >= patience_) {
         std::string losses;
-        for (double spike : unhealthy_) losses += (losses.empty() ? "" : ", ") + fixed(spike, 4);
+        for (double bad : unhealthy_) losses += (losses.empty() ? "" : ", ") + fixed(bad, 4);
         return {LossVerdict::Kind::diverged,
-                str("the loss did not come back: ", unhealthy_.size(), " losses in a row (", losses, ") from a spike ",
-                    "on stayed more than ", fixed(back, 1), " spreads above the level before it, the last ", above,
-                    " (", rule, ")")};
+                str("the loss did not come back: ", unhealthy_.size(), " losses in a row (", losses, ") were more than ",
+                    fixed(high, 1), " spreads above the level, the last ", above, " (", rule, ")")};
       }
+      if (spreads <= max_spike_) return {LossVerdict::Kind::high, ""};
       return {LossVerdict::Kind::spike,
-              str("the loss is ", loss, unhealthy_.size() == 1 ? ", a spike: " : ", not back yet: ", above, "; going on, ",
-                  "and stopping unless a loss within ", fixed(back, 1), " spreads of the median comes in the next ",
-                  patience_ - unhealthy_.size(), " iterations (", rule, ")")};
+              str("the loss is ", loss, ", a spike: ", above, "; going on, and stopping unless a loss within ",
+                  fixed(high, 1), " spreads of the median comes in the next ", patience_ - unhealthy_.size(),
+                  " iterations (", rule, ")")};
     }
   }
   unhealthy_.clear();

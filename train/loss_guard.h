@@ -1,22 +1,24 @@
 // The divergence guard: which training losses end a run. A loss that is not finite does at once.
-// A spike, a loss far above the run's recent level, does only when the loss does not come back:
-// one hard sample gives one spike and the next loss is as before, while a diverging run, or one
-// whose data turned to noise, stays high. The level is a robust statistic of the last `window`
-// healthy losses (their median, and their spread as 1.4826 x the median absolute deviation, the
-// standard deviation's robust estimate; at least 5% of the median and 0.01, so that a run whose
-// recent losses are nearly equal, or nearly 0, still has room for noise):
+// A spike, a loss far above the run's recent level, does not: one hard sample gives one spike
+// and the next loss is as before. What ends a run is a loss that stays high: a run gone unstable,
+// or one whose data turned to noise (whose loss may settle below the spike threshold, at a
+// uniform guess's, yet far above the level before). The level is a robust statistic of the last
+// `window` healthy losses (their median, and their spread as 1.4826 x the median absolute
+// deviation, the standard deviation's robust estimate; at least 5% of the median and 0.01, so
+// that a run whose recent losses are nearly equal, or nearly 0, still has room for noise):
 //
-//   spike  <=>  loss > median + max_spike x spread,  spread = max(1.4826 x MAD, 0.05 x |median|, 0.01)
-//   back   <=>  loss <= median + max_spike / 3 x spread
+//   spread = max(1.4826 x MAD, 0.05 x |median|, 0.01)
+//   high   <=>  loss > median + max_spike / 3 x spread     (about 2% of healthy losses)
+//   spike  <=>  loss > median + max_spike x spread         (about 0.1%: a warning)
+//   diverged <=> `patience` high losses in a row
 //
-//   losses:   ... 3.1 3.0 3.1 [5.7] 3.0 3.1 ...          a spike, then back: a warning, training goes on
-//             ... 3.1 3.0 [7.5][6.9][5.7][5.6][5.6]     `patience` losses in a row from a spike on
-//                                                        that are not back: diverged
+//   losses:   ... 3.1 3.0 3.1 [5.7] 3.0 3.1 ...           a spike, then back: training goes on
+//             ... 3.1 3.0 [7.5] [6.9] [5.7] [5.6] [5.6]   5 high losses in a row: diverged
 //
 // checked from the second loss on (a resumed run brings its checkpoint's history and the row it
 // was in; with one or two losses the floors decide: at max_spike 10, 1.5 times the level). Only
-// healthy losses join the history. max_spike 0 turns spikes off. fp16's skipped steps are the
-// loss scaler's business: they are neither checked nor recorded.
+// healthy losses join the history. max_spike 0 turns all but the non-finite rule off. fp16's
+// skipped steps are the loss scaler's business: they are neither checked nor recorded.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,9 @@
 namespace trident {
 
 struct LossVerdict {
-  enum class Kind { healthy, spike, diverged };
+  // high: more than max_spike / 3 spreads above the level, not yet a spike: no word, but not
+  // healthy either (it extends a row, and does not join the history).
+  enum class Kind { healthy, high, spike, diverged };
   Kind kind = Kind::healthy;
   std::string why;  // a spike's or a divergence's cause in words; empty when healthy
 };
@@ -37,8 +41,8 @@ class LossGuard {
   LossGuard(double max_spike, int64_t window, int64_t patience);
 
   LossVerdict check(double loss);
-  // The losses in a row from a spike on that were not back, as just checked (a diverging one
-  // included): the run's last healthy loss was that many iterations ago.
+  // The high losses in a row just checked (a diverging one included): the run's last healthy
+  // loss was that many iterations ago.
   int64_t unhealthy_in_a_row() const { return int64_t(unhealthy_.size()); }
 
   // What a checkpoint carries to continue exactly: the recent healthy losses, oldest first, and

@@ -299,6 +299,7 @@ int64_t validation_samples(const GPTData& data) {
 
 void Trainer::validate_into(IterationMetrics& m) {
   const std::vector<double> losses = evaluate_datasets();
+  if (losses.empty()) return;  // cut short by a stop signal: no validation loss
   m.valid_loss = 0;
   for (size_t d = 0; d < losses.size(); ++d) m.valid_loss += data_->validation[d].weight * losses[d];
   if (losses.size() > 1)
@@ -311,10 +312,24 @@ std::vector<double> Trainer::evaluate_datasets() {
                                                                                : "set data.valid_fraction > 0 or data.valid_path");
   torch::NoGradGuard no_grad;
   for (auto& chunk : model_.chunks) chunk->eval();
+  // A stop signal cuts a validation short before its next batch (every rank agrees), so that a
+  // run stops within one step or one validation batch of the signal, then saves.
+  const auto stop_agreed = [&] {
+    auto stop = torch::tensor({int64_t(stop_signal())}, torch::kLong);
+    cpu_world_->all_reduce(stop, ReduceOp::max);
+    return int(stop.item<int64_t>());
+  };
   std::vector<double> losses;
+  int64_t done = 0;
   for (const DatasetPart& dataset : data_->validation) {
     auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
-    for (int64_t i = 0; i < config_.train.eval_iters; ++i) {
+    for (int64_t i = 0; i < config_.train.eval_iters; ++i, ++done) {
+      if (const int stop = stop_agreed()) {
+        log::warn(str("validation at iteration ", iteration_, " cut short by ", signal_name(stop), " after ", done,
+                      " of ", config_.train.eval_iters * int64_t(data_->validation.size()), " batches: no validation ",
+                      "loss for it"));
+        return {};
+      }
       const int64_t consumed = i * config_.batch.global_batch_size;
       const double divisor = double(layout_.micro_batches) / loss_normalizer(*dataset.valid, consumed);
       run_pipeline_forward(groups_->pp_group(), pipeline_options(),

@@ -65,7 +65,8 @@ class Trainer {
   IterationMetrics step();
   // Mean validation loss over train.eval_iters global batches (the same batches every call) of
   // each validation dataset (data.path's held-out parts, or data.valid_path's), in order;
-  // evaluate() weighs them as their blend does.
+  // evaluate() weighs them as their blend does. A stop signal (train/stop_signals.h) cuts it short
+  // before its next batch: then empty, and evaluate() is nan.
   std::vector<double> evaluate_datasets();
   double evaluate();
   // Saves the checkpoint of the current iteration now (after publishing one still being written

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
@@ -96,6 +98,12 @@ int report_failure(const std::exception& e, int world_size) {
 void ignore_broken_pipes() {
   struct sigaction current {};
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+
+void stop_with_the_launcher() {
+  const pid_t launcher = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;
+  if (::getppid() != launcher) std::raise(SIGTERM);  // it exited before the request
 }
 
 void end_job(int exit_code) {

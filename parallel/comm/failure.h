@@ -51,6 +51,13 @@ int report_failure(const std::exception& e, int world_size);
 // SIGPIPE is kept. Python ignores SIGPIPE likewise, so PyTorch's Gloo behaves so under torchrun.
 void ignore_broken_pipes();
 
+// Makes this rank receive SIGTERM when its launcher (mpirun, or Open MPI's daemon on another
+// host) exits: a second Ctrl-C makes mpirun return at once, and its ranks would otherwise run on
+// for seconds and publish checkpoints unasked. With the first stop signal already received, this
+// is the second, which ends the rank at once (train/stop_signals.h); without, the rank stops as
+// at a SIGTERM. Only for processes a launcher started: a run from a shell outlives the shell.
+void stop_with_the_launcher();
+
 // Ends every process of the job now, from the main thread, skipping destructors (they could
 // wait on peers): MPI_Abort under MPI, else this process exits and its peers lose it.
 [[noreturn]] void end_job(int exit_code);

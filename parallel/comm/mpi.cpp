@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "parallel/comm/backends.h"
+#include "parallel/comm/failure.h"
 #include "parallel/comm/watchdog.h"
 
 namespace trident {
@@ -255,6 +256,9 @@ std::shared_ptr<Communicator> make_mpi_world_communicator(std::chrono::seconds t
   ensure_initialized();
   finalize_timeout = timeout;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) stop_with_the_launcher();
   return std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, timeout);
 }
 

@@ -169,8 +169,9 @@ struct TrainConfig {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t keep_checkpoints = 2;
   // The divergence guard (train/loss_guard.h): a loss more than max_loss_spike robust spreads
-  // above the median of the last loss_spike_window healthy losses is a spike; loss_spike_patience
-  // spikes in a row stop the run as a non-finite loss does. max_loss_spike 0 turns spikes off.
+  // above the median of the last loss_spike_window healthy losses is a spike (a warning), one
+  // more than a third of that is high; loss_spike_patience high losses in a row stop the run as a
+  // non-finite loss does. max_loss_spike 0 turns both off.
   double max_loss_spike = 10;
   int64_t loss_spike_window = 100;
   int64_t loss_spike_patience = 5;

@@ -21,10 +21,13 @@ namespace trident {
 namespace {
 
 // The .partial files of unpublished publications, as fixed C strings a signal handler can read.
+// A slot is taken (`slot_used`), filled, then listed (`slot_listed`, which the handler reads).
 constexpr size_t kSlots = 32;
 constexpr size_t kPathBytes = 4096;
 std::array<std::array<char, kPathBytes>, kSlots> staged_paths;
 std::array<std::atomic<bool>, kSlots> slot_used{};
+std::array<std::atomic<bool>, kSlots> slot_listed{};
+std::atomic<bool> publishing{false};
 
 int take_slot(const std::string& partial) {
   if (partial.size() >= kPathBytes) return -1;  // too long to list: removed by the destructor only
@@ -32,6 +35,7 @@ int take_slot(const std::string& partial) {
     bool expected = false;
     if (slot_used[i].load() || !slot_used[i].compare_exchange_strong(expected, true)) continue;
     std::memcpy(staged_paths[i].data(), partial.c_str(), partial.size() + 1);
+    slot_listed[i].store(true, std::memory_order_release);
     return int(i);
   }
   return -1;
@@ -80,24 +84,30 @@ void roll_back(const std::string& journal) {
 
 }  // namespace
 
-Publication::Publication(std::string journal) : journal_(std::move(journal)) {}
+Publication::Publication(std::string journal) : journal_(std::move(journal)) {
+  roll_back_interrupted(journal_);  // an earlier publication killed half-way: its older files first
+}
 
 Publication::~Publication() {
   for (size_t i = 0; i < paths_.size(); ++i) {
     if (!published_) std::remove(partial_of(paths_[i]).c_str());
-    if (slots_[i] >= 0) slot_used[size_t(slots_[i])] = false;
+    if (slots_[i] >= 0) slot_listed[size_t(slots_[i])] = false, slot_used[size_t(slots_[i])] = false;
   }
 }
 
 std::string Publication::stage(const std::string& path) {
   TRIDENT_CHECK(!published_, "Publication::stage after publish");
-  paths_.push_back(path);
-  slots_.push_back(take_slot(partial_of(path)));
+  paths_.push_back(fs::absolute(path).string());  // the journal must name them wherever it is read from
+  slots_.push_back(take_slot(partial_of(paths_.back())));
   return partial_of(path);
 }
 
 void Publication::publish() {
   const HeldSignals held;
+  publishing = true;
+  struct Done {
+    ~Done() { publishing = false; }
+  } done;
   std::string journal;
   std::vector<std::string> kept;  // the .previous links made
   try {
@@ -131,9 +141,11 @@ void Publication::publish() {
   for (const std::string& path : paths_) std::remove(previous_of(path).c_str());
 }
 
+bool Publication::publishing_now() noexcept { return publishing.load(); }
+
 void Publication::remove_staged_files_in_signal_handler() noexcept {
   for (size_t i = 0; i < kSlots; ++i)
-    if (slot_used[i].load()) ::unlink(staged_paths[i].data());
+    if (slot_listed[i].load(std::memory_order_acquire)) ::unlink(staged_paths[i].data());
 }
 
 bool Publication::roll_back_interrupted(const std::string& journal) {

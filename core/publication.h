@@ -11,8 +11,10 @@
 //
 // Unpublished when destroyed (an error, a signal), it removes its .partial files and the older
 // outputs are untouched. A failure while publishing puts the .previous files back. SIGINT,
-// SIGTERM and SIGHUP are held back while it publishes; a process killed there (SIGKILL, a crash)
-// leaves the journal, and roll_back_interrupted() at the next start puts the older files back.
+// SIGTERM and SIGHUP are held back while it publishes (in its thread; a handler elsewhere asks
+// publishing_now()); a process killed there (SIGKILL, a crash) leaves the journal (absolute
+// paths), and the next Publication of the same journal (or roll_back_interrupted()) puts the
+// older files back before anything is staged.
 #pragma once
 
 #include <string>
@@ -33,8 +35,10 @@ class Publication {
   void publish();
 
   // For a signal handler (a second Ctrl-C that ends the process at once): removes the .partial
-  // files of every unpublished publication. Async-signal-safe.
+  // files of every unpublished publication. Async-signal-safe. Not while publishing_now(): the
+  // held signals are held in the publishing thread only, and another thread may take one then.
   static void remove_staged_files_in_signal_handler() noexcept;
+  static bool publishing_now() noexcept;
   // When `journal` exists, a publication was killed while publishing: puts the files it replaced
   // back, removes the ones it added, and returns true.
   static bool roll_back_interrupted(const std::string& journal);

@@ -588,6 +588,8 @@ TEST(JobFailure, AStopSignalCutsAValidationShort) {
 
 // A second Ctrl-C makes mpirun return at once; its ranks, mid-iteration, end with it (they get
 // SIGTERM when their launcher exits: their second stop signal) instead of running on to save.
+// (On this machine Open MPI's own teardown also ends them, within about a second; the bound
+// leaves room for a loaded CI machine, and a rank that ran on would save.)
 TEST(JobFailure, ASecondCtrlCToMpirunLeavesNoRankRunning) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
@@ -600,12 +602,12 @@ TEST(JobFailure, ASecondCtrlCToMpirunLeavesNoRankRunning) {
   const std::string ranks = "pgrep -f \"^" + kBin + "/train .*train.seed=515151\"";  // not the shell nor mpirun
   const CommandResult r = run_command(
       "timeout 120 bash -c '" + kMpirun + "2 " + command + " > " + out + " 2>&1 & m=$!; until grep -q \"iter 1/\" " +
-      out + "; do sleep 0.02; done; kill -INT $m; sleep 0.1; kill -INT $m; wait $m; for i in $(seq 20); do " + ranks +
+      out + "; do sleep 0.02; done; kill -INT $m; sleep 0.1; kill -INT $m; wait $m; for i in $(seq 50); do " + ranks +
       " > /dev/null || break; sleep 0.1; done; echo \"ranks left: $(" + ranks + " | wc -l) after $i\"; sleep 3; ls " +
       (dir / "ckpt").string() + "'");
   EXPECT_NE(r.output.find("ranks left: 0 after "), std::string::npos) << r.output << read_text_file(out, "log");
   const size_t at = r.output.find("ranks left: 0 after ");
-  if (at != std::string::npos) EXPECT_LE(std::stoi(r.output.substr(at + 20)), 6) << r.output;
+  if (at != std::string::npos) EXPECT_LE(std::stoi(r.output.substr(at + 20)), 30) << r.output;
   EXPECT_EQ(r.output.find("iter_"), std::string::npos) << r.output;  // nothing saved after the second Ctrl-C
 }
 

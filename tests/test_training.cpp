@@ -551,6 +551,19 @@ TEST(Training, SpikesThatDoNotComeBackStopBeforeSavingAndKeepTheLastHealthyCheck
       << point->warning;
   EXPECT_EQ(point->progress.recent_losses.size(), 5u);
   EXPECT_EQ(point->progress.unhealthy_losses.size(), size_t(stopped - 6));
+  // Resumed as it is, at a learning rate that no longer ruins it, the run gets a fresh row: the
+  // high losses it carries are what stopped the run before, not this one's.
+  {
+    Trainer again(with({str("train.iters=", stopped), "optimizer.lr=1e-4", "train.save_interval=0"}));
+    EXPECT_EQ(again.iteration(), stopped - 1);
+    std::string error;
+    try {
+      again.step();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error, "");
+  }
 
   // As the error says: checkpoint 4 resumes without a warning, and trains on.
   std::filesystem::rename(store.path(stopped - 1), dir / "iter_newest.bad");

@@ -188,11 +188,12 @@ std::vector<InputFile> collect_files(const Options& o) {
 
 // Set by SIGINT or SIGTERM; the run stops at the next batch, through the errors' path, so that
 // nothing half-written stays behind. A second signal ends the process at once, removing the
-// .partial files first (core/publication.h); the older dataset is untouched either way.
+// .partial files first (core/publication.h), unless the dataset is being published (a matter
+// of renames, after which the run ends anyway); the older dataset is untouched either way.
 volatile std::sig_atomic_t interrupted = 0;
 
 extern "C" void on_interrupt(int signal) {
-  if (interrupted) {
+  if (interrupted && !trident::Publication::publishing_now()) {
     trident::Publication::remove_staged_files_in_signal_handler();
     std::signal(signal, SIG_DFL);
     std::raise(signal);

@@ -133,11 +133,16 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     optimizer_->publish();
     iteration_ = last_saved_ = resume->progress.iteration;
     consumed_samples_ = resume->progress.consumed_samples;
-    loss_guard_.restore(resume->progress.recent_losses, resume->progress.unhealthy_losses);
+    // From a checkpoint after which a run stopped, the rerun (a lower learning rate, say) gets a
+    // fresh row of high losses: the one it carries is what stopped that run.
+    loss_guard_.restore(resume->progress.recent_losses,
+                        resume->warning.empty() ? resume->progress.unhealthy_losses : std::vector<double>{});
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
-    if (!resume->interrupted.empty()) {  // finishes the interrupted save's commit
-      if (groups_->world().rank() == 0) checkpoints_->move_latest(iteration_);
+    if (!resume->interrupted.empty()) {  // finishes the interrupted save's commit, as every rank agrees
+      agree(*cpu_world_, [&] {
+        if (groups_->world().rank() == 0) checkpoints_->move_latest(iteration_);
+      });
       log::warn(resume->interrupted);
     }
     if (!resume->warning.empty()) log::warn(resume->warning), resumed_unhealthy_ = iteration_;
@@ -566,7 +571,7 @@ TrainingEnd Trainer::train() {
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
       if (m.iteration == it && validate) {
         validate_into(m);
-        if (hooks_.after_validation) run_hook("after_validation", it, [&] { hooks_.after_validation(m); });
+        if (hooks_.after_validation && !std::isnan(m.valid_loss)) run_hook("after_validation", it, [&] { hooks_.after_validation(m); });
       }
       if (m.iteration % t.log_interval == 0 || m.iteration == t.iters || !std::isnan(m.valid_loss) ||
           (stop && m.iteration == it))

@@ -103,7 +103,7 @@ void ignore_broken_pipes() {
 void stop_with_the_launcher() {
   const pid_t launcher = ::getppid();
   if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;
-  if (::getppid() != launcher) std::raise(SIGTERM);  // it exited before the request
+  if (::getppid() != launcher) std::_Exit(128 + SIGTERM);  // it exited before the request: no job left
 }
 
 void end_job(int exit_code) {

@@ -55,7 +55,8 @@ void ignore_broken_pipes();
 // host) exits: a second Ctrl-C makes mpirun return at once, and its ranks would otherwise run on
 // for seconds and publish checkpoints unasked. With the first stop signal already received, this
 // is the second, which ends the rank at once (train/stop_signals.h); without, the rank stops as
-// at a SIGTERM. Only for processes a launcher started: a run from a shell outlives the shell.
+// at a SIGTERM; when the launcher is gone already, the rank exits at once. Only for processes
+// a launcher started: a run from a shell outlives the shell.
 void stop_with_the_launcher();
 
 // Ends every process of the job now, from the main thread, skipping destructors (they could

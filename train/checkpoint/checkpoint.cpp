@@ -344,7 +344,7 @@ std::string recovery_advice(const CheckpointStore& store, int64_t first_bad) {
       str("the newest checkpoint, ", store.path(latest), latest + 1 == first_bad ? ", holds the weights that gave the loss of "
                                                                                 : ", holds weights trained after the bad losses began at ",
           "iteration ", first_bad);
-  const int64_t healthy = store.newest_healthy(latest);
+  const int64_t healthy = store.newest_healthy(first_bad - 1);  // whether or not the marks were written
   if (healthy >= 0)
     advice += str("; the newest healthy one, ", store.path(healthy), ", whose next loss passed the divergence ",
                   "guard: to resume from it, move the newer ones out of ", store.dir(), " and write ",

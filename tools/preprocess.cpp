@@ -134,13 +134,13 @@ bool wanted(const fs::path& path, const Options& o) {
 // PREFIX.bin, PREFIX.idx, the tokenizer's files (PREFIX.tokenizer.json, ...), their .partial and
 // .previous files and the journal of their publication: the dataset's own files are never its input, whether a second run walks the folder or
 // names them. (PREFIX.jsonl is an input: `--output data/web data/web.jsonl` is the usual way.)
+// A file a publication stages or keeps while it publishes (core/publication.h).
+bool is_staged(const fs::path& file) { return file.extension() == ".partial" || file.extension() == ".previous"; }
+
 bool is_own_output(const fs::path& file, const Options& o) {
   const fs::path prefix = fs::absolute(o.output);
   if (fs::weakly_canonical(fs::absolute(file).parent_path()) != fs::weakly_canonical(prefix.parent_path())) return false;
-  std::string name = file.filename().string();
-  for (const std::string& stage : {".partial", ".previous"})
-    if (name.size() > stage.size() && name.compare(name.size() - stage.size(), stage.size(), stage) == 0)
-      name.resize(name.size() - stage.size());
+  const std::string name = (is_staged(file) ? file.stem() : file.filename()).string();
   std::vector<std::string> suffixes = trident::tokenizer_file_suffixes();
   suffixes.insert(suffixes.end(), {".bin", ".idx", ".sentencepiece-corpus", ".publishing"});
   return std::any_of(suffixes.begin(), suffixes.end(), [&](const std::string& suffix) {
@@ -155,12 +155,8 @@ void remove_leftovers(const Options& o) {
     std::fprintf(stderr, "note: put back the files of %s that a run killed while publishing had replaced\n",
                  o.output.c_str());
   const fs::path folder = fs::absolute(o.output).parent_path();
-  for (const auto& entry : fs::directory_iterator(folder)) {
-    const std::string name = entry.path().filename().string();
-    const bool staged = name.size() > 8 && (name.compare(name.size() - 8, 8, ".partial") == 0 ||
-                                             (name.size() > 9 && name.compare(name.size() - 9, 9, ".previous") == 0));
-    if (staged && is_own_output(entry.path(), o)) fs::remove(entry.path());
-  }
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (is_staged(entry.path()) && is_own_output(entry.path(), o)) fs::remove(entry.path());
 }
 
 std::vector<InputFile> collect_files(const Options& o) {

@@ -156,6 +156,7 @@ const std::vector<Field>& schema() {
       field("model.add_bias_linear", TRIDENT_MEMBER(model.add_bias_linear), any<bool>("true or false")),
       field("model.untie_embeddings_and_output_weights", TRIDENT_MEMBER(model.untie_embeddings_and_output_weights),
             any<bool>("true or false")),
+      field("model.fused_kernels", TRIDENT_MEMBER(model.fused_kernels), any<bool>("true or false")),
       field("model.block", TRIDENT_MEMBER(model.block),
             Rule<std::string>{"a block's name: transformer, or one the program registers",
                               [](const std::string& v) { return !v.empty(); }}),

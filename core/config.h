@@ -63,6 +63,10 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
+  // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary
+  // embedding and loss; false: LibTorch's composite ops, which the CPU always runs. The same
+  // model either way: a software setting, free to change between runs of one checkpoint.
+  bool fused_kernels = true;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

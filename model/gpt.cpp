@@ -7,13 +7,14 @@
 #include <map>
 
 #include "core/error.h"
+#include "model/fused_kernels.h"
 #include "model/init.h"
 
 namespace trident {
 namespace {
 
 Norm norm(const ModelConfig& config, const TensorParallel& tp) {
-  return Norm(config.normalization, config.hidden_size, config.layernorm_epsilon, tp);
+  return Norm(config.normalization, config.hidden_size, config.layernorm_epsilon, tp, config.fused_kernels);
 }
 
 // Causal attention of queries [b, heads, n, d] at the last n of the keys' positions over keys and
@@ -53,6 +54,7 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
     : local_groups_(config.query_groups() / tp.group->size()),
       heads_per_group_(config.num_attention_heads / config.query_groups()),
       head_dim_(config.head_dim()),
+      fused_kernels_(config.fused_kernels),
       dropout_(config.attention_dropout),
       recompute_core_(recompute == Recompute::selective),
       cp_(std::move(cp)),
@@ -87,8 +89,8 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, cons
                                         : context_parallel_positions(s * cp_.size(), cp_.rank(), cp_.size(),
                                                                      qkv_local.options().dtype(torch::kLong));
     const auto tables = rotary_->tables(at, qkv_local.scalar_type());
-    heads.q = Rotary::rotate(heads.q, tables);
-    heads.k = Rotary::rotate(heads.k, tables);
+    heads.q = Rotary::rotate(heads.q, tables, fused_kernels_);
+    heads.k = Rotary::rotate(heads.k, tables, fused_kernels_);
   }
   return heads;
 }
@@ -113,7 +115,7 @@ torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, const to
   return output(causal_attention(h.q, keys, values, 0.0));
 }
 
-MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
+MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) : fused_kernels_(config.fused_kernels) {
   const int64_t h = config.hidden_size, f = config.ffn();
   const bool bias = config.add_bias_linear;
   if (config.activation == Activation::swiglu)
@@ -123,8 +125,10 @@ MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  if (gate) return down(at::silu(gate(x)) * up(x));
-  return down(at::gelu(up(x), "tanh"));  // GPT-2's tanh approximation, as Megatron uses
+  const bool fused = fused::applies(x, fused_kernels_);
+  if (gate) return down(fused ? fused::swiglu(gate(x), up(x)) : at::silu(gate(x)) * up(x));
+  const auto h = up(x);  // GPT-2's tanh approximation of GELU, as Megatron uses
+  return down(fused ? fused::gelu(h) : at::gelu(h, "tanh"));
 }
 
 BlockImpl::BlockImpl(const BlockContext& context)
@@ -145,8 +149,9 @@ torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch:
 }
 
 torch::Tensor BlockImpl::compute(const torch::Tensor& input, const Documents& documents) {
-  auto x = input + dropout(attn(ln_1(input), documents), hidden_dropout_, is_training(), *hidden_stream_);
-  return x + dropout(mlp(ln_2(x)), hidden_dropout_, is_training(), *hidden_stream_);
+  const auto [x, normed] =
+      ln_2->add_then_forward(input, dropout(attn(ln_1(input), documents), hidden_dropout_, is_training(), *hidden_stream_));
+  return x + dropout(mlp(normed), hidden_dropout_, is_training(), *hidden_stream_);
 }
 
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
@@ -218,9 +223,15 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& tar
                             const torch::Tensor& loss_mask, const TokenLoss& token_loss) {
   TRIDENT_CHECK(stage_.head, "loss() needs the stage that holds the head");
   auto logits = forward(input, documents);
-  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-  auto losses = token_loss ? token_loss(logits.flatten(0, 1), targets.flatten(), *tp_.group)
-                           : vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
+  torch::Tensor losses;
+  if (!token_loss && tp_.group->size() == 1 && fused::applies(logits, config_.fused_kernels)) {
+    // From the logits in their own type: no fp32 copy of them (model/fused_kernels.h).
+    losses = fused::cross_entropy(logits.flatten(0, 1), targets.flatten());
+  } else {
+    if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
+    losses = token_loss ? token_loss(logits.flatten(0, 1), targets.flatten(), *tp_.group)
+                        : vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
+  }
   if (loss_mask.defined()) losses = losses * loss_mask.flatten().to(losses.scalar_type());
   return losses.mean();
 }

@@ -74,6 +74,7 @@ class SelfAttentionImpl : public torch::nn::Module {
   torch::Tensor output(const torch::Tensor& context);  // [b, heads, s, d] -> [b, s, h]
 
   int64_t local_groups_, heads_per_group_, head_dim_;
+  bool fused_kernels_;
   std::optional<Rotary> rotary_;
   double dropout_;
   bool recompute_core_;
@@ -91,6 +92,9 @@ class MLPImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   ColumnParallelLinear gate{nullptr}, up{nullptr};  // gate: SwiGLU only
   RowParallelLinear down{nullptr};
+
+ private:
+  bool fused_kernels_;
 };
 TORCH_MODULE(MLP);
 

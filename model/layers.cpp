@@ -2,6 +2,8 @@
 
 #include <torch/autograd.h>
 
+#include "model/fused_kernels.h"
+
 namespace trident {
 namespace {
 
@@ -34,8 +36,8 @@ struct RmsNorm : public torch::autograd::Function<RmsNorm> {
 
 }  // namespace
 
-NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp)
-    : kind_(kind), hidden_(hidden), epsilon_(epsilon) {
+NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp, bool fused_kernels)
+    : kind_(kind), hidden_(hidden), epsilon_(epsilon), fused_kernels_(fused_kernels) {
   const auto role = ParameterRole::whole().without_decay().sequence_parallel_when(tp.sequence_parallel);
   weight = register_parameter("weight", torch::empty({hidden}), role.with_init(Init::ones));
   if (kind_ == Normalization::layernorm)
@@ -43,8 +45,16 @@ NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const Ten
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  if (fused::applies(x, fused_kernels_)) return fused::norm(x, weight, bias, epsilon_);
   if (kind_ == Normalization::layernorm) return at::layer_norm(x, {hidden_}, weight, bias, epsilon_);
   return RmsNorm::apply(x, weight, epsilon_);
+}
+
+std::pair<torch::Tensor, torch::Tensor> NormImpl::add_then_forward(const torch::Tensor& residual,
+                                                                   const torch::Tensor& delta) {
+  if (fused::applies(residual, fused_kernels_)) return fused::add_norm(residual, delta, weight, bias, epsilon_);
+  auto sum = residual + delta;
+  return {sum, forward(sum)};
 }
 
 PositionEmbeddingImpl::PositionEmbeddingImpl(int64_t positions, int64_t hidden) {

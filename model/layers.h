@@ -10,17 +10,21 @@ namespace trident {
 
 // LayerNorm (weight and bias) or RMSNorm (weight only, Zhang and Sennrich 2019) over the last
 // dimension. With sequence parallelism each rank normalises its part of the sequence, so its
-// gradients are partial sums over the TP group.
+// gradients are partial sums over the TP group. On CUDA with `fused_kernels`
+// (model.fused_kernels), model/fused_kernels.h's kernel, the residual add before it included.
 class NormImpl : public ParallelModule {
  public:
-  NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp);
+  NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp, bool fused_kernels = true);
   torch::Tensor forward(const torch::Tensor& x);
+  // {residual + delta, forward(residual + delta)}: in one pass where the fused kernels apply.
+  std::pair<torch::Tensor, torch::Tensor> add_then_forward(const torch::Tensor& residual, const torch::Tensor& delta);
   torch::Tensor weight, bias;  // no bias for RMSNorm
 
  private:
   Normalization kind_;
   int64_t hidden_;
   double epsilon_;
+  bool fused_kernels_;
 };
 TORCH_MODULE(Norm);
 

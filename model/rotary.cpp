@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/fused_kernels.h"
+
 namespace trident {
 namespace {
 
@@ -37,7 +39,9 @@ std::pair<torch::Tensor, torch::Tensor> Rotary::tables(const torch::Tensor& posi
   return {both.cos().to(dtype), both.sin().to(dtype)};
 }
 
-torch::Tensor Rotary::rotate(const torch::Tensor& x, const std::pair<torch::Tensor, torch::Tensor>& tables) {
+torch::Tensor Rotary::rotate(const torch::Tensor& x, const std::pair<torch::Tensor, torch::Tensor>& tables,
+                             bool fused_kernels) {
+  if (fused::applies(x, fused_kernels)) return fused::rotary(x, tables.first, tables.second);
   const int64_t half = x.size(-1) / 2;
   const auto rotated_half = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * tables.first + rotated_half * tables.second;

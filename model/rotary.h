@@ -20,8 +20,10 @@ class Rotary {
   // sample's own positions [b, s]), in `dtype` (computed in fp64 for fp64, else in fp32 as
   // Hugging Face does).
   std::pair<torch::Tensor, torch::Tensor> tables(const torch::Tensor& positions, torch::Dtype dtype) const;
-  // Rotates queries or keys [b, heads, s, d] by the tables of their positions.
-  static torch::Tensor rotate(const torch::Tensor& x, const std::pair<torch::Tensor, torch::Tensor>& tables);
+  // Rotates queries or keys [b, heads, s, d] by the tables of their positions (on CUDA with
+  // `fused_kernels`, in one kernel: model/fused_kernels.h).
+  static torch::Tensor rotate(const torch::Tensor& x, const std::pair<torch::Tensor, torch::Tensor>& tables,
+                              bool fused_kernels);
 
  private:
   int64_t head_dim_;

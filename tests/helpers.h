@@ -14,6 +14,7 @@
 #include "core/files.h"
 #include "parallel/comm/communicator.h"
 #include "train/data/indexed_dataset.h"
+#include "train/trainer.h"
 
 namespace trident::testing {
 
@@ -54,6 +55,19 @@ inline ModelConfig tiny_llama() {
   m.add_bias_linear = false;
   m.untie_embeddings_and_output_weights = true;
   return m;
+}
+
+// Trains `trainer` to its end and returns every iteration's loss; `hooks` run as well.
+inline std::vector<double> training_losses(Trainer& trainer, Hooks hooks = {}) {
+  std::vector<double> losses;
+  auto after_step = hooks.after_step;
+  hooks.after_step = [&](IterationMetrics& m) {
+    losses.push_back(m.loss);
+    if (after_step) after_step(m);
+  };
+  trainer.set_hooks(hooks);
+  trainer.train();
+  return losses;
 }
 
 // A fresh, empty directory under the system temp dir, named after the running test.

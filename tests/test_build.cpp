@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include "core/error.h"
+#include "model/fused_kernels.h"
 #include "parallel/comm/communicator.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
@@ -31,6 +32,7 @@ TEST(Build, TheCudaVariantHasItsCudaCode) {
   EXPECT_TRUE(info.torch_cuda_api) << describe(info);
   EXPECT_NE((" " + info.backends + " ").find(" nccl "), std::string::npos) << describe(info);
   EXPECT_TRUE(info.nccl_streams) << describe(info);
+  EXPECT_TRUE(fused::built()) << "the CUDA variant was built without its fused kernels (model/fused_kernels.cu)";
 #endif
 }
 

@@ -400,9 +400,10 @@ SavedRun read_saved_run(const std::string& folder) {
 
 TrainingProgress read_progress(const std::string& folder, const Config& config) {
   const SavedRun saved = read_saved_run(folder);
-  // The model and its arithmetic must be the same; the layout may change.
+  // The model and its arithmetic must be the same; the layout may change, and so may which
+  // kernels compute the same arithmetic.
   for (const auto& key : Config::keys()) {
-    const bool must_match = key.rfind("model.", 0) == 0 || key == "precision";
+    const bool must_match = (key.rfind("model.", 0) == 0 && key != "model.fused_kernels") || key == "precision";
     if (must_match && saved.config.get(key) != config.get(key))
       fail("checkpoint '", folder, "' was saved with ", key, "=", saved.config.get(key), " but this run has ", key,
            "=", config.get(key));

@@ -1,0 +1,58 @@
+"""Prints scripts/gpu_report's side-by-side table: for each row, trident with its fused kernels
+and with the composite path (model.fused_kernels=false), and the PyTorch peer
+(scripts/pytorch_gpu_peer.py) eager and under torch.compile: tokens/s, MFU and peak allocated
+memory. trident's tokens/s are the mean over its iterations after the first; the peers' MFU is
+trident's FLOPs per token (Megatron's formula) at the peer's rate.
+
+  python3 scripts/gpu_table.py DIR ROW...    (DIR holds ROW_fused.log/.jsonl, ROW_composite.*, ROW_eager.json, ROW_compile.json)
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def trident(directory, name):
+    log, metrics = directory / f"{name}.log", directory / f"{name}.jsonl"
+    if not metrics.exists():
+        return None
+    iterations = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()][1:]
+    if not iterations:
+        return None
+    peak = re.search(r"peak of ([\d.]+) GiB allocated", log.read_text()) if log.exists() else None
+    tokens = sum(i["tokens_per_s"] for i in iterations) / len(iterations)
+    mfu = sum(i.get("mfu", float("nan")) for i in iterations) / len(iterations)
+    return {"tokens_per_s": tokens, "mfu": mfu, "peak_gib": float(peak.group(1)) if peak else float("nan")}
+
+
+def peer(directory, name):
+    path = directory / f"{name}.json"
+    if not path.exists():
+        return None
+    lines = [line for line in path.read_text().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def cell(run, mfu):
+    if run is None:
+        return "failed"
+    return f"{run['tokens_per_s'] / 1e3:.1f} k tok/s, {100 * mfu:.1f}% MFU, {run['peak_gib']:.1f} GiB"
+
+
+def main():
+    directory, rows = Path(sys.argv[1]), sys.argv[2:]
+    print("| row | trident fused | trident composite | PyTorch eager | torch.compile | fused / compile |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        fused, composite = trident(directory, f"{row}_fused"), trident(directory, f"{row}_composite")
+        eager, compiled = peer(directory, f"{row}_eager"), peer(directory, f"{row}_compile")
+        reference = fused or composite
+        flops_per_token_mfu = reference["mfu"] / reference["tokens_per_s"] if reference else float("nan")
+        mfu = lambda run: run["tokens_per_s"] * flops_per_token_mfu if run else 0.0
+        ratio = f"{fused['tokens_per_s'] / compiled['tokens_per_s']:.3f}" if fused and compiled else "-"
+        print(f"| {row} | {cell(fused, mfu(fused))} | {cell(composite, mfu(composite))} | {cell(eager, mfu(eager))} "
+              f"| {cell(compiled, mfu(compiled))} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

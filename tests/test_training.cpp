@@ -546,6 +546,7 @@ TEST(Training, SpikesThatDoNotComeBackStopBeforeSavingAndKeepTheLastHealthyCheck
       << point->warning;
   EXPECT_EQ(point->progress.recent_losses.size(), 5u);
   EXPECT_EQ(point->progress.unhealthy_losses.size(), size_t(stopped - 6));
+  EXPECT_EQ(point->progress.first_unhealthy, stopped == 6 ? -1 : 6);
   // Resumed as it is, at a learning rate that no longer ruins it, the run gets a fresh row: the
   // high losses it carries are what stopped the run before, not this one's.
   {
@@ -602,7 +603,7 @@ TEST(Checkpoint, RotationKeepsTheNewestHealthyCheckpoint) {
   // the first, so it is not known to be healthy, and 5 stays instead.
   store.begin(10);
   write_manifest_part(store.staging_path(10), 0, {});
-  store.commit(10, 1, 5.0, /*unhealthy_losses=*/2);
+  store.commit(10, 1, 5.0, /*first_unhealthy=*/9);
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 10}));
   save(11, 1.7);  // the loss came back: 10 is the newest healthy one
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{10, 11}));

@@ -25,9 +25,13 @@ LossGuard::LossGuard(double max_spike, int64_t window, int64_t patience)
                 window, ", patience ", patience);
 }
 
-LossVerdict LossGuard::check(double loss) {
-  if (!std::isfinite(loss)) {
+LossVerdict LossGuard::check(double loss, int64_t iteration) {
+  const auto unhealthy = [&] {
+    if (unhealthy_.empty()) first_unhealthy_ = iteration;
     unhealthy_.push_back(loss);
+  };
+  if (!std::isfinite(loss)) {
+    unhealthy();
     return {LossVerdict::Kind::diverged, str("the loss is ", loss)};
   }
   if (max_spike_ > 0 && !history_.empty()) {
@@ -39,7 +43,7 @@ LossVerdict LossGuard::check(double loss) {
     const double high = max_spike_ / 3;  // a loss this many spreads above the level is not healthy
     const double spreads = (loss - level) / spread;
     if (spreads > high) {
-      unhealthy_.push_back(loss);
+      unhealthy();
       const std::string above = str(fixed(spreads, 1), " spreads of ", fixed(spread, 4), " above the median ",
                                     fixed(level, 4), " of the last ", recent.size(), " healthy iterations");
       const std::string rule = str("train.max_loss_spike=", max_spike_, ", train.loss_spike_patience=", patience_);
@@ -63,13 +67,17 @@ LossVerdict LossGuard::check(double loss) {
   return {};
 }
 
-void LossGuard::restore(const std::vector<double>& history, const std::vector<double>& unhealthy) {
+void LossGuard::restore(const std::vector<double>& history, const std::vector<double>& unhealthy,
+                        int64_t first_unhealthy) {
+  TRIDENT_CHECK(unhealthy.empty() == (first_unhealthy < 0), "loss guard: ", unhealthy.size(),
+                " unhealthy losses from iteration ", first_unhealthy);
   history_.clear();
   for (double loss : history) {
     history_.push_back(loss);
     if (history_.size() > window_) history_.pop_front();
   }
   unhealthy_ = unhealthy;
+  first_unhealthy_ = first_unhealthy;
 }
 
 std::string first_loss_warning(double loss, int64_t vocab, double init_method_std) {

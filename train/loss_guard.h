@@ -18,7 +18,8 @@
 // checked from the second loss on (a resumed run brings its checkpoint's history and the row it
 // was in; with one or two losses the floors decide: at max_spike 10, 1.5 times the level). Only
 // healthy losses join the history. max_spike 0 turns all but the non-finite rule off. fp16's
-// skipped steps are the loss scaler's business: they are neither checked nor recorded.
+// skipped steps are the loss scaler's business: they are neither checked nor recorded, so a row
+// is known by the iteration of its first loss, not by its length.
 #pragma once
 
 #include <cstdint>
@@ -40,16 +41,19 @@ class LossGuard {
  public:
   LossGuard(double max_spike, int64_t window, int64_t patience);
 
-  LossVerdict check(double loss);
-  // The high losses in a row just checked (a diverging one included): the run's last healthy
-  // loss was that many iterations ago.
-  int64_t unhealthy_in_a_row() const { return int64_t(unhealthy_.size()); }
+  // The verdict on `iteration`'s loss (iterations checked in increasing order).
+  LossVerdict check(double loss, int64_t iteration);
+  // The iteration of the first of the unhealthy losses in a row just checked (a diverging one
+  // included), -1 when the last loss was healthy: the weights before it are the newest known good.
+  int64_t first_unhealthy() const { return unhealthy_.empty() ? -1 : first_unhealthy_; }
 
-  // What a checkpoint carries to continue exactly: the recent healthy losses, oldest first, and
-  // the unhealthy losses in a row since; restore() takes them back.
+  // What a checkpoint carries to continue exactly: the recent healthy losses, oldest first, the
+  // unhealthy losses in a row since and the iteration of the first of them; restore() takes them
+  // back.
   std::vector<double> history() const { return {history_.begin(), history_.end()}; }
   std::vector<double> unhealthy_losses() const { return unhealthy_; }
-  void restore(const std::vector<double>& history, const std::vector<double>& unhealthy = {});
+  void restore(const std::vector<double>& history, const std::vector<double>& unhealthy = {},
+               int64_t first_unhealthy = -1);
 
  private:
   double max_spike_;
@@ -57,6 +61,7 @@ class LossGuard {
   size_t patience_;
   std::deque<double> history_;
   std::vector<double> unhealthy_;
+  int64_t first_unhealthy_ = -1;
 };
 
 // The warning for a fresh run's first loss far above ln(vocabulary), a uniform guess's loss, or

@@ -135,8 +135,11 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     consumed_samples_ = resume->progress.consumed_samples;
     // From a checkpoint after which a run stopped, the rerun (a lower learning rate, say) gets a
     // fresh row of high losses: the one it carries is what stopped that run.
-    loss_guard_.restore(resume->progress.recent_losses,
-                        resume->warning.empty() ? resume->progress.unhealthy_losses : std::vector<double>{});
+    if (resume->warning.empty())
+      loss_guard_.restore(resume->progress.recent_losses, resume->progress.unhealthy_losses,
+                          resume->progress.first_unhealthy);
+    else
+      loss_guard_.restore(resume->progress.recent_losses);
     log::info(str("resumed from ", resume->folder, " at iteration ", iteration_, " (", consumed_samples_,
                   " samples consumed)"));
     if (!resume->interrupted.empty()) {  // finishes the interrupted save's commit, as every rank agrees
@@ -252,13 +255,12 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
     if (const std::string warning = first_loss_warning(m.loss, vocab_, config_.model.init_method_std); !warning.empty())
       log::warn(warning);
   if (!m.skipped) {
-    // The first of the unhealthy losses in a row this one would end as a divergence.
-    const int64_t first_bad = m.iteration - loss_guard_.unhealthy_in_a_row();
     const LossVerdict verdict =
         std::isfinite(m.grad_norm)
-            ? loss_guard_.check(m.loss)
+            ? loss_guard_.check(m.loss, m.iteration)
             : LossVerdict{LossVerdict::Kind::diverged, str("the loss is ", m.loss, " and the gradient norm ", m.grad_norm)};
-    if (verdict.kind == LossVerdict::Kind::diverged) diverged(verdict.why, m.iteration, first_bad);
+    if (verdict.kind == LossVerdict::Kind::diverged)  // from the first of the row's losses (this one, for a nan norm)
+      diverged(verdict.why, m.iteration, loss_guard_.first_unhealthy() < 0 ? m.iteration : loss_guard_.first_unhealthy());
     if (verdict.kind == LossVerdict::Kind::spike) log::warn(str("iteration ", m.iteration, ": ", verdict.why));
     // Resumed from a checkpoint marked unhealthy, and the loss after it passed: healthy after all.
     if (verdict.kind == LossVerdict::Kind::healthy && resumed_unhealthy_ && m.iteration == *resumed_unhealthy_ + 1 &&
@@ -456,8 +458,10 @@ double Trainer::loss_normalizer(const Samples& samples, int64_t consumed) const 
 }
 
 CheckpointRequest Trainer::checkpoint_request() const {
-  const TrainingProgress progress{iteration_, consumed_samples_, optimizer_->steps(), scaler_->state(),
-                                  loss_guard_.history(), loss_guard_.unhealthy_losses()};
+  const TrainingProgress progress{iteration_,           consumed_samples_,
+                                  optimizer_->steps(),  scaler_->state(),
+                                  loss_guard_.history(), loss_guard_.unhealthy_losses(),
+                                  loss_guard_.first_unhealthy()};
   return {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_};
 }
 

@@ -8,7 +8,7 @@ namespace trident {
 BackgroundSave::BackgroundSave(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
                                const CheckpointRequest& request)
     : store_(store), cpu_world_(cpu_world), iteration_(request.progress.iteration),
-      keep_(request.config.train.keep_checkpoints), unhealthy_losses_(int64_t(request.progress.unhealthy_losses.size())),
+      keep_(request.config.train.keep_checkpoints), first_unhealthy_(request.progress.first_unhealthy),
       loss_(request.loss), leader_(groups.world().rank() == 0) {
   RankShare copy;
   try {
@@ -46,7 +46,7 @@ double BackgroundSave::publish() {
       if (failure_) std::rethrow_exception(failure_);
     });
     agree(cpu_world_, [&] {
-      if (leader_) store_.commit(iteration_, keep_, loss_, unhealthy_losses_);
+      if (leader_) store_.commit(iteration_, keep_, loss_, first_unhealthy_);
     });
   } catch (const JobError&) {
     if (leader_) store_.abandon(iteration_);

@@ -41,7 +41,7 @@ class BackgroundSave {
  private:
   const CheckpointStore& store_;
   Communicator& cpu_world_;
-  int64_t iteration_, keep_, unhealthy_losses_;
+  int64_t iteration_, keep_, first_unhealthy_;
   double loss_;
   bool leader_;
   std::atomic<bool> written_{false};

@@ -146,7 +146,7 @@ void CheckpointStore::begin(int64_t iteration) const {
   fs::create_directory(staging_path(iteration));
 }
 
-void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss, int64_t unhealthy_losses) const {
+void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss, int64_t first_unhealthy) const {
   const std::string staging = staging_path(iteration);
   write_manifest(staging, iteration, loss);  // every file in it is already on disk
   sync_path(staging);
@@ -162,7 +162,7 @@ void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss, int64
   }
 
   const auto saved = iterations();
-  const int64_t healthy = newest_healthy(iteration - unhealthy_losses);
+  const int64_t healthy = newest_healthy(first_unhealthy < 0 ? iteration : first_unhealthy - 1);
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
     if (saved[i] != iteration && saved[i] != healthy) remove_tree(path(saved[i]));
 }
@@ -257,6 +257,7 @@ FileRecord write_shared_state(const std::string& folder, const TrainingProgress&
   progress_yaml["loss_scale"]["skipped"] = progress.loss_scale.skipped;
   progress_yaml["recent_losses"] = progress.recent_losses;
   progress_yaml["unhealthy_losses"] = progress.unhealthy_losses;
+  progress_yaml["first_unhealthy"] = progress.first_unhealthy;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   return write_text(fs::path(folder) / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
 }
@@ -367,8 +368,7 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
     agree(cpu_world, [&] { write_share(store.staging_path(iteration), rank_share(groups, request)); });
     agree(cpu_world, [&] {
       if (leader)
-        store.commit(iteration, request.config.train.keep_checkpoints, request.loss,
-                     int64_t(request.progress.unhealthy_losses.size()));
+        store.commit(iteration, request.config.train.keep_checkpoints, request.loss, request.progress.first_unhealthy);
     });
   } catch (const JobError&) {
     if (leader) store.abandon(iteration);
@@ -391,6 +391,11 @@ SavedRun read_saved_run(const std::string& folder) {
     // Checkpoints written before the divergence guard kept a history have none.
     if (root["recent_losses"]) progress.recent_losses = root["recent_losses"].as<std::vector<double>>();
     if (root["unhealthy_losses"]) progress.unhealthy_losses = root["unhealthy_losses"].as<std::vector<double>>();
+    // Checkpoints written before the row's first iteration was kept: the row without skipped steps.
+    progress.first_unhealthy =
+        root["first_unhealthy"] ? root["first_unhealthy"].as<int64_t>()
+        : progress.unhealthy_losses.empty() ? -1
+                                            : progress.iteration - int64_t(progress.unhealthy_losses.size()) + 1;
     saved.config = Config::parse(YAML::Dump(root["config"]), {}, progress_path.string());
   } catch (const YAML::Exception& e) {
     fail("checkpoint file '", progress_path.string(), "' is missing or malformed: ", e.what());

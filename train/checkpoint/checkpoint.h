@@ -51,13 +51,13 @@ class CheckpointStore {
   // staging_path(iteration) and records its files (write_manifest_part); commit() (the same
   // process, after all writers) writes the manifest with the iteration's training loss,
   // publishes the folder and prunes to `keep`, never the newest healthy checkpoint: when the
-  // divergence guard has seen `unhealthy_losses` unhealthy losses in a row up to `iteration` (a
-  // spike and those after it that were not back), the checkpoints from the one before the first
-  // of them on are not known to be healthy. After a failure in
-  // any step, abandon() removes what the save left.
+  // divergence guard is in a row of unhealthy losses that began at iteration `first_unhealthy`
+  // (-1: none; a spike and those after it that were not back), the checkpoints from the one
+  // before it on are not known to be healthy. After a failure in any step, abandon() removes
+  // what the save left.
   std::string staging_path(int64_t iteration) const;
   void begin(int64_t iteration) const;
-  void commit(int64_t iteration, int64_t keep, double loss, int64_t unhealthy_losses = 0) const;
+  void commit(int64_t iteration, int64_t keep, double loss, int64_t first_unhealthy = -1) const;
   void abandon(int64_t iteration) const noexcept;
   // Points `latest` at `iteration`'s folder, on disk before it returns.
   void move_latest(int64_t iteration) const;
@@ -91,6 +91,7 @@ struct TrainingProgress {
   LossScaler::State loss_scale;
   std::vector<double> recent_losses;  // the divergence guard's history (train/loss_guard.h)
   std::vector<double> unhealthy_losses;  // and the losses in a row since its last healthy one
+  int64_t first_unhealthy = -1;          // the iteration of the first of them (-1: none)
 };
 
 // Where a run resumes: the checkpoint `latest` names, and a warning when the loss after it

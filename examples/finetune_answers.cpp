@@ -1,5 +1,5 @@
 // Fine-tuning on (prompt, answer) pairs a program holds in memory, the loss on the answers only:
-// a trident::Samples of its own with loss masks, handed to the Trainer (data.type=program).
+// a trident::ProgramSamples of its own with loss masks, handed to the Trainer (data.type=program).
 // Trident reads sample i of the global batch on whichever DP rank it falls to, so the run is the
 // same at any layout, and a resumed run goes on where it stopped.
 //   finetune_answers [section.key=value ...]
@@ -17,31 +17,35 @@ constexpr int64_t kEnd = 0;  // the end-of-answer token (and the padding after i
 
 // Byte tokens: the prompt, the answer, then kEnd to the end of the sample. The loss counts where
 // the next token is the answer's or its end.
-class AnswerSamples : public trident::Samples {
+class AnswerSamples : public trident::ProgramSamples {
  public:
   AnswerSamples(std::vector<std::pair<std::string, std::string>> pairs, int64_t seq_length)
-      : Samples(seq_length), pairs_(std::move(pairs)) {
+      : pairs_(std::move(pairs)), seq_length_(seq_length) {
     for (const auto& [prompt, answer] : pairs_)
       if (prompt.empty() || int64_t(prompt.size() + answer.size()) + 1 > seq_length + 1)
         trident::fail("the pair '", prompt, answer, "' does not fit model.seq_length + 1 = ", seq_length + 1, " tokens");
   }
   int64_t size() const override { return int64_t(pairs_.size()); }
-  void sample(int64_t index, int64_t* out) const override {
+  std::vector<int64_t> sample(int64_t index) const override {
     const auto& [prompt, answer] = pairs_[size_t(index % size())];
-    int64_t i = 0;
-    for (const char c : prompt + answer) out[i++] = static_cast<unsigned char>(c);
-    while (i <= seq_length_) out[i++] = kEnd;
+    std::vector<int64_t> tokens(size_t(seq_length_ + 1), kEnd);
+    size_t i = 0;
+    for (const char c : prompt + answer) tokens[i++] = static_cast<unsigned char>(c);
+    return tokens;
   }
   bool has_loss_mask() const override { return true; }
-  void loss_mask(int64_t index, uint8_t* out) const override {
+  std::vector<uint8_t> loss_mask(int64_t index) const override {
     const auto& [prompt, answer] = pairs_[size_t(index % size())];
     // Target i is token i + 1: the answer's tokens are targets P - 1 .. P + A - 2, its end P + A - 1.
     const int64_t first = int64_t(prompt.size()) - 1, last = int64_t(prompt.size() + answer.size()) - 1;
-    for (int64_t i = 0; i < seq_length_; ++i) out[i] = i >= first && i <= last;
+    std::vector<uint8_t> mask(static_cast<size_t>(seq_length_));
+    for (int64_t i = 0; i < seq_length_; ++i) mask[size_t(i)] = i >= first && i <= last;
+    return mask;
   }
 
  private:
   std::vector<std::pair<std::string, std::string>> pairs_;
+  int64_t seq_length_;
 };
 
 // "a+b=" -> "c" for a, b below 30; every seventh pair is held out for validation.

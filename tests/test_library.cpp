@@ -22,26 +22,29 @@ constexpr int64_t kSeq = 16;
 
 // Seeded random bytes with the end-of-document token 0 now and then; optional masks that count
 // a target where its input is not the end of a document (what data.eod_mask_loss counts).
-class ByteSamples : public Samples {
+class ByteSamples : public ProgramSamples {
  public:
-  explicit ByteSamples(bool masks, int64_t vocab = 256, int64_t seq = kSeq) : Samples(seq), masks_(masks) {
+  explicit ByteSamples(bool masks, int64_t vocab = 256, int64_t seq = kSeq) : masks_(masks), seq_(seq) {
     std::mt19937 random(7);
     tokens_.resize(size_t(64 * (seq + 1)));
     for (auto& t : tokens_) t = random() % 5 == 0 ? 0 : int64_t(random() % uint32_t(vocab));
   }
   int64_t size() const override { return 64; }
-  void sample(int64_t index, int64_t* out) const override {
-    std::copy_n(tokens_.begin() + (index % size()) * (seq_length_ + 1), seq_length_ + 1, out);
+  std::vector<int64_t> sample(int64_t index) const override {
+    const auto first = tokens_.begin() + (index % size()) * (seq_ + 1);
+    return {first, first + seq_ + 1};
   }
   bool has_loss_mask() const override { return masks_; }
-  void loss_mask(int64_t index, uint8_t* out) const override {
-    std::vector<int64_t> tokens(size_t(seq_length_ + 1));
-    sample(index, tokens.data());
-    for (int64_t i = 0; i < seq_length_; ++i) out[i] = tokens[size_t(i)] != 0;
+  std::vector<uint8_t> loss_mask(int64_t index) const override {
+    const std::vector<int64_t> tokens = sample(index);
+    std::vector<uint8_t> mask(static_cast<size_t>(seq_));
+    for (size_t i = 0; i < mask.size(); ++i) mask[i] = tokens[i] != 0;
+    return mask;
   }
 
  private:
   bool masks_;
+  int64_t seq_;
   std::vector<int64_t> tokens_;
 };
 
@@ -54,24 +57,13 @@ Config program_config(std::vector<std::string> overrides = {}) {
   return Config::parse("", all);
 }
 
-SampleSource source_of(std::shared_ptr<const Samples> train) {
+SampleSource source_of(std::shared_ptr<const ProgramSamples> train) {
   SampleSource source;
   source.train = std::move(train);
   source.end_of_document = 0;
   return source;
 }
 
-std::vector<double> losses_of(Trainer& trainer, Hooks hooks = {}) {
-  std::vector<double> losses;
-  auto program_step = hooks.after_step;
-  hooks.after_step = [&](IterationMetrics& m) {
-    losses.push_back(m.loss);
-    if (program_step) program_step(m);
-  };
-  trainer.set_hooks(hooks);
-  trainer.train();
-  return losses;
-}
 
 // Registers the test blocks once: "library_test_ffn", the built-in block's parts in another order.
 void register_test_blocks() {
@@ -92,22 +84,71 @@ TEST(ProgramData, LossMasksOfItsOwnEqualTheEndOfDocumentMask) {
   Trainer by_config(program_config({"data.eod_mask_loss=true"}), source_of(std::make_shared<ByteSamples>(false)),
                     LaunchInfo{});
   Trainer unmasked(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
-  const auto a = losses_of(masked), b = losses_of(by_config), c = losses_of(unmasked);
+  const auto a = training_losses(masked), b = training_losses(by_config), c = training_losses(unmasked);
   ASSERT_EQ(a.size(), 3u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "iteration " << i + 1;
   EXPECT_NE(a[0], c[0]);  // the masks change the loss: the comparison above is not vacuous
+}
+
+// Samples whose length is wrong from sample `from` on (tokens or the mask, shorter or longer),
+// or whose mask holds a 2 there.
+class UnevenSamples : public ByteSamples {
+ public:
+  enum class Fault { short_sample, long_sample, short_mask, long_mask, mask_value };
+  UnevenSamples(Fault fault, int64_t from) : ByteSamples(true), fault_(fault), from_(from) {}
+  std::vector<int64_t> sample(int64_t index) const override {
+    auto tokens = ByteSamples::sample(index);
+    if (index >= from_ && fault_ == Fault::short_sample) tokens.pop_back();
+    if (index >= from_ && fault_ == Fault::long_sample) tokens.push_back(1);
+    return tokens;
+  }
+  std::vector<uint8_t> loss_mask(int64_t index) const override {
+    auto mask = ByteSamples::loss_mask(index);
+    if (index >= from_ && fault_ == Fault::short_mask) mask.resize(3);
+    if (index >= from_ && fault_ == Fault::long_mask) mask.resize(1000, 1);
+    if (index >= from_ && fault_ == Fault::mask_value) mask[4] = 2;
+    return mask;
+  }
+
+ private:
+  Fault fault_;
+  int64_t from_;
+};
+
+// A sample or mask of the wrong length is an error naming it, whether the first sample (before
+// the model is built) or one read later in training; trident copies nothing of it.
+TEST(ProgramData, ASampleOrMaskOfTheWrongLengthIsNamed) {
+  using Fault = UnevenSamples::Fault;
+  const std::vector<std::pair<Fault, std::string>> cases = {
+      {Fault::short_sample, "has 16 tokens, but model.seq_length + 1 = 17 were expected"},
+      {Fault::long_sample, "has 18 tokens, but model.seq_length + 1 = 17 were expected"},
+      {Fault::short_mask, "has 3 values, but model.seq_length = 16 were expected"},
+      {Fault::long_mask, "has 1000 values, but model.seq_length = 16 were expected"},
+      {Fault::mask_value, "has the value 2 at position 4, neither 0 nor 1"}};
+  for (const auto& [fault, message] : cases)
+    for (const int64_t from : {0, 13}) {
+      bool built = false;
+      const std::string error = error_of([&, fault = fault] {
+        Trainer trainer(program_config(), source_of(std::make_shared<UnevenSamples>(fault, from)), LaunchInfo{});
+        built = true;
+        trainer.train();
+      });
+      EXPECT_NE(error.find(message), std::string::npos) << error;
+      EXPECT_NE(error.find("the program's train samples: "), std::string::npos) << error;
+      EXPECT_EQ(built, from > 0) << "the first sample is checked before the model is built: " << error;
+    }
 }
 
 TEST(ProgramData, BadSamplesAndSettingsAreNamed) {
   const auto train = [](SampleSource source, std::vector<std::string> overrides = {}) {
     return error_of([&] { Trainer(program_config(overrides), source, LaunchInfo{}).train(); });
   };
-  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 300))).find("the program's train samples sample "),
+  EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 300))).find("the program's train samples: sample "),
             std::string::npos);
   EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 300))).find(" is outside model.vocab_size (256)"),
             std::string::npos);
   EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false, 256, 8)))
-                .find("the program's train samples are of 8 + 1 tokens, but model.seq_length is 16"),
+                .find("the program's train samples: sample 0 has 9 tokens, but model.seq_length + 1 = 17 were expected"),
             std::string::npos);
   EXPECT_NE(train(SampleSource{}).find("the program's SampleSource has no train samples"), std::string::npos);
   EXPECT_NE(train(source_of(std::make_shared<ByteSamples>(false)), {"train.eval_interval=2"})
@@ -241,7 +282,7 @@ TEST(Hooks, TheProgramsLossReplacesCrossEntropy) {
     Trainer trainer(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
     Hooks hooks;
     hooks.loss = std::move(loss);
-    return losses_of(trainer, hooks);
+    return training_losses(trainer, hooks);
   };
   const auto built_in = run({});
   EXPECT_EQ(run([](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
@@ -278,7 +319,7 @@ TEST(Blocks, TheRegistryNamesWhatItKnows) {
   Trainer registered(program_config({"model.block=library_test_ffn"}), source_of(std::make_shared<ByteSamples>(false)),
                      LaunchInfo{});
   Trainer built_in(program_config(), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
-  EXPECT_EQ(losses_of(registered), losses_of(built_in));
+  EXPECT_EQ(training_losses(registered), training_losses(built_in));
 }
 
 // The proof a program can run on its own block: its model at TP 2 (with sequence parallelism),

@@ -11,7 +11,7 @@
 #include "parallel/comm/launch.h"        // LaunchInfo, detect_launch: mpirun, torchrun-style, SLURM, one process
 #include "parallel/parameter_role.h"     // ParameterRole, ParallelModule: parameters that say how they are split
 #include "parallel/tensor_parallel.h"    // column/row-parallel linear layers, vocabulary-parallel cross-entropy
-#include "train/data/samples.h"          // Samples, SampleSource: a program's own data
+#include "train/data/program_samples.h"  // ProgramSamples, SampleSource: a program's own data
 #include "train/hooks.h"                 // Hooks: calls into train(), extra metrics, the program's loss
 #include "train/layout_check.h"          // check_layouts: a model trains the same at every layout
 #include "train/stop_signals.h"          // install_stop_signals: SIGTERM/SIGINT save and stop

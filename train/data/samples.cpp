@@ -262,55 +262,17 @@ GPTData::GPTData(const Config& config) {
   train = std::make_shared<BlendedSamples>(std::move(parts), std::move(weights), m.seq_length);
 }
 
-namespace {
-
-// A program's samples, each checked as it is read: the error names the sample and what is wrong
-// (a wrong id would otherwise index past the embedding).
-class CheckedSamples : public Samples {
- public:
-  CheckedSamples(std::shared_ptr<const Samples> inner, int64_t vocab_size, std::string name)
-      : Samples(inner->seq_length()), inner_(std::move(inner)), vocab_size_(vocab_size), name_(std::move(name)) {}
-  int64_t size() const override { return inner_->size(); }
-  void sample(int64_t index, int64_t* out) const override {
-    inner_->sample(index, out);
-    for (int64_t i = 0; i <= seq_length_; ++i)
-      if (out[i] < 0 || out[i] >= vocab_size_)
-        fail(name_, " sample ", index, ": token id ", out[i], " at position ", i, " is outside model.vocab_size (",
-             vocab_size_, ")");
-  }
-  bool has_loss_mask() const override { return inner_->has_loss_mask(); }
-  void loss_mask(int64_t index, uint8_t* out) const override {
-    inner_->loss_mask(index, out);
-    for (int64_t i = 0; i < seq_length_; ++i)
-      if (out[i] > 1)
-        fail(name_, " sample ", index, ": loss mask value ", int(out[i]), " at position ", i, " is neither 0 nor 1");
-  }
-
- private:
-  std::shared_ptr<const Samples> inner_;
-  int64_t vocab_size_;
-  std::string name_;
-};
-
-std::shared_ptr<const Samples> checked_program_samples(const std::shared_ptr<const Samples>& samples,
-                                                       const ModelConfig& model, const std::string& name) {
-  if (samples->seq_length() != model.seq_length)
-    fail(name, " are of ", samples->seq_length(), " + 1 tokens, but model.seq_length is ", model.seq_length);
-  if (samples->size() <= 0) fail(name, " hold no sample (size() is ", samples->size(), ")");
-  return std::make_shared<CheckedSamples>(samples, model.vocab_size, name);
-}
-
-}  // namespace
-
 GPTData::GPTData(const Config& config, const SampleSource& source) {
   if (config.data.type != "program")
     fail("the program gave the Trainer its own samples, but data.type is '", config.data.type,
          "': set data.type=program");
   if (!source.train) fail("data.type=program: the program's SampleSource has no train samples");
-  train = checked_program_samples(source.train, config.model, "the program's train samples");
+  const auto& m = config.model;
+  train = checked_program_samples(source.train, m.seq_length, m.vocab_size, "the program's train samples");
   if (source.valid)
     validation.push_back({"program", 1, nullptr, nullptr,
-                          checked_program_samples(source.valid, config.model, "the program's validation samples")});
+                          checked_program_samples(source.valid, m.seq_length, m.vocab_size,
+                                                  "the program's validation samples")});
   if (config.train.eval_interval > 0 && !source.valid)
     fail("train.eval_interval is set but the program's SampleSource has no validation samples (valid)");
   if (const std::string key = config.data.end_of_document_key(); !key.empty()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "train/data/program_samples.h"
 #include "train/data/sample_order.h"
 
 namespace trident {
@@ -42,10 +43,10 @@ struct Batch {
 };
 
 // An endless order of samples of seq_length + 1 tokens: what training reads, by index. The
-// built-in datasets (GPTSamples, BlendedSamples) are samples; so is a program's own source
-// (SampleSource). Sample `index` must be a pure function of `index` (any epoch: index may
-// exceed size()), so that every rank reads its part of each global batch and a resumed or
-// re-laid-out run reads the same samples.
+// built-in datasets (GPTSamples, BlendedSamples) are samples; a program's own
+// (train/data/program_samples.h) are read through one that checks them. Sample `index` must be a
+// pure function of `index` (any epoch: index may exceed size()), so that every rank reads its
+// part of each global batch and a resumed or re-laid-out run reads the same samples.
 class Samples {
  public:
   explicit Samples(int64_t seq_length) : seq_length_(seq_length) {}
@@ -63,15 +64,6 @@ class Samples {
 
  protected:
   int64_t seq_length_;
-};
-
-// What a program gives the Trainer in place of data.path (data.type=program): its own training
-// samples, optionally validation samples, and the end-of-document token where data.eod_mask_loss
-// or data.reset_* need one.
-struct SampleSource {
-  std::shared_ptr<const Samples> train;
-  std::shared_ptr<const Samples> valid;  // null: no validation
-  int64_t end_of_document = -1;
 };
 
 class GPTSamples : public Samples {

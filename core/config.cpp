@@ -235,6 +235,9 @@ const std::vector<Field>& schema() {
       field("train.device", TRIDENT_MEMBER(train.device), one_of({"cpu", "cuda"})),
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
+      field("train.profile_iteration", TRIDENT_MEMBER(train.profile_iteration), at_least(0)),
+      field("train.profile_dir", TRIDENT_MEMBER(train.profile_dir),
+            Rule<std::string>{"a folder", [](const std::string& v) { return !v.empty(); }}),
   };
   return fields;
 }

@@ -188,6 +188,8 @@ struct TrainConfig {
   std::string device = "cpu";  // cpu | cuda
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks
+  int64_t profile_iteration = 0;         // profile this iteration on every rank (train/profile.h); 0: none
+  std::string profile_dir = "profiles";  // where each rank writes its trace and table
 };
 
 struct Config {

@@ -1,7 +1,8 @@
 """Prints scripts/gpu_report's side-by-side table: for each row, trident with its fused kernels
 and with the composite path (model.fused_kernels=false), and the PyTorch peer
 (scripts/pytorch_gpu_peer.py) eager and under torch.compile: tokens/s, MFU and peak allocated
-memory. trident's tokens/s are the mean over its iterations after the first; the peers' MFU is
+memory. trident's tokens/s are the mean over its iterations after the first (and before the
+last, when ROW_KERNELS_profile/ says it was profiled); the peers' MFU is
 trident's FLOPs per token (Megatron's formula) at the peer's rate.
 
   python3 scripts/gpu_table.py DIR ROW...    (DIR holds ROW_fused.log/.jsonl, ROW_composite.*, ROW_eager.json, ROW_compile.json)
@@ -17,6 +18,8 @@ def trident(directory, name):
     if not metrics.exists():
         return None
     iterations = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()][1:]
+    if (directory / f"{name}_profile").exists():
+        iterations = iterations[:-1]
     if not iterations:
         return None
     peak = re.search(r"peak of ([\d.]+) GiB allocated", log.read_text()) if log.exists() else None

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <cstdio>
@@ -112,6 +113,31 @@ TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
 }
 
 // A library user's own communicator must span the launch's processes.
+// train.profile_iteration leaves each rank a trace of that iteration and a table of where its
+// time went (a LibTorch without Kineto, Debian's 1.13, is refused by name, as is an iteration
+// the run never reaches).
+TEST(Training, AProfiledIterationLeavesATraceAndWhereTheTimeWent) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir), profiles = (dir / "profiles").string();
+  const auto config = small_config(data, {"train.iters=3", "train.profile_iteration=2", "train.profile_dir=" + profiles});
+  EXPECT_NE(error_of([&] { Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=4"})); })
+                .find("train.profile_iteration=4 is past train.iters=3: no iteration would be profiled"),
+            std::string::npos);
+#if TORCH_VERSION_MAJOR < 2
+  EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("train.profile_iteration=2 needs a LibTorch whose profiler"),
+            std::string::npos);
+#else
+  Trainer trainer(config);
+  trainer.train();
+  const std::string trace = read_text_file(profiles + "/rank0.json", "trace");
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("aten::"), std::string::npos);
+  const std::string table = read_text_file(profiles + "/rank0.txt", "table");
+  EXPECT_EQ(table.rfind("rank 0, iteration 2: operators by total time", 0), 0u) << table;
+  EXPECT_NE(table.find("aten::"), std::string::npos) << table;
+#endif
+}
+
 TEST(Training, RefusesACommunicatorOfAnotherSize) {
   LaunchInfo launch;
   launch.world_size = 2;

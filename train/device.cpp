@@ -31,6 +31,10 @@ torch::Device training_device(const std::string& device, int64_t local_rank) {
   return torch::Device(torch::kCUDA, int(local_rank % int64_t(torch::cuda::device_count())));
 }
 
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
 std::string device_name(const torch::Device& device) {
 #ifdef TRIDENT_TORCH_CUDA
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;

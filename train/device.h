@@ -20,6 +20,8 @@ namespace trident {
 torch::Device training_device(const std::string& device, int64_t local_rank);
 // The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or its type ("cpu").
 std::string device_name(const torch::Device& device);
+// Waits for all the work queued on a GPU (nothing to wait for on the CPU).
+void synchronize(const torch::Device& device);
 // trident's software as this build runs it, for the time model: LibTorch 2.x computes attention
 // in a fused kernel (SDPA), 1.x as matmuls with the softmax through memory.
 Software build_software();

@@ -31,6 +31,7 @@
 #include "train/data/samples.h"
 #include "train/device.h"
 #include "train/loss_guard.h"
+#include "train/profile.h"
 #include "train/stop_signals.h"
 
 namespace trident {
@@ -73,6 +74,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       FlightRecorder::process().keep_records_in(dir, launch.job, int(launch.rank));
     }
     check_block_registered(config_.model.block);
+    check_profile_settings(config_.train);
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });
@@ -183,6 +185,7 @@ IterationMetrics Trainer::step() {
 Trainer::PendingStep Trainer::run_step() {
   if (hooks_.before_step) run_hook("before_step", iteration_ + 1, [&] { hooks_.before_step(iteration_ + 1); });
   PendingStep pending;
+  if (iteration_ + 1 == config_.train.profile_iteration) profile_ = std::make_unique<IterationProfile>(device_);
   pending.timer = std::make_unique<IntervalTimer>(device_);
   pending.timer->start();
   for (auto& chunk : model_.chunks) {
@@ -239,6 +242,13 @@ Trainer::PendingStep Trainer::run_step() {
   m.pipeline_transfer_ms = stats.transfer_ms;
   pending.loss = loss_sum;
   pending.grad_norm = grad_norm;
+  if (profile_) {
+    const std::string table = profile_->finish(config_.train.profile_dir, groups_->world().rank(), iteration_);
+    profile_.reset();
+    if (groups_->world().rank() == 0)
+      log::info(str("profiled iteration ", iteration_, " (every rank's trace and table in ", config_.train.profile_dir,
+                    "/): ", table));
+  }
   return pending;
 }
 

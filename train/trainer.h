@@ -30,6 +30,7 @@ class ProcessGroups;
 class Communicator;
 
 class BackgroundSave;
+class IterationProfile;
 
 // How train() ended: every iteration done, or stopped early, for a stop signal (SIGTERM, SIGINT:
 // train/stop_signals.h) on any rank, train.exit_after_minutes or the program's request_stop(),
@@ -157,6 +158,7 @@ class Trainer {
   LossGuard loss_guard_;
   std::optional<int64_t> resumed_unhealthy_;  // the iteration resumed from, when it was marked unhealthy
   std::unique_ptr<BackgroundSave> background_save_;  // at most one pending
+  std::unique_ptr<IterationProfile> profile_;        // during train.profile_iteration
   Stopwatch since_built_;   // train.exit_after_minutes
   Stopwatch since_report_;  // the straggler report's interval
   double last_report_blocked_s_ = 0;

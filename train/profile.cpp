@@ -1,0 +1,113 @@
+#include "train/profile.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/logging.h"
+#include "core/text.h"
+#include "train/device.h"
+
+namespace trident {
+namespace {
+
+namespace profiler = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+ProfilerConfig kineto_config() { return ProfilerConfig(ProfilerState::KINETO, false, false, false); }
+
+double event_ms(const profiler::KinetoEvent& event) {
+#if TORCH_VERSION_MAJOR >= 2
+  return double(event.durationNs()) / 1e6;
+#else
+  return double(event.durationUs()) / 1e3;
+#endif
+}
+
+// The events of `result` that say where the time went: GPU kernels on CUDA, operators on the CPU;
+// by name, the most time first.
+std::string time_table(const profiler::ProfilerResult& result, bool cuda, int rank, int64_t iteration) {
+  struct Total {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  std::map<std::string, Total> by_name;
+  double all = 0;
+  for (const auto& event : result.events()) {
+    if ((event.deviceType() == c10::DeviceType::CUDA) != cuda) continue;
+    Total& total = by_name[event.name()];
+    total.ms += event_ms(event);
+    total.calls += 1;
+    all += event_ms(event);
+  }
+  std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::string table = str("rank ", rank, ", iteration ", iteration, ": ",
+                          cuda ? "GPU kernels by total time" : "operators by total time (callers include callees)",
+                          ", ", rows.size(), " names\n");
+  char line[512];
+  std::snprintf(line, sizeof line, "%10s %7s %7s  %s\n", "ms", "share", "calls", "name");
+  table += line;
+  for (size_t i = 0; i < rows.size() && i < 25; ++i) {
+    const auto& [name, total] = rows[i];
+    // On the CPU an operator's time holds its callees' too: shares of the sum would mislead.
+    const std::string share = cuda && all > 0 ? str(fixed(100 * total.ms / all, 1), "%") : "-";
+    std::snprintf(line, sizeof line, "%10.3f %7s %7lld  %.200s\n", total.ms, share.c_str(),
+                  static_cast<long long>(total.calls), name.c_str());
+    table += line;
+  }
+  return table;
+}
+
+}  // namespace
+
+void check_profile_settings(const TrainConfig& train) {
+  if (train.profile_iteration == 0) return;
+  if (train.profile_iteration > train.iters)
+    fail("train.profile_iteration=", train.profile_iteration, " is past train.iters=", train.iters,
+         ": no iteration would be profiled");
+#if TORCH_VERSION_MAJOR < 2
+  fail("train.profile_iteration=", train.profile_iteration, " needs a LibTorch whose profiler writes traces (Kineto): ",
+       "pip's torch 2.x has it, this LibTorch ", TORCH_VERSION, " does not");
+#endif
+}
+
+IterationProfile::IterationProfile(const torch::Device& device) : device_(device) {
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(ActivityType::CUDA);
+  profiler::prepareProfiler(kineto_config(), activities);
+  profiler::enableProfiler(kineto_config(), activities);
+}
+
+IterationProfile::~IterationProfile() {
+  if (recording_) try {
+      (void)profiler::disableProfiler();
+    } catch (...) {  // the error that ended the iteration is the one to report
+    }
+}
+
+std::string IterationProfile::finish(const std::string& dir, int rank, int64_t iteration) {
+  synchronize(device_);
+  recording_ = false;
+  const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+  std::filesystem::create_directories(dir);
+  const std::string stem = str(dir, "/rank", rank);
+  try {
+    result->save(stem + ".json");
+  } catch (const c10::Error& e) {
+    fail("train.profile_dir: could not write the trace ", stem, ".json: ", e.what_without_backtrace());
+  }
+  const std::string table = time_table(*result, device_.is_cuda(), rank, iteration);
+  write_text_file(stem + ".txt", table);
+  return table;
+}
+
+}  // namespace trident

@@ -1,0 +1,35 @@
+// train.profile_iteration: LibTorch's profiler (Kineto) over one training iteration on every
+// rank. Each rank writes, in train.profile_dir, rank<R>.json, a trace to open in Perfetto or
+// chrome://tracing, and rank<R>.txt, where the iteration's time went: on CUDA the GPU kernels by
+// their total time (one stream's kernels do not overlap, so the shares add up), on the CPU
+// LibTorch's operators by their total time (an operator's time includes those it calls).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+
+#include "core/config.h"
+
+namespace trident {
+
+// Fails naming train.profile_iteration when it is past train.iters (nothing would be profiled)
+// or this LibTorch cannot write traces (one built without Kineto, as Debian's 1.13 is).
+void check_profile_settings(const TrainConfig& train);
+
+class IterationProfile {
+ public:
+  explicit IterationProfile(const torch::Device& device);  // starts recording
+  IterationProfile(const IterationProfile&) = delete;
+  IterationProfile& operator=(const IterationProfile&) = delete;
+  ~IterationProfile();  // stops recording if finish() did not
+  // Waits for the device, stops recording and writes `rank`'s trace and table into `dir`
+  // (made if missing); returns the table.
+  std::string finish(const std::string& dir, int rank, int64_t iteration);
+
+ private:
+  torch::Device device_;
+  bool recording_ = true;
+};
+
+}  // namespace trident

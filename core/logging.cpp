@@ -39,11 +39,11 @@ void to_file(const char* kind, const std::string& line) {
 }
 }  // namespace
 
-void open_rank_log(const std::string& path) {
+void open_rank_log(const std::string& path, const std::string& setting) {
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   FILE* opened = std::fopen(path.c_str(), "a");
-  if (!opened) fail("train.log_dir: cannot open the rank log '", path, "': ", std::strerror(errno));
+  if (!opened) fail(setting, ": cannot open the rank log '", path, "': ", std::strerror(errno));
   std::lock_guard<std::mutex> lock(file_mutex);
   if (file) std::fclose(file);
   file = opened;

@@ -20,8 +20,8 @@ void warn(const std::string& line);
 void error(const std::string& line);
 
 // From now on, this rank's lines also go to `path` (appended, created with its folder). Throws
-// Error naming the file when it cannot be opened.
-void open_rank_log(const std::string& path);
+// Error naming `setting` (the key that put the log there) and the file when it cannot be opened.
+void open_rank_log(const std::string& path, const std::string& setting);
 // A line for the rank log alone (nothing when none is open).
 void to_rank_log(const std::string& line);
 // The open rank log's path, "" when none.

@@ -658,4 +658,9 @@ TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_EQ(bad.output.rfind("error: train.log_dir: cannot open the rank log '" + (dir / "a-file/rank-0.log").string() +
                              "': Not a directory\n", 0), 0u) << bad.output;
+  // The folder beside train.metrics_file: the key the user set is the one named.
+  const auto beside = run_command(
+      train_command("", {"data.type=synthetic", "train.metrics_file=" + (dir / "a-file/m.jsonl").string()}));
+  EXPECT_EQ(beside.output.rfind("error: train.metrics_file (its logs/ folder): cannot open the rank log '", 0), 0u)
+      << beside.output;
 }

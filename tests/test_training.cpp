@@ -633,6 +633,25 @@ TEST(Checkpoint, RotationKeepsTheNewestHealthyCheckpoint) {
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{5, 10}));
   save(11, 1.7);  // the loss came back: 10 is the newest healthy one
   EXPECT_EQ(store.iterations(), (std::vector<int64_t>{10, 11}));
+  // A pruned folder goes under another name before it is removed: a kill while it is removed
+  // leaves a hidden folder (which the next save removes), never an iter_ folder missing files.
+  const auto hidden = std::filesystem::path(store.dir()) / ".removing-iter_0000010";
+  std::filesystem::create_directory(hidden);
+  write_text_file((hidden / "model.safetensors").string(), "half");
+  save(12, 1.6);
+  EXPECT_FALSE(std::filesystem::exists(hidden));
+  EXPECT_EQ(store.iterations(), (std::vector<int64_t>{11, 12}));
+  for (const auto& entry : std::filesystem::directory_iterator(store.dir()))
+    EXPECT_EQ(entry.path().filename().string().rfind(".removing-", 0), std::string::npos) << entry.path();
+  // Once every checkpoint holds weights from after a divergence began, the advice is to start afresh.
+  EXPECT_NE(recovery_advice(store, 11).find(str("; no checkpoint in ", store.dir(), " is from before the bad losses "
+                                                "began: start afresh (train.resume=false into another ")),
+            std::string::npos) << recovery_advice(store, 11);
+  // A checkpoint folder without its manifest (a save that did not finish) is named as such.
+  std::filesystem::remove(std::filesystem::path(store.path(12)) / "manifest.json");
+  EXPECT_NE(error_of([&] { checkpoint_folder(store.path(12), "--checkpoint"); })
+                .find("is a checkpoint folder without its manifest.json: a save that did not finish"),
+            std::string::npos);
 }
 
 // Every file is checked against the checksum in manifest.json before it is loaded: a flipped

@@ -70,7 +70,9 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
   // collectives (groups, publishing loaded weights) run between the phases.
   agree(*cpu_world_, [&] {
     if (const std::string dir = rank_log_dir(config_.train); !dir.empty()) {
-      log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"));
+      log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"), config_.train.log_dir.empty()
+                                                                      ? "train.metrics_file (its logs/ folder)"
+                                                                      : "train.log_dir");
       FlightRecorder::process().keep_records_in(dir, launch.job, int(launch.rank));
     }
     check_block_registered(config_.model.block);

@@ -24,6 +24,16 @@ namespace {
 
 constexpr const char* kPrefix = "iter_";
 constexpr const char* kStagingPrefix = ".staging-";
+// A pruned checkpoint is renamed to this first and removed after: a kill while it is removed
+// leaves a hidden folder, never an iter_ folder missing part of its files.
+constexpr const char* kRemovingPrefix = ".removing-";
+
+// Removes `folder` so that it is whole until it is gone from its name.
+void remove_checkpoint_folder(const fs::path& folder) {
+  const fs::path hidden = folder.parent_path() / (kRemovingPrefix + folder.filename().string());
+  rename_path(folder.string(), hidden.string());
+  remove_tree(hidden.string());
+}
 constexpr const char* kUnhealthy = "unhealthy";  // CheckpointStore::mark_unhealthy's file
 
 std::string folder_name(int64_t iteration) {
@@ -140,9 +150,11 @@ void CheckpointStore::begin(int64_t iteration) const {
   fs::create_directories(dir_);
   const fs::path target = path(iteration);
   if (fs::exists(target)) fail("checkpoint '", target.string(), "' already exists; not overwriting it");
-  // Folders left by saves that were killed: never published, safe to drop.
-  for (const auto& entry : fs::directory_iterator(dir_))
-    if (entry.path().filename().string().rfind(kStagingPrefix, 0) == 0) remove_tree(entry.path().string());
+  // Folders left by saves and prunings that were killed: never published or already pruned.
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kStagingPrefix, 0) == 0 || name.rfind(kRemovingPrefix, 0) == 0) remove_tree(entry.path().string());
+  }
   fs::create_directory(staging_path(iteration));
 }
 
@@ -164,7 +176,7 @@ void CheckpointStore::commit(int64_t iteration, int64_t keep, double loss, int64
   const auto saved = iterations();
   const int64_t healthy = newest_healthy(first_unhealthy < 0 ? iteration : first_unhealthy - 1);
   for (size_t i = 0; i + size_t(keep) < saved.size(); ++i)
-    if (saved[i] != iteration && saved[i] != healthy) remove_tree(path(saved[i]));
+    if (saved[i] != iteration && saved[i] != healthy) remove_checkpoint_folder(path(saved[i]));
 }
 
 void CheckpointStore::move_latest(int64_t iteration) const {
@@ -347,10 +359,12 @@ std::string recovery_advice(const CheckpointStore& store, int64_t first_bad) {
           "iteration ", first_bad);
   const int64_t healthy = store.newest_healthy(first_bad - 1);  // whether or not the marks were written
   if (healthy >= 0)
-    advice += str("; the newest healthy one, ", store.path(healthy), ", whose next loss passed the divergence ",
-                  "guard: to resume from it, move the newer ones out of ", store.dir(), " and write ",
-                  folder_name(healthy), " into its `latest`");
-  return advice;
+    return advice + str("; the newest healthy one, ", store.path(healthy), ", whose next loss passed the divergence ",
+                        "guard: to resume from it, move the newer ones out of ", store.dir(), " and write ",
+                        folder_name(healthy), " into its `latest`");
+  return advice + str("; no checkpoint in ", store.dir(), " is from before the bad losses began: start afresh (",
+                      "train.resume=false into another train.checkpoint_dir), with a lower optimizer.lr or a ",
+                      "longer warm-up");
 }
 
 bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer) {
@@ -419,6 +433,9 @@ TrainingProgress read_progress(const std::string& folder, const Config& config) 
 std::string checkpoint_folder(const std::string& path, const std::string& option) {
   if (fs::exists(fs::path(path) / "manifest.json")) return path;
   if (!fs::is_directory(path)) fail(option, " '", path, "' is not a directory");
+  if (parse_folder_name(fs::path(path).filename().string()) >= 0)
+    fail(option, " '", path, "' is a checkpoint folder without its manifest.json: a save that did not finish, or a ",
+         "damaged one; pass another checkpoint");
   const CheckpointStore store(path);
   const int64_t latest = store.latest();
   if (latest < 0 && !store.iterations().empty())

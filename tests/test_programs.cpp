@@ -403,6 +403,14 @@ TEST(PreprocessProgram, AFailureOrAKillAtAnyStepLeavesTheOlderDatasetAsItWas) {
     EXPECT_EQ(next.exit_code, 2) << n << "\n" << next.output;
     EXPECT_EQ(snapshot(dir, "out"), before) << "killed at step " << n << ", then failed at the first: " << next.output;
   }
+  // The next run puts the older dataset back even when it fails on its own arguments.
+  restore(dir, "out", before);
+  ASSERT_NE(run("TRIDENT_FAULT_AT=" + std::to_string(steps) + ":kill " + replace).exit_code, 0);
+  const Result wrong = run(kBin + "/preprocess --quiet --output " + prefix + " --tokenizer gpt2 " +
+                           (dir / "new.jsonl").string());
+  EXPECT_NE(wrong.output.find("--tokenizer gpt2 needs --vocab vocab.json and --merges merges.txt"), std::string::npos)
+      << wrong.output;
+  EXPECT_EQ(snapshot(dir, "out"), before) << "killed at the last step, then a run failed on its arguments";
   restore(dir, "out", before);
   ASSERT_EQ(run("TRIDENT_FAULT_AT=" + std::to_string(steps) + ":kill " + replace).exit_code != 0, true);
   EXPECT_EQ(run(replace).exit_code, 0);
@@ -589,17 +597,17 @@ TEST(ExportProgram, ExportsACheckpointThatTrainingCanStartFrom) {
           (mpi ? " parallel.tensor=2" : ""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
-  // A failed export leaves no file (core/publication.h): every third file step fails in turn
-  // (preprocess's test tries each step of the same publication).
+  // A failed export leaves no file (core/publication.h), nor the folder it made: every third file
+  // step fails in turn (preprocess's test tries each step of the same publication).
   for (int64_t n = 1;; n += 3) {
     ASSERT_LT(n, 100) << "more steps than expected";
     r = run("TRIDENT_FAULT_AT=" + std::to_string(n) + " " + kBin + "/export --checkpoint " + ckpt + " --output " + out);
     if (r.exit_code == 0) break;
     EXPECT_EQ(r.exit_code, 2) << n << "\n" << r.output;
     EXPECT_NE(r.output.find("Input/output error"), std::string::npos) << n << "\n" << r.output;
-    EXPECT_EQ(files_named(out, ""), std::vector<std::string>{}) << n << "\n" << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << n << "\n" << r.output;
   }
-  trident::remove_tree(out);
+  trident::remove_tree(out);  // the run that no fault reached
   r = run(kBin + "/export --checkpoint " + ckpt + " --output " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model.safetensors, config.json, vocab.json, merges.txt"), std::string::npos) << r.output;

@@ -79,6 +79,7 @@ bool keeps_text_as_is(const Tokenizer& sentencepiece) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fs::path made_folder;  // --output, when this run made it
   try {
     Options options;
     CLI::App app{"", "export"};
@@ -102,9 +103,10 @@ int main(int argc, char** argv) {
       parameters += tensor.numel();
       weights.tensors.emplace_back(name, tensor);
     }
+    if (!fs::exists(out)) made_folder = out;
     fs::create_directories(out);
     // Every file is written beside its place and published with the others once all are
-    // complete: a failed export leaves nothing (core/publication.h).
+    // complete: a failed export leaves nothing (core/publication.h), nor the folder it made.
     Publication outputs((out / "export.publishing").string());
     const auto staged = [&](const std::string& name) { return outputs.stage((out / name).string()); };
     const FileDigest written = write_safetensors(staged("model.safetensors"), weights);
@@ -148,6 +150,8 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    std::error_code ignored;
+    if (!made_folder.empty()) fs::remove(made_folder, ignored);  // only when empty: the publication left nothing
     return 2;
   }
 }

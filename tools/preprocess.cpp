@@ -301,6 +301,8 @@ int main(int argc, char** argv) {
     Options options;
     CLI::App app{"", "preprocess"};
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
+    // A killed run's leftovers first, whatever this run's other arguments: its dataset is whole again.
+    if (fs::is_directory(fs::absolute(options.output).parent_path())) remove_leftovers(options);
     check_options(options);
     const std::vector<InputFile> files = collect_files(options);
     if (files.empty()) fail("no input files found in ", trident::join(options.inputs, " "));
@@ -308,7 +310,6 @@ int main(int argc, char** argv) {
       fs::create_directories(fs::path(options.output).parent_path());
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
-    remove_leftovers(options);
     const auto tokenizer = make_tokenizer(options, files);
 
     const int64_t vocab_size = tokenizer->vocab_size();

@@ -596,10 +596,10 @@ TEST(JobFailure, ASecondCtrlCToMpirunLeavesNoRankRunning) {
   const std::string out = (dir / "out").string();
   // About a second per iteration, so that the ranks are mid-iteration at the second signal.
   const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000", "model.hidden_size=512",
-                                                 "model.num_attention_heads=8", "train.seed=515151",
+                                                 "model.num_attention_heads=8", "train.seed=717171",
                                                  "train.checkpoint_dir=" + (dir / "ckpt").string()})
                                   .substr(std::string("timeout 120 ").size());
-  const std::string ranks = "pgrep -f \"^" + kBin + "/train .*train.seed=515151\"";  // not the shell nor mpirun
+  const std::string ranks = "pgrep -f \"^" + kBin + "/train .*train.seed=717171\"";  // not the shell nor mpirun
   const CommandResult r = run_command(
       "timeout 120 bash -c '" + kMpirun + "2 " + command + " > " + out + " 2>&1 & m=$!; until grep -q \"iter 1/\" " +
       out + "; do sleep 0.02; done; kill -INT $m; sleep 0.1; kill -INT $m; wait $m; for i in $(seq 50); do " + ranks +

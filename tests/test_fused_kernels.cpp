@@ -101,7 +101,7 @@ TEST(FusedKernels, NormsMatchTheCompositePath) {
             Norm norm(kind, hidden, 1e-5, TensorParallel{}, fused_kernels);
             norm->weight = in[2];
             if (centered) norm->bias = in[3];
-            if (!add) return Inputs{norm->forward(in[0]), in[1] * 0};
+            if (!add) return Inputs{norm->forward(in[0]), in[1] * 0};  // delta unused: a zero gradient
             const auto [sum, y] = norm->add_then_forward(in[0], in[1]);
             return Inputs{sum, y};
           };

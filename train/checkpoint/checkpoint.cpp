@@ -27,6 +27,7 @@ constexpr const char* kStagingPrefix = ".staging-";
 // A pruned checkpoint is renamed to this first and removed after: a kill while it is removed
 // leaves a hidden folder, never an iter_ folder missing part of its files.
 constexpr const char* kRemovingPrefix = ".removing-";
+constexpr const char* kUnhealthy = "unhealthy";  // CheckpointStore::mark_unhealthy's file
 
 // Removes `folder` so that it is whole until it is gone from its name.
 void remove_checkpoint_folder(const fs::path& folder) {
@@ -34,7 +35,6 @@ void remove_checkpoint_folder(const fs::path& folder) {
   rename_path(folder.string(), hidden.string());
   remove_tree(hidden.string());
 }
-constexpr const char* kUnhealthy = "unhealthy";  // CheckpointStore::mark_unhealthy's file
 
 std::string folder_name(int64_t iteration) {
   char name[32];

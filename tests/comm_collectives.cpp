@@ -3,14 +3,19 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <numeric>
+
 #include "core/layout.h"
+#include "core/text.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/launch.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/data_parallel.h"
+#include "tests/helpers.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;
+using trident::testing::error_of;
 
 namespace {
 
@@ -128,6 +133,67 @@ TEST(Collectives, ExchangeWithBothNeighboursAtOnce) {
   comm().exchange(transfers);
   EXPECT_TRUE(torch::equal(from_previous, filled(count, previous, torch::kFloat)));
   EXPECT_TRUE(torch::equal(from_next, filled(count, -next, torch::kFloat)));
+}
+
+// Row j of rank `from`'s part for rank `to`: one value that names all three, exact in bf16 (< 256).
+double all_to_all_value(int from, int to, int64_t row) { return 16 * from + 4 * to + double(row); }
+
+TEST(Collectives, AllToAllInEqualParts) {
+  const int64_t rows = 3, width = 5;
+  for (auto dtype : kDtypes) {
+    auto in = torch::empty({n() * rows, width}, torch::TensorOptions().dtype(dtype));
+    auto expected = torch::empty_like(in);
+    for (int r = 0; r < n(); ++r)
+      for (int64_t j = 0; j < rows; ++j) {
+        in[r * rows + j].fill_(all_to_all_value(me(), r, j));
+        expected[r * rows + j].fill_(all_to_all_value(r, me(), j));
+      }
+    auto out = torch::full_like(in, -1);
+    comm().all_to_all(out, in);
+    EXPECT_TRUE(torch::equal(out, expected)) << dtype;
+  }
+}
+
+TEST(Collectives, AllToAllInUnequalPartsSomeEmpty) {
+  // Rank `from` sends (from + 2 * to) % 3 rows to rank `to`: parts of 0, 1 and 2 rows, a
+  // different number each way between most pairs.
+  auto rows = [](int from, int to) { return int64_t((from + 2 * to) % 3); };
+  std::vector<int64_t> in_splits, out_splits;
+  for (int r = 0; r < n(); ++r) {
+    in_splits.push_back(rows(me(), r));
+    out_splits.push_back(rows(r, me()));
+  }
+  auto total = [](const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t(0)); };
+  for (auto dtype : kDtypes) {
+    auto in = torch::empty({total(in_splits), 2, 3}, torch::TensorOptions().dtype(dtype));
+    auto expected = torch::empty({total(out_splits), 2, 3}, in.options());
+    for (int r = 0, sent = 0, received = 0; r < n(); ++r) {
+      for (int64_t j = 0; j < rows(me(), r); ++j) in[sent++].fill_(all_to_all_value(me(), r, j));
+      for (int64_t j = 0; j < rows(r, me()); ++j) expected[received++].fill_(all_to_all_value(r, me(), j));
+    }
+    auto out = torch::full_like(expected, -1);
+    comm().all_to_all(out, in, out_splits, in_splits);
+    EXPECT_TRUE(torch::equal(out, expected)) << dtype;
+  }
+}
+
+// Checked on every rank alike before anything is sent, so every rank fails and none waits.
+TEST(Collectives, AllToAllRefusesPartsThatDoNotAddUp) {
+  auto in = torch::zeros({n() * 2, 4}), out = torch::zeros({n() * 2, 4});
+  auto refused = [&](std::string expected, auto&& call) {
+    const std::string message = error_of(call);
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+  };
+  auto odd = torch::zeros({n() * 2 + 1, 4});
+  refused(str("the input's ", n() * 2 + 1, " rows do not cut into ", n(), " equal parts"),
+          [&] { comm().all_to_all(out, odd); });
+  std::vector<int64_t> one_each(size_t(n()), 1);
+  refused(str("the input's splits add up to ", n(), " rows, but it has ", n() * 2),
+          [&] { comm().all_to_all(out, in, {}, one_each); });
+  refused(str("1 splits of the output for a group of ", n(), " ranks"), [&] { comm().all_to_all(out, in, {1}, {}); });
+  auto wider = torch::zeros({n() * 2, 5});
+  refused("of the same shape and dtype", [&] { comm().all_to_all(wider, in); });
+  comm().barrier();
 }
 
 TEST(Collectives, SplitGroupsByColorOrderedByKey) {

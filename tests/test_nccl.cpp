@@ -43,6 +43,9 @@ TEST(Nccl, CollectivesOnOneGpu) {
     comm->all_gather(out, t);
     comm->reduce_scatter(out, t, ReduceOp::sum);
     EXPECT_TRUE(torch::equal(out.cpu(), t.cpu()));
+    auto rows = torch::arange(12, cuda.dtype(dtype)).view({4, 3}), moved = torch::empty_like(rows);
+    comm->all_to_all(moved, rows);
+    EXPECT_TRUE(torch::equal(moved.cpu(), rows.cpu()));
   }
   comm->barrier();
   auto child = comm->split(0, 0);

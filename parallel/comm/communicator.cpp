@@ -68,6 +68,65 @@ std::unique_ptr<PendingCollective> Communicator::reduce_scatter_async(torch::Ten
   return std::make_unique<CompletedCollective>();
 }
 
+namespace {
+// The first row of each rank's part of an all-to-all's `tensor` (and, last, its number of rows):
+// `splits`, or `size` equal parts when there are none.
+//
+//   rows:    0 .. 2 | 3 | 4 .. 8        splits {3, 1, 5}
+//   offsets: 0        3   4        9
+std::vector<int64_t> part_offsets(const torch::Tensor& tensor, const std::vector<int64_t>& splits, int size,
+                                  const char* which) {
+  const int64_t rows = tensor.size(0);
+  std::vector<int64_t> offsets(size_t(size) + 1, 0);
+  if (splits.empty()) {
+    if (rows % size != 0)
+      fail("all_to_all: ", which, "'s ", rows, " rows do not cut into ", size, " equal parts; give its splits");
+    for (int r = 0; r < size; ++r) offsets[size_t(r) + 1] = offsets[size_t(r)] + rows / size;
+    return offsets;
+  }
+  if (int64_t(splits.size()) != size)
+    fail("all_to_all: ", splits.size(), " splits of ", which, " for a group of ", size, " ranks");
+  for (int r = 0; r < size; ++r) {
+    if (splits[size_t(r)] < 0) fail("all_to_all: ", which, "'s split for rank ", r, " is negative (", splits[size_t(r)], ")");
+    offsets[size_t(r) + 1] = offsets[size_t(r)] + splits[size_t(r)];
+  }
+  if (offsets.back() != rows)
+    fail("all_to_all: ", which, "'s splits add up to ", offsets.back(), " rows, but it has ", rows);
+  return offsets;
+}
+}  // namespace
+
+void Communicator::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                              const std::vector<int64_t>& in_splits) {
+  require_contiguous(in, "all_to_all");
+  require_contiguous(out, "all_to_all");
+  if (in.dim() == 0 || in.dim() != out.dim() || in.sizes().slice(1) != out.sizes().slice(1) ||
+      in.scalar_type() != out.scalar_type())
+    fail("all_to_all: the input (", in.scalar_type(), " ", in.sizes(), ") and output (", out.scalar_type(), " ",
+         out.sizes(), ") must both be rows along a first dimension, of the same shape and dtype");
+  const std::vector<int64_t> sent = part_offsets(in, in_splits, size(), "the input");
+  const std::vector<int64_t> received = part_offsets(out, out_splits, size(), "the output");
+  auto part = [](const torch::Tensor& t, const std::vector<int64_t>& offsets, int r) {
+    return t.narrow(0, offsets[size_t(r)], offsets[size_t(r) + 1] - offsets[size_t(r)]);
+  };
+  const int me = rank();
+  torch::Tensor mine = part(out, received, me);
+  const torch::Tensor kept = part(in, sent, me);
+  if (mine.size(0) != kept.size(0))
+    fail("all_to_all: rank ", me, " sends itself ", kept.size(0), " rows (its input's split) but receives ", mine.size(0),
+         " (its output's)");
+  std::vector<Transfer> transfers;
+  for (int r = 0; r < size(); ++r) {
+    if (r == me) continue;
+    // Parts of no rows are skipped on both sides: the splits agree on them.
+    if (const torch::Tensor to = part(in, sent, r); to.size(0) > 0) transfers.push_back({to, r, true});
+    if (torch::Tensor from = part(out, received, r); from.size(0) > 0) transfers.push_back({from, r, false});
+  }
+  auto pending = exchange_async(std::move(transfers));
+  mine.copy_(kept);
+  pending->wait();
+}
+
 void require_contiguous(const torch::Tensor& tensor, const char* operation) {
   if (!tensor.is_contiguous()) fail(operation, ": the tensor must be contiguous");
 }

@@ -66,6 +66,16 @@ class Communicator {
   // Starts such transfers so that they may overlap with computation (ring attention); the
   // tensors stay untouched until wait(). The default completes them at once.
   virtual std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers);
+  // Every rank sends a part of `in` to every rank and receives one from each into `out`, the
+  // parts cut along the first dimension in rank order: part i of `in` goes to rank i, and rank
+  // i's part for this rank lands as part i of `out`. With no splits, `in` and `out` hold size()
+  // equal parts; else in_splits[i] rows go to rank i and out_splits[i] rows come from it, so every
+  // rank's out_splits[i] must equal rank i's in_splits[this rank] (an all-to-all of the counts
+  // first agrees on them). Rows past the first dimension, and the dtype, must match.
+  // Built on exchange(), so every backend has it with exchange's watch and failure path (NCCL's
+  // all-to-all is its grouped sends and receives too).
+  virtual void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits = {},
+                          const std::vector<int64_t>& in_splits = {});
   virtual void barrier() = 0;
   // Members with the same color form a new group, ranked by (key, rank). Collective.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -100,6 +100,10 @@ class RecordedCommunicator : public Communicator {
     const int64_t bytes = transfer_bytes(transfers);
     return started("exchange", bytes, [&] { return inner_->exchange_async(std::move(transfers)); });
   }
+  void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                  const std::vector<int64_t>& in_splits) override {
+    run("all_to_all", bytes_of(in), [&] { inner_->all_to_all(out, in, out_splits, in_splits); });
+  }
   void barrier() override {
     run("barrier", 0, [&] { inner_->barrier(); });
   }

@@ -35,47 +35,64 @@ std::string format_value(double v) {
   return std::string(buffer, end);
 }
 
-// ---- Enums: every value in order, spelled as the config spells it. ----
+// ---- Enums: every value in order, each with its one spelling (the config's). ----
 
 template <typename E>
-const std::vector<E>& values_of();
+using NameTable = std::vector<std::pair<E, const char*>>;
+template <typename E>
+const NameTable<E>& names_of();
 template <>
-const std::vector<Precision>& values_of() {
-  static const std::vector<Precision> values = {Precision::fp32, Precision::fp64, Precision::bf16,
-                                                Precision::fp16};
-  return values;
+const NameTable<Precision>& names_of() {
+  static const NameTable<Precision> table = {
+      {Precision::fp32, "fp32"}, {Precision::fp64, "fp64"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
+  return table;
 }
 template <>
-const std::vector<Schedule>& values_of() {
-  static const std::vector<Schedule> values = {Schedule::gpipe, Schedule::one_f_one_b,
-                                               Schedule::interleaved_1f1b};
-  return values;
+const NameTable<Schedule>& names_of() {
+  static const NameTable<Schedule> table = {
+      {Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"}, {Schedule::interleaved_1f1b, "interleaved_1f1b"}};
+  return table;
 }
 template <>
-const std::vector<Recompute>& values_of() {
-  static const std::vector<Recompute> values = {Recompute::none, Recompute::selective, Recompute::full};
-  return values;
+const NameTable<Recompute>& names_of() {
+  static const NameTable<Recompute> table = {
+      {Recompute::none, "none"}, {Recompute::selective, "selective"}, {Recompute::full, "full"}};
+  return table;
+}
+template <>
+const NameTable<ContextParallelType>& names_of() {
+  static const NameTable<ContextParallelType> table = {{ContextParallelType::ring, "ring"},
+                                                       {ContextParallelType::ulysses, "ulysses"}};
+  return table;
+}
+template <>
+const NameTable<Normalization>& names_of() {
+  static const NameTable<Normalization> table = {{Normalization::layernorm, "layernorm"},
+                                                 {Normalization::rmsnorm, "rmsnorm"}};
+  return table;
+}
+template <>
+const NameTable<PositionEmbeddingType>& names_of() {
+  static const NameTable<PositionEmbeddingType> table = {{PositionEmbeddingType::learned, "learned"},
+                                                         {PositionEmbeddingType::rope, "rope"}};
+  return table;
+}
+template <>
+const NameTable<Activation>& names_of() {
+  static const NameTable<Activation> table = {{Activation::gelu, "gelu"}, {Activation::swiglu, "swiglu"}};
+  return table;
+}
+template <>
+const NameTable<RopeScaling>& names_of() {
+  static const NameTable<RopeScaling> table = {{RopeScaling::none, "none"}, {RopeScaling::llama3, "llama3"}};
+  return table;
 }
 
-template <>
-const std::vector<Normalization>& values_of() {
-  static const std::vector<Normalization> values = {Normalization::layernorm, Normalization::rmsnorm};
-  return values;
-}
-template <>
-const std::vector<PositionEmbeddingType>& values_of() {
-  static const std::vector<PositionEmbeddingType> values = {PositionEmbeddingType::learned, PositionEmbeddingType::rope};
-  return values;
-}
-template <>
-const std::vector<Activation>& values_of() {
-  static const std::vector<Activation> values = {Activation::gelu, Activation::swiglu};
-  return values;
-}
-template <>
-const std::vector<RopeScaling>& values_of() {
-  static const std::vector<RopeScaling> values = {RopeScaling::none, RopeScaling::llama3};
-  return values;
+template <typename E>
+const char* name_in_table(E value) {
+  for (const auto& [known, spelled] : names_of<E>())
+    if (known == value) return spelled;
+  return "?";
 }
 
 // ---- The schema. ----
@@ -109,11 +126,11 @@ Field field(std::string key, Member member, Rule<T> rule) {
   return f;
 }
 
-// An enum key: one of values_of<E>() by name.
+// An enum key: one of names_of<E>().
 template <typename E, typename Member>
 Field enum_field(std::string key, Member member) {
   std::vector<std::string> names;
-  for (E value : values_of<E>()) names.push_back(name(value));
+  for (const auto& entry : names_of<E>()) names.push_back(entry.second);
   const Rule<std::string> rule = one_of(names);
   Field f;
   f.key = key;
@@ -121,8 +138,8 @@ Field enum_field(std::string key, Member member) {
     std::string spelled;
     const std::string problem = check_value(text, rule, spelled);
     if (!problem.empty()) fail("config key '", key, "': ", problem);
-    for (E value : values_of<E>())
-      if (spelled == name(value)) member(config) = value;
+    for (const auto& [value, value_name] : names_of<E>())
+      if (spelled == value_name) member(config) = value;
   };
   f.get = [member](const Config& config) { return format_value(std::string(name(member(config)))); };
   return f;
@@ -164,6 +181,7 @@ const std::vector<Field>& schema() {
       field("parallel.tensor", TRIDENT_MEMBER(parallel.tensor), between(1, kMaxWidth)),
       field("parallel.pipeline", TRIDENT_MEMBER(parallel.pipeline), at_least(1)),
       field("parallel.context", TRIDENT_MEMBER(parallel.context), between(1, kMaxSequence)),
+      enum_field<ContextParallelType>("parallel.context_parallel_type", TRIDENT_MEMBER(parallel.context_parallel_type)),
       field("parallel.data", TRIDENT_MEMBER(parallel.data),
             Rule<int64_t>{"a positive integer or 0 (auto)",
                           [](const int64_t& v) { return v >= 0; }}),
@@ -278,42 +296,18 @@ void flatten(const YAML::Node& node, const std::string& prefix,
 
 }  // namespace
 
-const char* name(Precision value) {
-  switch (value) {
-    case Precision::fp32: return "fp32";
-    case Precision::fp64: return "fp64";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-  }
-  return "?";
-}
-
-const char* name(Schedule value) {
-  switch (value) {
-    case Schedule::gpipe: return "gpipe";
-    case Schedule::one_f_one_b: return "1f1b";
-    case Schedule::interleaved_1f1b: return "interleaved_1f1b";
-  }
-  return "?";
-}
-
-const char* name(Recompute value) {
-  switch (value) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "?";
-}
-
-const char* name(Normalization value) { return value == Normalization::layernorm ? "layernorm" : "rmsnorm"; }
-const char* name(PositionEmbeddingType value) { return value == PositionEmbeddingType::learned ? "learned" : "rope"; }
-const char* name(Activation value) { return value == Activation::gelu ? "gelu" : "swiglu"; }
-const char* name(RopeScaling value) { return value == RopeScaling::none ? "none" : "llama3"; }
-
+const char* name(Precision value) { return name_in_table(value); }
+const char* name(Schedule value) { return name_in_table(value); }
+const char* name(Recompute value) { return name_in_table(value); }
+const char* name(ContextParallelType value) { return name_in_table(value); }
+const char* name(Normalization value) { return name_in_table(value); }
+const char* name(PositionEmbeddingType value) { return name_in_table(value); }
+const char* name(Activation value) { return name_in_table(value); }
+const char* name(RopeScaling value) { return name_in_table(value); }
 std::ostream& operator<<(std::ostream& out, Precision value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, ContextParallelType value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Normalization value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Activation value) { return out << name(value); }

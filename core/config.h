@@ -18,6 +18,10 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
 enum class Recompute { none, selective, full };
+// How attention crosses the context-parallel ranks: keys and values around a ring, or
+// DeepSpeed-Ulysses' all-to-alls that trade each rank's tokens of every head for every token of
+// its share of the heads (parallel/ulysses_attention.h).
+enum class ContextParallelType { ring, ulysses };
 // The architecture's choices: GPT-2 is the first of each, Llama the second.
 enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbeddingType { learned, rope };  // learned absolute positions, or rotary (Su et al. 2021)
@@ -26,6 +30,7 @@ enum class RopeScaling { none, llama3 };          // Llama 3.1's frequency scali
 const char* name(Precision value);
 const char* name(Schedule value);
 const char* name(Recompute value);
+const char* name(ContextParallelType value);
 const char* name(Normalization value);
 const char* name(PositionEmbeddingType value);
 const char* name(Activation value);
@@ -33,6 +38,7 @@ const char* name(RopeScaling value);
 std::ostream& operator<<(std::ostream& out, Precision value);
 std::ostream& operator<<(std::ostream& out, Schedule value);
 std::ostream& operator<<(std::ostream& out, Recompute value);
+std::ostream& operator<<(std::ostream& out, ContextParallelType value);
 std::ostream& operator<<(std::ostream& out, Normalization value);
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value);
 std::ostream& operator<<(std::ostream& out, Activation value);
@@ -89,7 +95,8 @@ struct ModelConfig {
 struct ParallelConfig {
   int64_t tensor = 1;
   int64_t pipeline = 1;
-  int64_t context = 1;  // ranks that split each sequence (ring attention)
+  int64_t context = 1;  // ranks that split each sequence
+  ContextParallelType context_parallel_type = ContextParallelType::ring;
   int64_t data = 0;     // 0 means "auto": world_size / (tensor * context * pipeline)
   int64_t virtual_stages = 1;
   // The embedding and the loss take one layer's place each when the layers are dealt to the

@@ -38,6 +38,13 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
     return str("model.seq_length (", m.seq_length, ") must be divisible by ", divisor, " (", sequence_parts, ")",
                p.sequence_parallel ? " with parallel.sequence_parallel" : "");
   }
+  // Ulysses deals each tensor-parallel rank's query heads out to the context-parallel ranks
+  // (key/value groups too, repeated where they do not deal out evenly).
+  if (split && p.context_parallel_type == ContextParallelType::ulysses &&
+      (m.num_attention_heads / p.tensor) % p.context != 0)
+    return str("parallel.context_parallel_type=ulysses deals each tensor-parallel rank's ",
+               m.num_attention_heads / p.tensor, " attention heads (model.num_attention_heads / parallel.tensor) ",
+               "out to parallel.context=", p.context, " ranks: they must be a multiple of it (or use ring)");
   const int64_t chunks = p.pipeline * p.virtual_stages;
   if (p.embedding_and_loss_as_layers && (m.num_layers + 2) % chunks != 0)
     return str("model.num_layers + 2 (", m.num_layers + 2, ": the embedding and the loss count as layers with ",
@@ -70,6 +77,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
 
   out.tp_size = p.tensor;
   out.cp_size = p.context;
+  out.cp_type = p.context_parallel_type;
   out.pp_size = p.pipeline;
   out.dp_size = dp_size;
   out.virtual_stages = p.virtual_stages;
@@ -112,7 +120,10 @@ int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank) 
 }
 
 std::string describe_axes(const Layout& l) {
-  return str("TP ", l.tp_size, l.cp_size > 1 ? str(" x CP ", l.cp_size) : "", " x PP ", l.pp_size, " x DP ", l.dp_size);
+  const std::string cp = l.cp_size == 1                                   ? ""
+                         : l.cp_type == ContextParallelType::ring ? str(" x CP ", l.cp_size)
+                                                                  : str(" x CP ", l.cp_size, " (", l.cp_type, ")");
+  return str("TP ", l.tp_size, cp, " x PP ", l.pp_size, " x DP ", l.dp_size);
 }
 
 Layout resolve_layout(const Config& config, int64_t world_size) {

@@ -40,6 +40,7 @@ struct TensorParallelPlace {
 
 struct Layout {
   int64_t tp_size = 1, cp_size = 1, dp_size = 1, pp_size = 1;
+  ContextParallelType cp_type = ContextParallelType::ring;  // how attention crosses the cp_size ranks
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
   bool embedding_and_loss_as_layers = false;  // in the layers' split (chunk_layers)
   bool sequence_parallel = false;  // asked for and tp_size > 1

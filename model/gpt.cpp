@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/fused_kernels.h"
 #include "model/init.h"
+#include "parallel/ulysses_attention.h"
 
 namespace trident {
 namespace {
@@ -64,10 +65,13 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
     // tensor is the documents' ids over the whole sequence.
     const double p = is_training() ? dropout_ : 0.0;
     const torch::Tensor documents = qkv.size() > 3 ? qkv[3] : torch::Tensor();
-    if (cp_.size() > 1) return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel, documents);
-    if (p == 0) return causal_attention(qkv[0], qkv[1], qkv[2], 0.0, documents);
-    return streams_->model_parallel.fork(qkv[0].device(),
-                                         [&] { return causal_attention(qkv[0], qkv[1], qkv[2], p, documents); });
+    const LocalAttention attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      if (p == 0) return causal_attention(q, k, v, 0.0, documents);
+      return streams_->model_parallel.fork(q.device(), [&] { return causal_attention(q, k, v, p, documents); });
+    };
+    if (cp_.size() == 1) return attend(qkv[0], qkv[1], qkv[2]);
+    if (cp_.type == ContextParallelType::ulysses) return ulysses_attention(qkv[0], qkv[1], qkv[2], cp_, attend);
+    return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel, documents);
   };
   if (config.position_embedding_type == PositionEmbeddingType::rope) rotary_.emplace(config);
   const int64_t h = config.hidden_size;

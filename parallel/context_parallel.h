@@ -25,6 +25,7 @@
 
 #include <memory>
 
+#include "core/config.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/random_stream.h"
 
@@ -32,6 +33,7 @@ namespace trident {
 
 struct ContextParallel {
   std::shared_ptr<Communicator> group = make_self_communicator();
+  ContextParallelType type = ContextParallelType::ring;
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
 };

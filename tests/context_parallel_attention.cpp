@@ -1,12 +1,13 @@
-// Ring attention over the whole job as one context-parallel group (2, 3 or 4 ranks) against
-// plain causal attention over the whole sequence: this rank's outputs and the gradients of its
-// queries, keys and values, in fp64.
+// Ring and Ulysses attention over the whole job as one context-parallel group (2, 3 or 4 ranks)
+// against plain causal attention over the whole sequence: this rank's outputs and the gradients
+// of its queries, keys and values, in fp64.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
 #include "parallel/context_parallel.h"
+#include "parallel/ulysses_attention.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;
@@ -48,6 +49,40 @@ void expect_ring_equals_plain(const ContextParallel& cp, const torch::Tensor& q,
   auto out = ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
   (out * mine(g)).sum().backward();
 
+  expect_close(out, mine(out_ref), "output");
+  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
+  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
+  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+}
+
+// Plain causal attention of grouped keys and values (each group serving consecutive heads).
+torch::Tensor grouped_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       const torch::Tensor& documents = {}) {
+  const int64_t per_group = q.size(1) / k.size(1);
+  return plain_causal_attention(q, repeat_for_query_heads(k, per_group), repeat_for_query_heads(v, per_group),
+                                documents);
+}
+
+// Ulysses attention of this rank's chunks of q [b, heads, s, d] and of k, v [b, groups, s, d]
+// against the plain grouped attention of the whole: the outputs and the gradients of <output, g>.
+void expect_ulysses_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
+  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
+  auto out_ref = grouped_causal_attention(q_ref, k_ref, v_ref, documents);
+  (out_ref * g).sum().backward();
+
+  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, cp.rank(), cp.size()); };
+  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
+  int64_t attended_heads = 0;
+  auto out = ulysses_attention(q_mine, k_mine, v_mine, cp,
+                               [&](const torch::Tensor& q_all, const torch::Tensor& k_all, const torch::Tensor& v_all) {
+                                 EXPECT_EQ(q_all.size(2), q.size(2)) << "attention sees whole sequences";
+                                 attended_heads = q_all.size(1);
+                                 return grouped_causal_attention(q_all, k_all, v_all, documents);
+                               });
+  (out * mine(g)).sum().backward();
+
+  EXPECT_EQ(attended_heads, q.size(1) / cp.size());
   expect_close(out, mine(out_ref), "output");
   expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
   expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
@@ -142,4 +177,30 @@ TEST(ContextParallel, RingAttentionDropoutGradientsMatchFiniteDifferences) {
     const double measured = (objective(plus, 0.3).second - objective(minus, 0.3).second) / (2 * eps);
     EXPECT_NEAR(measured, summed.item<double>(), 1e-7 * std::max(1.0, std::abs(measured))) << "direction " << direction;
   }
+}
+
+// 12 heads deal out to 2, 3 and 4 ranks; their key/value groups deal out evenly (12), must be
+// repeated at some sizes (4 over 3 ranks, 2 over 4) or always (1, multi-query attention).
+TEST(ContextParallel, UlyssesAttentionEqualsCausalAttentionForEveryGrouping) {
+  const ContextParallel cp{trident::testing::world_shared(), ContextParallelType::ulysses};
+  const int c = cp.size();
+  const int64_t batch = 2, heads = 12, chunk = 2, dim = 4, s = 2 * c * chunk;
+  for (int64_t groups : {12, 4, 2, 1}) {
+    SCOPED_TRACE(::testing::Message() << groups << " key/value groups");
+    auto q = shared_random({batch, heads, s, dim}, 21), k = shared_random({batch, groups, s, dim}, 22),
+         v = shared_random({batch, groups, s, dim}, 23), g = shared_random({batch, heads, s, dim}, 24);
+    expect_ulysses_equals_plain(cp, q, k, v, g);
+  }
+}
+
+TEST(ContextParallel, UlyssesAttentionKeepsDocumentsApart) {
+  const ContextParallel cp{trident::testing::world_shared(), ContextParallelType::ulysses};
+  const int c = cp.size();
+  const int64_t batch = 2, heads = 12, groups = 4, chunk = 3, dim = 4, s = 2 * c * chunk;
+  auto q = shared_random({batch, heads, s, dim}, 31), k = shared_random({batch, groups, s, dim}, 32),
+       v = shared_random({batch, groups, s, dim}, 33), g = shared_random({batch, heads, s, dim}, 34);
+  auto documents = (torch::arange(s, torch::kLong) / 5).repeat({batch, 1});
+  documents[1].narrow(0, 0, 1).fill_(7);  // a document of one token, then one to the end
+  documents[1].narrow(0, 1, s - 1).fill_(8);
+  expect_ulysses_equals_plain(cp, q, k, v, g, documents);
 }

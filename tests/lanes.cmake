@@ -19,7 +19,7 @@
 #
 # The layout-equality sweep (DataParallelRuns/EqualsSerial, 49 layouts) proves trident's index
 # arithmetic once per layout in lane 1.13; lane 2.x runs the layouts that together take every
-# parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring, each pipeline
+# parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring and Ulysses, each pipeline
 # schedule, the ends as layers), ZeRO 1, 2 and 3, offload, both recomputations, both families,
 # fp32 and fp64, both launchers and simulated hosts.
 set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
@@ -27,7 +27,7 @@ set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
   ThreeDimensionalWithZeroThreeFp64 ThreeDimensionalWithZeroTwoFp32 ContextTwoPipelineTwoGPipeZeroThreeFp64
   ContextParallelFourZeroOneFp64 OffloadZeroTwoDataTwoFp64 OffloadZeroThreeDataTwoFp32
   TensorTwoByDataTwoWithSelectiveRecomputeFp64 PipelineFiveEndsAsLayersFp64
-  LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32)
+  LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32 UlyssesContextTwoFp64)
 set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
   Formulas Memory Plan TimeModel DeviceProfile

@@ -362,7 +362,21 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"LlamaFourDimensionalFp64", kMpirun + "8 ", 2, "fp64",
                     {"parallel.tensor=2", "parallel.context=2", "parallel.pipeline=2",
                      "parallel.sequence_parallel=true", "recompute=selective"},
-                    kLlama}),
+                    kLlama},
+        // Ulysses context parallelism: all-to-alls deal the heads out around attention, which then
+        // sees whole sequences; alone, over 4 ranks with ZeRO-1 over the data x context group, in
+        // four dimensions with ZeRO-3 and recomputation, and Llama's 2 key/value groups over 4
+        // ranks (each repeated once, rotated at their global positions).
+        ParallelRun{"UlyssesContextTwoFp64", kMpirun + "2 ", 8, "fp64",
+                    {"parallel.context=2", "parallel.context_parallel_type=ulysses"}},
+        ParallelRun{"UlyssesContextFourZeroOneFp64", kEnvLaunch + "4 -- ", 8, "fp64",
+                    {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.zero_stage=1"}},
+        ParallelRun{"UlyssesFourDimensionalZeroThreeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.context=2", "parallel.pipeline=2",
+                     "parallel.context_parallel_type=ulysses", "parallel.sequence_parallel=true",
+                     "parallel.zero_stage=3", "recompute=selective"}},
+        ParallelRun{"LlamaUlyssesContextFourFp64", kEnvLaunch + "4 -- ", 8, "fp64",
+                    {"parallel.context=4", "parallel.context_parallel_type=ulysses"}, kLlama}),
     [](const ::testing::TestParamInfo<ParallelRun>& info) { return info.param.name; });
 
 // A pipelined, tensor-parallel run stopped halfway and resumed to the end equals the straight
@@ -402,8 +416,8 @@ TEST_F(DataParallelRuns, BlendedDataEqualsSerialInAnyLayout) {
 }
 
 // Packed documents kept apart (data.eod_mask_loss, reset_position_ids, reset_attention_mask)
-// train the same in every layout, ring attention's masked blocks included: fp64, GPT-2's and
-// Llama's shapes, on documents of a line each (most samples hold several).
+// train the same in every layout, ring attention's masked blocks and Ulysses' whole sequences
+// included: fp64, GPT-2's and Llama's shapes, on documents of a line each (most samples hold several).
 TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const std::string lines = (*root_ / "lines.jsonl").string(), data = (*root_ / "lines").string();
@@ -424,6 +438,7 @@ TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
     const RunResult reference = train("", *root_ / ("documents-serial-" + name), data, 8, "fp64", serial);
     const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
         {"cp2-pp2", {"parallel.context=2", "parallel.pipeline=2"}},
+        {"ulysses-cp4", {"parallel.context=4", "parallel.context_parallel_type=ulysses"}},
         {"tp2-sp-dp2", {"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=full"}}};
     for (const auto& [layout, parallel] : layouts) {
       std::vector<std::string> overrides = serial;

@@ -76,6 +76,16 @@ TEST(Layout, ErrorsNameTheKeys) {
     resolve_layout(built, 1);
   });
   EXPECT_NE(message.find("parallel.zero_stage must be 0, 1, 2 or 3 (got 4)"), std::string::npos) << message;
+  message = error_of([] {
+    resolve_layout(config({"parallel.context=4", "parallel.tensor=2", "parallel.context_parallel_type=ulysses"}), 8);
+  });
+  EXPECT_NE(message.find("parallel.context_parallel_type=ulysses deals each tensor-parallel rank's 2 attention heads "
+                         "(model.num_attention_heads / parallel.tensor) out to parallel.context=4 ranks"),
+            std::string::npos) << message;
+  EXPECT_EQ(resolve_layout(config({"parallel.context=2", "parallel.tensor=2"}), 4).cp_type, ContextParallelType::ring);
+  message = error_of([] { config({"parallel.context_parallel_type=ulyses"}); });
+  EXPECT_NE(message.find("config key 'parallel.context_parallel_type': "), std::string::npos) << message;
+  EXPECT_NE(message.find("one of ring, ulysses"), std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"batch.global_batch_size=8"}), 4); });
   EXPECT_NE(message.find("must be a multiple of batch.micro_batch_size * data-parallel size = 4 * 4"),
             std::string::npos) << message;

@@ -299,6 +299,36 @@ TEST(Plan, LongSequencesUseContextParallelism) {
   EXPECT_GT(evaluate_layout(config, l, a100).time.context_comm_s, 0);
 }
 
+// Ulysses' context-parallel time is its all-to-alls, none hidden: (c - 1) / c of q, k, v and the
+// output per pass, keys and values as the groups dealt out (Llama 3 8B's 8 of 32 heads; 2 groups
+// over 4 ranks travel as 4), a pass forward and one backward, and one more with recomputation.
+TEST(TimeModel, UlyssesPaysForItsAllToAlls) {
+  Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
+                               {"model.seq_length=65536", "batch.global_batch_size=8", "batch.micro_batch_size=1",
+                                "parallel.tensor=1", "parallel.pipeline=1", "parallel.context_parallel_type=ulysses",
+                                "recompute=none"});
+  Hardware h100;
+  h100.device = h100_profile();
+  auto cp_comm = [&](int64_t c, int64_t groups, Recompute recompute) {
+    Config varied = config;
+    varied.model.num_query_groups = groups;
+    varied.recompute = recompute;
+    varied.parallel.context = c;
+    h100.gpus = c;
+    const PlanRow row = evaluate_layout(varied, resolve_layout(varied, c), h100);
+    EXPECT_TRUE(std::any_of(row.time.explanation.begin(), row.time.explanation.end(),
+                            [](const std::string& line) { return line.find("Ulysses' all-to-alls") != std::string::npos; }));
+    return row.time.context_comm_s;
+  };
+  const double two = cp_comm(2, 8, Recompute::none), eight = cp_comm(8, 8, Recompute::none);
+  ASSERT_GT(two, 0);
+  // 8 ranks send 7/8 of a local sequence a quarter as long as 2 ranks' (1/2 of theirs).
+  EXPECT_NEAR(eight / two, (7.0 / 8 / 8) / (1.0 / 2 / 2), 1e-9);
+  // k and v: 8 of 32 heads' worth against 2 groups dealt to 4 ranks as 4: (2 + 2/4) / (2 + 2/8).
+  EXPECT_NEAR(cp_comm(4, 8, Recompute::none) / cp_comm(4, 2, Recompute::none), 2.5 / 2.25, 1e-9);
+  EXPECT_NEAR(cp_comm(2, 8, Recompute::selective) / two, 1.5, 1e-9);
+}
+
 // plan --largest: every strategy's largest model fits, with the strategy's ZeRO stage;
 // strategies that add memory savings never fit less; only offload uses host memory.
 TEST(Plan, LargestModelPerStrategy) {

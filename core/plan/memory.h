@@ -38,10 +38,12 @@ struct MemoryEstimate {
 // keeps only the layer input, 2 s b h (divided by t with sequence parallelism). Context
 // parallelism c holds s / c tokens, and its ring attention keeps no s x s scores (it keeps
 // q, k, v, the output and one log-sum-exp per row, and recomputes the scores in backward):
-// s b h (34 / c) with the per-token terms as above and no 5 a s / h term. With g key/value
+// s b h (34 / c) with the per-token terms as above and no 5 a s / h term; Ulysses' plain
+// attention of a / c heads over whole sequences keeps the 5 a s / h term of the whole sequence s
+// for each of its s / c tokens. With g key/value
 // groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
-// the grouped ones are kept (selective recompute, context parallelism). A fused attention kernel
+// the grouped ones are kept (selective recompute, ring attention). A fused attention kernel
 // (`fused_attention`) keeps no scores either: no 5 a s / h term, K and V as repeated for the
 // query heads (4).
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -263,16 +264,25 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                             linear_backward(shape, at_precision);
   const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 
-  // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
-  // block's attention where it can be.
   double cp_layer = 0, cp_exposed = 0;
-  if (layout.cp_size > 1) {
+  const double cp_bandwidth = (layout.tp_size * layout.cp_size <= d.gpus_per_node ? intra : inter) * 1e9;
+  if (layout.cp_size > 1 && layout.cp_type == ContextParallelType::ulysses) {
+    // Ulysses: q, k, v and the output cross in all-to-alls forward, their gradients backward, and
+    // the forward's again when recomputation re-runs the attention core; each rank sends (c - 1) / c
+    // of each, and waits for it (nothing overlaps them). Keys and values travel as the groups
+    // dealt out: lcm(groups, c) of a rank's heads (parallel/ulysses_attention.h).
+    const int64_t heads = m.num_attention_heads / layout.tp_size, groups = m.query_groups() / layout.tp_size;
+    const double kv_fraction = double(std::lcm(groups, layout.cp_size)) / double(heads);
     const double c = double(layout.cp_size);
-    const bool inside_node = layout.tp_size * layout.cp_size <= d.gpus_per_node;
+    const double pass_s = (2 + 2 * kv_fraction) * activation_bytes / double(layout.tp_size) * (c - 1) / c / cp_bandwidth;
+    cp_layer = cp_exposed = pass_s * (layout.recompute == Recompute::none ? 2 : 3);
+  } else if (layout.cp_size > 1) {
+    // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
+    // block's attention where it can be.
+    const double c = double(layout.cp_size);
     // Keys and values of the g key/value heads: g / a of the queries' size.
     const double kv_fraction = double(m.query_groups()) / double(m.num_attention_heads);
-    const double transfer_s =
-        2 * kv_fraction * activation_bytes / double(layout.tp_size) / ((inside_node ? intra : inter) * 1e9);
+    const double transfer_s = 2 * kv_fraction * activation_bytes / double(layout.tp_size) / cp_bandwidth;
     // One block of s/c queries against s/c keys, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) /
                                double(layout.tp_size);
@@ -391,8 +401,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                tp_overlapped ? "overlapped with the multiplies (one piece in t cannot hide)" : "not overlapped",
                overlap_split(M * layers * tp_layer, out.tensor_comm_s))),
       line("cp-comm", out.context_comm_s,
-           str("ring attention's block transfers, behind block attention where it is longer",
-               overlap_split(M * layers * cp_layer, out.context_comm_s))),
+           layout.cp_type == ContextParallelType::ulysses
+               ? str("Ulysses' all-to-alls of q, k, v and the output, forward and backward, not overlapped",
+                     overlap_split(M * layers * cp_layer, out.context_comm_s))
+               : str("ring attention's block transfers, behind block attention where it is longer",
+                     overlap_split(M * layers * cp_layer, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
            str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
                pp_overlapped ? "asynchronous (the fill and drain wait)" : "waited for",

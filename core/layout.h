@@ -3,8 +3,8 @@
 // resolve_layout is the one function that builds it from a config.
 //
 // Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size; a rank's
-// coordinates tp, cp, dp, pp; its groups tp_group(), cp_group(), dp_group(), pp_group()
-// (parallel/comm/process_groups.h).
+// coordinates tp, cp, dp, pp; its groups tp_group(), dp_group(), pp_group() and the context-
+// parallel layers' shared_cp_group() (parallel/comm/process_groups.h).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,8 @@ namespace trident {
 
 // What a ZeRO stage shards over the `replicas` ranks that hold the same parameters (DP x CP), in
 // one place: the optimizer, its gradient buffer, checkpoints, the trainer and the estimates ask
-// these instead of comparing stage numbers. The stage is validated once, by the config.
+// these instead of comparing stage numbers. resolve_layout refuses a stage outside 0-3 (a
+// Config built in C++ skips the config's own range check), so a ZeroSharding holds 0 to 3.
 struct ZeroSharding {
   int64_t stage = 0;     // parallel.zero_stage, 0 to 3
   int64_t replicas = 1;  // dp_size x cp_size

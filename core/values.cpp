@@ -61,10 +61,6 @@ Rule<double> fraction_below_one() {
   return {"a number in [0, 1)", [](const double& v) { return v >= 0 && v < 1; }};
 }
 
-Rule<double> fraction_up_to_one() {
-  return {"a number in (0, 1]", [](const double& v) { return v > 0 && v <= 1; }};
-}
-
 Rule<std::string> one_of(std::vector<std::string> allowed) {
   return {"one of " + join(allowed, ", "), [allowed](const std::string& v) {
             for (const auto& a : allowed)

@@ -31,7 +31,6 @@ Rule<int64_t> between(int64_t low, int64_t high);
 Rule<double> positive_number();
 Rule<double> non_negative_number();
 Rule<double> fraction_below_one();   // [0, 1)
-Rule<double> fraction_up_to_one();   // (0, 1]
 Rule<std::string> one_of(std::vector<std::string> allowed);
 template <typename T>
 Rule<T> any(std::string expected) {

@@ -80,7 +80,6 @@ class VocabParallelEmbeddingImpl : public ParallelModule {
   VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp, Tied tied = Tied::no);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;  // [vocab/t, hidden]
-  int64_t vocab_start() const { return vocab_start_; }
 
  private:
   TensorParallel tp_;

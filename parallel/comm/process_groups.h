@@ -51,7 +51,6 @@ class ProcessGroups {
 
   Communicator& world() const { return *world_; }
   Communicator& tp_group() const { return *tp_; }
-  Communicator& cp_group() const { return *cp_; }
   Communicator& dp_group() const { return *dp_; }
   Communicator& dp_cp_group() const { return *dp_cp_; }
   Communicator& pp_group() const { return *pp_; }
@@ -63,8 +62,6 @@ class ProcessGroups {
 
   const GridCoordinates& coordinates() const { return coordinates_; }
   TensorParallelPlace tp_place() const { return {coordinates_.tp, layout_.tp_size}; }
-  bool first_stage() const { return coordinates_.pp == 0; }
-  bool last_stage() const { return coordinates_.pp == layout_.pp_size - 1; }
 
  private:
   Layout layout_;

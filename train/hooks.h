@@ -31,4 +31,8 @@ struct Hooks {
   TokenLoss loss;
 };
 
+// Runs the program's hook `name` at `iteration`: what it throws ends the job of `world_size`
+// ranks (parallel/comm/failure.h), or in a job of one is thrown as Error naming the hook.
+void run_hook(const char* name, int64_t iteration, int64_t world_size, const std::function<void()>& call);
+
 }  // namespace trident

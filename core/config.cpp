@@ -88,6 +88,24 @@ const NameTable<RopeScaling>& names_of() {
   return table;
 }
 
+template <>
+const NameTable<DecayStyle>& names_of() {
+  static const NameTable<DecayStyle> table = {
+      {DecayStyle::cosine, "cosine"}, {DecayStyle::linear, "linear"}, {DecayStyle::constant, "constant"}};
+  return table;
+}
+template <>
+const NameTable<Offload>& names_of() {
+  static const NameTable<Offload> table = {{Offload::none, "none"}, {Offload::cpu, "cpu"}};
+  return table;
+}
+template <>
+const NameTable<DataType>& names_of() {
+  static const NameTable<DataType> table = {
+      {DataType::indexed, "indexed"}, {DataType::synthetic, "synthetic"}, {DataType::program, "program"}};
+  return table;
+}
+
 template <typename E>
 const char* name_in_table(E value) {
   for (const auto& [known, spelled] : names_of<E>())
@@ -207,22 +225,21 @@ const std::vector<Field>& schema() {
       field("optimizer.min_lr", TRIDENT_MEMBER(optimizer.min_lr), non_negative_number()),
       field("optimizer.warmup_iters", TRIDENT_MEMBER(optimizer.warmup_iters), at_least(0)),
       field("optimizer.decay_iters", TRIDENT_MEMBER(optimizer.decay_iters), at_least(0)),
-      field("optimizer.decay_style", TRIDENT_MEMBER(optimizer.decay_style),
-            one_of({"cosine", "linear", "constant"})),
+      enum_field<DecayStyle>("optimizer.decay_style", TRIDENT_MEMBER(optimizer.decay_style)),
       field("optimizer.weight_decay", TRIDENT_MEMBER(optimizer.weight_decay),
             non_negative_number()),
       field("optimizer.beta1", TRIDENT_MEMBER(optimizer.beta1), fraction_below_one()),
       field("optimizer.beta2", TRIDENT_MEMBER(optimizer.beta2), fraction_below_one()),
       field("optimizer.eps", TRIDENT_MEMBER(optimizer.eps), positive_number()),
       field("optimizer.clip_grad", TRIDENT_MEMBER(optimizer.clip_grad), non_negative_number()),
-      field("optimizer.offload", TRIDENT_MEMBER(optimizer.offload), one_of({"none", "cpu"})),
+      enum_field<Offload>("optimizer.offload", TRIDENT_MEMBER(optimizer.offload)),
       field("loss_scale.initial", TRIDENT_MEMBER(loss_scale.initial), positive_number()),
       field("loss_scale.min", TRIDENT_MEMBER(loss_scale.min), positive_number()),
       field("loss_scale.window", TRIDENT_MEMBER(loss_scale.window), at_least(1)),
       field("loss_scale.max_consecutive_skips", TRIDENT_MEMBER(loss_scale.max_consecutive_skips),
             at_least(1)),
 
-      field("data.type", TRIDENT_MEMBER(data.type), one_of({"indexed", "synthetic", "program"})),
+      enum_field<DataType>("data.type", TRIDENT_MEMBER(data.type)),
       field("data.path", TRIDENT_MEMBER(data.path), any<std::string>("a file prefix")),
       field("data.valid_fraction", TRIDENT_MEMBER(data.valid_fraction), fraction_below_one()),
       field("data.valid_path", TRIDENT_MEMBER(data.valid_path), any<std::string>("a file prefix, or a blend")),
@@ -304,6 +321,9 @@ const char* name(Normalization value) { return name_in_table(value); }
 const char* name(PositionEmbeddingType value) { return name_in_table(value); }
 const char* name(Activation value) { return name_in_table(value); }
 const char* name(RopeScaling value) { return name_in_table(value); }
+const char* name(DataType value) { return name_in_table(value); }
+const char* name(Offload value) { return name_in_table(value); }
+const char* name(DecayStyle value) { return name_in_table(value); }
 std::ostream& operator<<(std::ostream& out, Precision value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }
@@ -312,6 +332,9 @@ std::ostream& operator<<(std::ostream& out, Normalization value) { return out <<
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Activation value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, RopeScaling value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, DataType value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, Offload value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, DecayStyle value) { return out << name(value); }
 
 int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
   int64_t multiple = make_vocab_size_divisible_by * tp_size;
@@ -410,18 +433,18 @@ void Config::validate() const {
   if (optimizer.min_lr > optimizer.lr)
     fail("optimizer.min_lr (", optimizer.min_lr, ") must not exceed optimizer.lr (", optimizer.lr,
          ")");
-  if (data.type == "indexed" && data.path.empty())
+  if (data.type == DataType::indexed && data.path.empty())
     fail("data.path is empty: give the prefix of a .bin/.idx pair (tools/preprocess makes one) ",
          "or set data.type=synthetic");
-  if (data.type == "indexed") data_blend(data.path);
-  if (const std::string key = data.end_of_document_key(); data.type == "synthetic" && !key.empty())
+  if (data.type == DataType::indexed) data_blend(data.path);
+  if (const std::string key = data.end_of_document_key(); data.type == DataType::synthetic && !key.empty())
     fail(key, " needs documents and their end-of-document token: data.type=synthetic has neither");
-  if (!data.valid_path.empty() && data.type != "indexed")
+  if (!data.valid_path.empty() && data.type != DataType::indexed)
     fail("data.valid_path is for indexed datasets, not data.type=", data.type);
-  if (!data.path.empty() && data.type == "program")
+  if (!data.path.empty() && data.type == DataType::program)
     fail("data.path is set but data.type=program: the program gives the Trainer its samples");
   if (!data.valid_path.empty()) data_blend(data.valid_path, "data.valid_path");
-  if (train.eval_interval > 0 && data.type != "program" && data.valid_fraction <= 0 && data.valid_path.empty())
+  if (train.eval_interval > 0 && data.type != DataType::program && data.valid_fraction <= 0 && data.valid_path.empty())
     fail("train.eval_interval is set but data.valid_fraction is 0 and data.valid_path is empty: there is no "
          "validation data");
 }

@@ -27,6 +27,13 @@ enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbeddingType { learned, rope };  // learned absolute positions, or rotary (Su et al. 2021)
 enum class Activation { gelu, swiglu };          // MLP: down(gelu(up x)), or down(silu(gate x) * up x)
 enum class RopeScaling { none, llama3 };          // Llama 3.1's frequency scaling of RoPE
+// The learning rate after warm-up: a half cosine, a straight line down to optimizer.min_lr, or flat.
+enum class DecayStyle { cosine, linear, constant };
+// Where AdamW keeps the main weights and moments: with the model, or in host memory (and steps there).
+enum class Offload { none, cpu };
+// Where samples come from: an indexed dataset (data.path), random tokens, or the program's own
+// (trident::SampleSource, docs/library.md).
+enum class DataType { indexed, synthetic, program };
 const char* name(Precision value);
 const char* name(Schedule value);
 const char* name(Recompute value);
@@ -35,6 +42,9 @@ const char* name(Normalization value);
 const char* name(PositionEmbeddingType value);
 const char* name(Activation value);
 const char* name(RopeScaling value);
+const char* name(DataType value);
+const char* name(Offload value);
+const char* name(DecayStyle value);
 std::ostream& operator<<(std::ostream& out, Precision value);
 std::ostream& operator<<(std::ostream& out, Schedule value);
 std::ostream& operator<<(std::ostream& out, Recompute value);
@@ -43,6 +53,9 @@ std::ostream& operator<<(std::ostream& out, Normalization value);
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value);
 std::ostream& operator<<(std::ostream& out, Activation value);
 std::ostream& operator<<(std::ostream& out, RopeScaling value);
+std::ostream& operator<<(std::ostream& out, DataType value);
+std::ostream& operator<<(std::ostream& out, Offload value);
+std::ostream& operator<<(std::ostream& out, DecayStyle value);
 // 16-bit weights and activations beside fp32 main weights and fp32 gradient accumulation.
 inline bool mixed(Precision precision) { return precision == Precision::bf16 || precision == Precision::fp16; }
 
@@ -120,13 +133,13 @@ struct OptimizerConfig {
   double min_lr = 1e-4;
   int64_t warmup_iters = 0;
   int64_t decay_iters = 0;  // 0 means train.iters
-  std::string decay_style = "cosine";  // cosine | linear | constant
+  DecayStyle decay_style = DecayStyle::cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad = 1.0;  // 0 disables clipping
-  std::string offload = "none";  // none | cpu: main weights and moments in host memory, AdamW on the CPU
+  Offload offload = Offload::none;
 };
 
 // fp16 only: the dynamic loss scale's start, floor, how many good steps in a row double it,
@@ -139,7 +152,7 @@ struct LossScaleConfig {
 };
 
 struct DataConfig {
-  std::string type = "indexed";  // indexed | synthetic | program (a program's own samples: train/trainer.h)
+  DataType type = DataType::indexed;
   std::string path;              // prefix of <path>.bin / <path>.idx, or a blend (data_blend)
   double valid_fraction = 0.05;  // of each dataset, held out for validation (without valid_path)
   std::string cache_dir;         // where orders of many samples are kept; empty: beside each dataset

@@ -84,7 +84,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   out.embedding_and_loss_as_layers = p.embedding_and_loss_as_layers;
   out.sequence_parallel = p.sequence_parallel && p.tensor > 1;
   out.zero_stage = p.zero_stage;
-  out.offload = config.optimizer.offload == "cpu";
+  out.offload = config.optimizer.offload == Offload::cpu;
   out.schedule = p.schedule;
   out.micro_batch = b.micro_batch_size;
   out.micro_batches = micro_batches;

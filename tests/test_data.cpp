@@ -119,7 +119,7 @@ TEST(GPTSamples, EachEpochVisitsEverySampleOnceInASeededOrder) {
   std::string text;
   for (int i = 0; i < 41; ++i) text += char('a' + i % 26);
   write_documents((dir / "d").string(), {text});
-  auto stream = open_token_stream(DataConfig{"indexed", (dir / "d").string(), 0.0}, 256, 0);
+  auto stream = open_token_stream(DataConfig{DataType::indexed, (dir / "d").string(), 0.0}, 256, 0);
   GPTSamples samples(stream, 0, stream->size(), 4, 256, 99);
   ASSERT_EQ(samples.size(), 10);  // (41 - 1) / 4
   std::set<int64_t> firsts;

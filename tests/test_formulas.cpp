@@ -135,17 +135,17 @@ TEST(Formulas, LearningRateSchedule) {
   o.lr = 1.0;
   o.min_lr = 0.1;
   o.warmup_iters = 10;
-  o.decay_style = "cosine";
+  o.decay_style = DecayStyle::cosine;
   EXPECT_DOUBLE_EQ(learning_rate(o, 1, 110), 0.1);
   EXPECT_DOUBLE_EQ(learning_rate(o, 10, 110), 1.0);
   EXPECT_DOUBLE_EQ(learning_rate(o, 60, 110), 0.55);  // half-way: (max + min) / 2
   EXPECT_DOUBLE_EQ(learning_rate(o, 110, 110), 0.1);
   EXPECT_DOUBLE_EQ(learning_rate(o, 500, 110), 0.1);
-  o.decay_style = "linear";
+  o.decay_style = DecayStyle::linear;
   EXPECT_DOUBLE_EQ(learning_rate(o, 35, 110), 1.0 - 0.9 * 0.25);
   o.decay_iters = 60;
   EXPECT_DOUBLE_EQ(learning_rate(o, 35, 110), 0.55);
-  o.decay_style = "constant";
+  o.decay_style = DecayStyle::constant;
   EXPECT_DOUBLE_EQ(learning_rate(o, 100, 110), 1.0);
 }
 

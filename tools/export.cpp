@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     const SavedRun saved = read_saved_run(folder);
     const Config& config = saved.config;
     hf_model_type(config.model);  // the checkpoint's model is one Hugging Face can hold
-    const auto tokenizer = config.data.type == "indexed" ? read_tokenizer_record(config.data.path) : std::nullopt;
+    const auto tokenizer = config.data.type == DataType::indexed ? read_tokenizer_record(config.data.path) : std::nullopt;
     const torch::Dtype dtype = dtype_of(options.dtype);
 
     Safetensors weights;

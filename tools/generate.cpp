@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     const std::string folder = checkpoint_folder(options.checkpoint, "--checkpoint");
     const SavedRun saved = read_saved_run(folder);
     const ModelConfig& m = saved.config.model;
-    if (options.dataset.empty() && saved.config.data.type != "indexed")
+    if (options.dataset.empty() && saved.config.data.type != DataType::indexed)
       fail("checkpoint '", folder, "' was trained on data.type=", saved.config.data.type, ", which has no tokenizer: ",
            "pass --dataset PREFIX, a dataset whose tokenizer fits its model.vocab_size=", m.vocab_size);
     const std::string dataset = options.dataset.empty() ? saved.config.data.path : options.dataset;

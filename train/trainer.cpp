@@ -174,7 +174,7 @@ void Trainer::validate_into(IterationMetrics& m) {
 
 std::vector<double> Trainer::evaluate_datasets() {
   if (!data_->validates())
-    fail("evaluate() needs validation data: ", config_.data.type == "program" ? "give SampleSource::valid"
+    fail("evaluate() needs validation data: ", config_.data.type == DataType::program ? "give SampleSource::valid"
                                                                                : "set data.valid_fraction > 0 or data.valid_path");
   return trident::evaluate_datasets(data_->validation, config_.train.eval_iters, config_.batch.global_batch_size,
                                     *forward_, *cpu_world_, iteration_);

@@ -20,7 +20,7 @@ std::optional<PlanRow> fastest_fit(const Config& base, const StandardShape& shap
   config.parallel.virtual_stages = 1;
   config.parallel.schedule = Schedule::one_f_one_b;
   config.parallel.sequence_parallel = true;  // where TP > 1 (resolve_layout)
-  config.optimizer.offload = s.offload ? "cpu" : "none";
+  config.optimizer.offload = s.offload ? Offload::cpu : Offload::none;
   std::optional<PlanRow> best;
   const int64_t slots = layer_slots(shape.layers, config.parallel.embedding_and_loss_as_layers);
   for (int64_t t = 1; t <= (s.tensor ? std::min(hw.device.gpus_per_node, hw.gpus) : 1); t *= 2)

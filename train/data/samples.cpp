@@ -59,7 +59,7 @@ class SyntheticTokenStream : public TokenStream {
 
 std::shared_ptr<TokenStream> open_token_stream(const DataConfig& data, int64_t vocab_size,
                                                uint64_t seed) {
-  if (data.type == "synthetic") return std::make_shared<SyntheticTokenStream>(vocab_size, seed);
+  if (data.type == DataType::synthetic) return std::make_shared<SyntheticTokenStream>(vocab_size, seed);
   return std::make_shared<IndexedTokenStream>(data.path, vocab_size);
 }
 
@@ -196,11 +196,11 @@ void check_same_tokenizer(const std::vector<DatasetPart>& datasets) {
 }  // namespace
 
 GPTData::GPTData(const Config& config) {
-  if (config.data.type == "program")
+  if (config.data.type == DataType::program)
     fail("data.type=program needs a program that gives the Trainer its samples (trident::SampleSource, ",
          "docs/library.md); the train program reads data.type=indexed or synthetic");
   const auto& m = config.model;
-  const bool synthetic = config.data.type == "synthetic";
+  const bool synthetic = config.data.type == DataType::synthetic;
   const std::vector<BlendPart> blend = synthetic ? std::vector<BlendPart>{{1.0, ""}} : data_blend(config.data.path);
   const bool held_out = config.data.valid_path.empty();  // validation from each dataset's last part
   const auto open = [&](const BlendPart& blended) {
@@ -263,7 +263,7 @@ GPTData::GPTData(const Config& config) {
 }
 
 GPTData::GPTData(const Config& config, const SampleSource& source) {
-  if (config.data.type != "program")
+  if (config.data.type != DataType::program)
     fail("the program gave the Trainer its own samples, but data.type is '", config.data.type,
          "': set data.type=program");
   if (!source.train) fail("data.type=program: the program's SampleSource has no train samples");

@@ -7,6 +7,7 @@
 #include <trident/trident.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,16 +57,13 @@ train: {iters: 5, log_interval: 1, eval_interval: 0}
 }  // namespace
 
 int main(int argc, char** argv) {
-  trident::LaunchInfo launch;
-  try {
-    launch = trident::detect_launch();
-    trident::register_block("squared_relu", [](const trident::BlockContext& context) {
-      return std::make_shared<SquaredReluBlock>(context);
-    });
-    const trident::Config config = trident::Config::parse(kConfig, std::vector<std::string>(argv + 1, argv + argc));
-    trident::Trainer trainer(config, launch);
-    return trainer.train().exit_code;
-  } catch (const std::exception& e) {
-    return trident::report_failure(e, int(launch.world_size));
-  }
+  const std::optional<trident::LaunchInfo> launch = trident::detect_launch_or_report();
+  if (!launch) return 2;
+  trident::register_block("squared_relu", [](const trident::BlockContext& context) {
+    return std::make_shared<SquaredReluBlock>(context);
+  });
+  // A mistake in the arguments is found on every rank and printed once, by rank 0.
+  return trident::run_training(*launch, [&] {
+    return trident::Config::parse(kConfig, std::vector<std::string>(argv + 1, argv + argc));
+  });
 }

@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "model/dropout.h"
 #include "parallel/context_parallel.h"
+#include "parallel/parameter_role.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
@@ -44,8 +45,9 @@ struct BlockContext {
 
 // The base of every block: [b, s/c(/t with SP), h] -> the same shape. With recompute=full the
 // base recomputes the whole of compute() in backward (model/recompute.h), drawing the same
-// dropout masks; anything finer (recompute=selective) is the block's own business.
-class TransformerBlock : public torch::nn::Module {
+// dropout masks; anything finer (recompute=selective) is the block's own business. A block is a
+// ParallelModule: a parameter of its own (a gate, a scale) is registered with its role.
+class TransformerBlock : public ParallelModule {
  public:
   explicit TransformerBlock(const BlockContext& context);
   // The recomputation holds `this`.

@@ -21,8 +21,13 @@ std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& modul
   std::vector<RoledParameter> out;
   for (const auto& item : module.named_parameters()) {
     const auto role = roles.find(item.key());
-    TRIDENT_CHECK(role != roles.end(), "parameter '", item.key(), "' has no role: register it through ",
-                  "ParallelModule::register_parameter with what tensor parallelism makes of it");
+    if (role == roles.end())
+      fail("parameter '", item.key(), "' has no role, so nothing knows how tensor parallelism splits it, how it ",
+           "starts or how its gradient is finished: make it with trident's parallel layers (ColumnParallelLinear, ",
+           "RowParallelLinear, Norm; not torch::nn's), or register it in a trident::ParallelModule (a ",
+           "TransformerBlock is one) with register_parameter(name, tensor, role), e.g. ParameterRole::whole() for ",
+           "a tensor every tensor-parallel rank holds whole (.sequence_parallel_when(context.tp.sequence_parallel) ",
+           "when it acts on tokens) or ParameterRole::split(dim) for one they split");
     out.push_back({item.key(), item.value(), role->second});
   }
   return out;

@@ -91,8 +91,8 @@ struct PlacedParameters {
   TensorParallelPlace tp;
 };
 
-// Every parameter of `module` (in named_parameters() order) with its role. Throws InternalError
-// naming a parameter whose layer declared no role.
+// Every parameter of `module` (in named_parameters() order) with its role. Throws Error naming a
+// parameter whose layer declared no role, and how to give it one.
 std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& module);
 
 }  // namespace trident

@@ -6,6 +6,7 @@
 #include <trident/trident.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,17 +51,17 @@ train: {iters: 3, log_interval: 1, eval_interval: 0}
 }  // namespace
 
 int main(int argc, char** argv) {
-  trident::LaunchInfo launch;
-  try {
-    launch = trident::detect_launch();
-    std::vector<std::string> arguments(argv + 1, argv + argc);
-    const std::string flag = !arguments.empty() && arguments.front().rfind("--", 0) == 0 ? arguments.front() : "";
-    if (!flag.empty()) arguments.erase(arguments.begin());
-    for (const bool scaled : {false, true})
-      trident::register_block(scaled ? "rank_scaled" : "ffn_only", [scaled](const trident::BlockContext& context) {
-        return std::make_shared<TestBlock>(context, scaled);
-      });
-    trident::Trainer trainer(trident::Config::parse(kConfig, arguments), launch);
+  const std::optional<trident::LaunchInfo> launch = trident::detect_launch_or_report();
+  if (!launch) return 2;
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  const std::string flag = !arguments.empty() && arguments.front().rfind("--", 0) == 0 ? arguments.front() : "";
+  if (!flag.empty()) arguments.erase(arguments.begin());
+  for (const bool scaled : {false, true})
+    trident::register_block(scaled ? "rank_scaled" : "ffn_only", [scaled](const trident::BlockContext& context) {
+      return std::make_shared<TestBlock>(context, scaled);
+    });
+  const auto make_config = [&] { return trident::Config::parse(kConfig, arguments); };
+  return trident::run_training(*launch, make_config, [&](trident::Trainer& trainer) {
     trident::Hooks hooks;
     if (flag == "--throw-in-hook")
       hooks.after_step = [](trident::IterationMetrics& m) {
@@ -72,8 +73,5 @@ int main(int argc, char** argv) {
         return trident::vocab_parallel_cross_entropy(logits, targets, tp) + 1e-4 * logits.logsumexp(1).square();
       };
     trainer.set_hooks(hooks);
-    return trainer.train().exit_code;
-  } catch (const std::exception& e) {
-    return trident::report_failure(e, int(launch.world_size));
-  }
+  });
 }

@@ -65,12 +65,47 @@ SampleSource source_of(std::shared_ptr<const ProgramSamples> train) {
 }
 
 
-// Registers the test blocks once: "library_test_ffn", the built-in block's parts in another order.
+// The built-in block behind a learned scalar gate of the block's own: x + gate (block(x) - x).
+// The gate is whole on every tensor-parallel rank and, with sequence parallelism, acts on each
+// rank's tokens, which its role says.
+class GatedBlock : public TransformerBlock {
+ public:
+  explicit GatedBlock(const BlockContext& context)
+      : TransformerBlock(context), inner_(register_module("inner", std::make_shared<BlockImpl>(context))) {
+    gate = register_parameter("gate", torch::empty({1}),
+                              ParameterRole::whole().with_init(Init::ones).without_decay().sequence_parallel_when(
+                                  context.tp.sequence_parallel));
+  }
+  torch::Tensor gate;
+
+ private:
+  torch::Tensor compute(const torch::Tensor& x, const Documents& documents) override {
+    return x + gate * (inner_->forward(x, documents) - x);
+  }
+  std::shared_ptr<BlockImpl> inner_;
+};
+
+// The built-in block with a plain torch::nn layer beside it, whose parameters have no role.
+class TorchLayerBlock : public BlockImpl {
+ public:
+  explicit TorchLayerBlock(const BlockContext& context) : BlockImpl(context) {
+    register_module("plain", torch::nn::Linear(context.config.hidden_size, context.config.hidden_size));
+  }
+};
+
+// Registers the test blocks once: "library_test_ffn", the built-in block's parts in another
+// order; "library_test_gated" and "library_test_torch_layer" above.
 void register_test_blocks() {
   static std::once_flag once;
   std::call_once(once, [] {
     register_block("library_test_ffn", [](const BlockContext& context) -> std::shared_ptr<TransformerBlock> {
       return std::make_shared<BlockImpl>(context);
+    });
+    register_block("library_test_gated", [](const BlockContext& context) -> std::shared_ptr<TransformerBlock> {
+      return std::make_shared<GatedBlock>(context);
+    });
+    register_block("library_test_torch_layer", [](const BlockContext& context) -> std::shared_ptr<TransformerBlock> {
+      return std::make_shared<TorchLayerBlock>(context);
     });
   });
 }
@@ -322,9 +357,32 @@ TEST(Blocks, TheRegistryNamesWhatItKnows) {
   EXPECT_EQ(training_losses(registered), training_losses(built_in));
 }
 
+// A block's own parameter, registered with its role, starts as the role says and trains; a
+// plain torch::nn layer in a block is refused before training, naming its parameter and the fix.
+TEST(Blocks, ABlocksOwnParameterTrainsAndOneWithoutARoleIsNamed) {
+  register_test_blocks();
+  Trainer gated(program_config({"model.block=library_test_gated"}), source_of(std::make_shared<ByteSamples>(false)),
+                LaunchInfo{});
+  std::vector<torch::Tensor> gates;
+  for (const auto& item : gated.model()->named_parameters())
+    if (item.key().size() >= 5 && item.key().substr(item.key().size() - 5) == ".gate") gates.push_back(item.value());
+  ASSERT_EQ(gates.size(), 2u) << "one gate per layer";
+  EXPECT_EQ(gates[0].item<double>(), 1.0);
+  gated.train();
+  EXPECT_NE(gates[0].item<double>(), 1.0) << "the gate did not train";
+  const std::string refused = error_of([] {
+    Trainer(program_config({"model.block=library_test_torch_layer"}), source_of(std::make_shared<ByteSamples>(false)),
+            LaunchInfo{});
+  });
+  EXPECT_NE(refused.find("plain.weight' has no role"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("make it with trident's parallel layers"), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("internal error"), std::string::npos) << refused;
+}
+
 // The proof a program can run on its own block: its model at TP 2 (with sequence parallelism),
-// PP 2 and DP 2 with ZeRO-3 equals one process in fp64; a block that depends on its tensor-
-// parallel rank is caught at TP 2 and passes where TP is 1. The work folders' names hold a space
+// PP 2 and DP 2 with ZeRO-3 equals one process in fp64, and at TP 2 in fp32, each within its
+// precision's default tolerance; a block that depends on its tensor-parallel rank is caught at
+// TP 2 and passes where TP is 1. The work folders' names hold a space
 // and a quote, which reach the runs as one word each.
 TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
@@ -356,8 +414,16 @@ TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   EXPECT_NE(error_of([&] {
               check.tolerance = std::nan("");
               check_layouts(check);
-            }).find("LayoutCheck: tolerance must be a positive number, not nan"),
+            }).find("LayoutCheck: tolerance must be a positive number (or 0 for the runs' precision's), not nan"),
             std::string::npos);
+  // In fp32 the default tolerance is fp32's (1e-5), read from the runs' own checkpoints: equal
+  // runs pass without the program naming one.
+  check.arguments = {"precision=fp32"};
+  check.layouts = {{"parallel.tensor=2"}};
+  check.tolerance = 0;
+  check.work_dir = (scratch_dir() / "fp32 runs").string();
+  const LayoutCheckResult fp32 = check_layouts(check);
+  EXPECT_TRUE(fp32.equal) << fp32.report;
 }
 
 // A loss hook that adds a term of its own vocabulary shard (not reduced over TP) trains each
@@ -387,6 +453,19 @@ TEST(Hooks, AnErrorInAHookEndsTheJob) {
   EXPECT_NE(run.exit_code, 124) << run.output;
   EXPECT_LT(seconds, 60) << run.output;
   const std::string cause = "the program's hook after_step at iteration 2: the program's own check failed";
+  const size_t first = run.output.find(cause);
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(cause, first + 1), std::string::npos) << "printed twice\n" << run.output;
+}
+
+// run_training, the documented main: a mistake in the program's config under mpirun is printed
+// once, by rank 0, though every rank finds it.
+TEST(Hooks, AMistakeInTheProgramsConfigIsPrintedOnce) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const CommandResult run =
+      run_command("timeout 120 " + kMpirun + "2 " + kBin + "/tests/library_program model.num_layer=3");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  const std::string cause = "unknown config key 'model.num_layer'";
   const size_t first = run.output.find(cause);
   ASSERT_NE(first, std::string::npos) << run.output;
   EXPECT_EQ(run.output.find(cause, first + 1), std::string::npos) << "printed twice\n" << run.output;

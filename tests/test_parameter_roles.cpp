@@ -86,6 +86,8 @@ TEST(ParameterRoles, AParameterWithoutARoleIsRefused) {
     parameters_with_roles(*careless);
     FAIL() << "no error";
   } catch (const InternalError& e) {
+    FAIL() << "a program's mistake, not trident's: " << e.what();
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("parameter 'proj.weight' has no role"), std::string::npos) << e.what();
   }
 }

@@ -16,8 +16,7 @@
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
 #include "train/device.h"
-#include "train/stop_signals.h"
-#include "train/trainer.h"
+#include "train/run_training.h"
 
 namespace {
 
@@ -73,8 +72,9 @@ int main(int argc, char** argv) {
   if (!detected) return 2;
   const LaunchInfo& launch = *detected;
 
-  // Arguments, config and layout are checked on every rank, and a mistake is reported after the
-  // ranks have connected and agreed on it: once, by rank 0, whichever ranks found it.
+  // Arguments, config, layout and backend are checked on every rank, and a mistake is reported
+  // after the ranks have connected and agreed on it (run_training): once, by rank 0, whichever
+  // ranks found it.
   Arguments args;
   Config config;
   std::exception_ptr input_error;
@@ -82,8 +82,6 @@ int main(int argc, char** argv) {
   try {
     if (!parse_command_line(describe(app, args), argc, argv)) return 0;
     config = Config::load(args.config, args.overrides);
-    resolve_layout(config, launch.world_size);
-    check_backend(launch, comm_options(config));
   } catch (const std::exception&) {
     input_error = std::current_exception();
   }
@@ -92,19 +90,15 @@ int main(int argc, char** argv) {
     log::set_process(0, 1);
     try {
       if (input_error) std::rethrow_exception(input_error);
+      check_backend(launch, comm_options(config));
       print_dry_run(config, launch);
       return 0;
     } catch (const std::exception& e) {
       return report_failure(e, 1);
     }
   }
-  try {
-    // With a config that did not load, the default timeout connects the ranks to agree on it.
-    const auto timeout = input_error ? CommOptions{}.timeout : comm_options(config).timeout;
-    install_stop_signals();  // SIGTERM, SIGINT: finish the iteration, save, exit (train/stop_signals.h)
-    Trainer trainer(config, launch, join_job(launch, timeout, input_error));
-    return trainer.train().exit_code;
-  } catch (const std::exception& e) {
-    return report_failure(e, int(launch.world_size));
-  }
+  return run_training(launch, [&] {
+    if (input_error) std::rethrow_exception(input_error);
+    return config;
+  });
 }

@@ -20,6 +20,7 @@ namespace {
 struct Run {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> weights;
+  Precision precision = Precision::fp32;
 };
 
 // The world size a layout asks for: the product of its parallel.tensor, pipeline, context and
@@ -78,7 +79,20 @@ Run read_run(const std::filesystem::path& dir) {
   if (result.losses.empty()) fail("LayoutCheck: ", file.string(), " records no iteration: did the program train?");
   const CheckpointStore store((dir / "checkpoints").string());
   result.weights = read_global_weights(store.path(store.latest()));
+  result.precision = read_saved_run(store.path(store.latest())).config.precision;
   return result;
+}
+
+// What equal runs of `precision` differ by: summation orders that differ between layouts round
+// differently, by about the precision's epsilon times the steps' growth.
+double precision_tolerance(Precision precision) {
+  switch (precision) {
+    case Precision::fp64: return 1e-10;
+    case Precision::fp32: return 1e-5;
+    case Precision::bf16:
+    case Precision::fp16: return 2e-2;
+  }
+  return 1e-5;
 }
 
 // The relative differences of `run` from `serial`; "" when within `tolerance`, else the line.
@@ -121,8 +135,8 @@ LayoutCheckResult check_layouts(const LayoutCheck& check) {
   if (check.program.empty()) fail("LayoutCheck: no program to run");
   if (check.layouts.empty()) fail("LayoutCheck: no layouts to compare with the single process");
   if (check.work_dir.empty()) fail("LayoutCheck: no work_dir for the runs' checkpoints and metrics");
-  if (!(check.tolerance > 0) || !std::isfinite(check.tolerance))
-    fail("LayoutCheck: tolerance must be a positive number, not ", check.tolerance);
+  if (!(check.tolerance >= 0) || !std::isfinite(check.tolerance))
+    fail("LayoutCheck: tolerance must be a positive number (or 0 for the runs' precision's), not ", check.tolerance);
   namespace fs = std::filesystem;
   LayoutCheckResult result;
   const auto start = [&](const std::string& name, const std::string& launch, const std::vector<std::string>& layout) {
@@ -142,12 +156,13 @@ LayoutCheckResult check_layouts(const LayoutCheck& check) {
   const auto [serial_dir, serial_failure] = start("serial", "", {});
   if (!serial_failure.empty()) return {false, "single process: " + serial_failure};
   const Run serial = read_run(serial_dir);
+  const double tolerance = check.tolerance > 0 ? check.tolerance : precision_tolerance(serial.precision);
   for (size_t l = 0; l < check.layouts.size(); ++l) {
     const auto& layout = check.layouts[l];
     const std::string name = join(layout, " ");
     const auto [dir, failure] = start(trident::str("layout-", l), trident::str(check.launcher, " ", world_size(layout), " "), layout);
     std::string summary, problem = failure;
-    if (problem.empty()) problem = compare(serial, read_run(dir), check.tolerance, summary);
+    if (problem.empty()) problem = compare(serial, read_run(dir), tolerance, summary);
     result.equal = result.equal && problem.empty();
     result.report += trident::str(name, ": ", problem.empty() ? summary : problem, "\n");
   }

@@ -22,8 +22,9 @@ struct LayoutCheck {
   // runs as one word (quoted where the shell would read them otherwise).
   std::string launcher = "mpirun --oversubscribe -np";
   std::string work_dir;      // each run's checkpoints, metrics and output go into a folder of it
-  double tolerance = 1e-10;  // relative, on every loss and on the weights as a whole: 1e-10 for
-                             // precision=fp64, 1e-5 for fp32
+  // Relative, on every loss and on the weights as a whole; 0 takes the runs' precision's (as the
+  // single process's checkpoint records it): 1e-10 for fp64, 1e-5 for fp32, 2e-2 for bf16 and fp16.
+  double tolerance = 0;
 };
 
 struct LayoutCheckResult {
@@ -32,7 +33,7 @@ struct LayoutCheckResult {
 };
 
 // Fails (Error) on a check that cannot run: no program, layouts or work_dir, a tolerance that is
-// not a positive number, a size in a layout that is not a positive integer, or a metrics file
+// negative or not a number, a size in a layout that is not a positive integer, or a metrics file
 // without losses. A difference in a loss's 9th significant digit (as recorded) is not counted.
 LayoutCheckResult check_layouts(const LayoutCheck& check);
 

@@ -9,10 +9,12 @@
 #include "model/layers.h"                // Norm, PositionEmbedding
 #include "parallel/comm/failure.h"       // report_failure, join_job: how a rank's failure ends the job
 #include "parallel/comm/launch.h"        // LaunchInfo, detect_launch: mpirun, torchrun-style, SLURM, one process
+#include "parallel/comm/process_groups.h"  // ProcessGroups: Trainer::groups(), a rank's coordinates and groups
 #include "parallel/parameter_role.h"     // ParameterRole, ParallelModule: parameters that say how they are split
 #include "parallel/tensor_parallel.h"    // column/row-parallel linear layers, vocabulary-parallel cross-entropy
 #include "train/data/program_samples.h"  // ProgramSamples, SampleSource: a program's own data
 #include "train/hooks.h"                 // Hooks: calls into train(), extra metrics, the program's loss
 #include "train/layout_check.h"          // check_layouts: a model trains the same at every layout
+#include "train/run_training.h"          // run_training: a program's main, as the train program's
 #include "train/stop_signals.h"          // install_stop_signals: SIGTERM/SIGINT save and stop
 #include "train/trainer.h"               // Trainer: train(), step(), evaluate(), save_checkpoint(), request_stop()

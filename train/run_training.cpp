@@ -1,0 +1,41 @@
+#include "train/run_training.h"
+
+#include <exception>
+#include <optional>
+
+#include "core/layout.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/failure.h"
+#include "train/stop_signals.h"
+
+namespace trident {
+
+int run_training(const LaunchInfo& launch, const std::function<Config()>& make_config,
+                 const std::function<void(Trainer&)>& prepare, const SampleSource* source) {
+  Config config;
+  std::exception_ptr input_error;
+  try {
+    config = make_config();
+    resolve_layout(config, launch.world_size);
+    check_backend(launch, comm_options(config));
+  } catch (const std::exception&) {
+    input_error = std::current_exception();
+  }
+  try {
+    // With a config that did not load, the default timeout connects the ranks to agree on it.
+    const auto timeout = input_error ? CommOptions{}.timeout : comm_options(config).timeout;
+    install_stop_signals();  // SIGTERM, SIGINT: finish the iteration, save, exit (train/stop_signals.h)
+    std::shared_ptr<Communicator> world = join_job(launch, timeout, input_error);
+    std::optional<Trainer> trainer;
+    if (source)
+      trainer.emplace(config, *source, launch, world);
+    else
+      trainer.emplace(config, launch, world);
+    if (prepare) prepare(*trainer);
+    return trainer->train().exit_code;
+  } catch (const std::exception& e) {
+    return report_failure(e, int(launch.world_size));
+  }
+}
+
+}  // namespace trident

@@ -333,13 +333,16 @@ TEST(JobFailure, AMissingPeerEndsTheConnectionAfterTheTimeout) {
   const std::string port = std::to_string(20000 + ::getpid() % 12000);  // below the ephemeral ports
   const std::string command = train_command("", {"data.type=synthetic", "parallel.timeout_s=3"});
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " ";
+  // The timeout, and room for the program's start, as long as this build's takes on this machine
+  // now (several seconds under AddressSanitizer on a loaded machine).
+  const double bound = 3 + 3 * run_timed(kBin + "/train --version").seconds + 5;
   Timed run = run_timed(env + "RANK=0 " + command);  // the TCPStore's server, alone
-  expect_ended_in_failure(run, 10);
+  expect_ended_in_failure(run, bound);
   EXPECT_EQ(run.result.output, "error (rank 0): only 1 of 2 processes reached the TCPStore at MASTER_ADDR="
                                "127.0.0.1 MASTER_PORT=" + port + " within parallel.timeout_s=3 s (one "
                                "failed to start, or they were given different MASTER_ADDR/MASTER_PORT)\n");
   run = run_timed(env + "RANK=1 " + command);  // a client, with no server
-  expect_ended_in_failure(run, 10);
+  expect_ended_in_failure(run, bound);
   EXPECT_EQ(run.result.output.rfind("error (rank 1): cannot reach the TCPStore at MASTER_ADDR=127.0.0.1 "
                                     "MASTER_PORT=" + port + " within parallel.timeout_s=3 s: ", 0), 0u)
       << run.result.output;

@@ -12,6 +12,9 @@ namespace trident {
 
 int run_training(const LaunchInfo& launch, const std::function<Config()>& make_config,
                  const std::function<void(Trainer&)>& prepare, const SampleSource* source) {
+  // First, so that a stop signal during the start (seconds of loading and connecting) is kept
+  // for the first iteration's end rather than ending the rank before it joins the others.
+  install_stop_signals();  // SIGTERM, SIGINT: finish the iteration, save, exit (train/stop_signals.h)
   Config config;
   std::exception_ptr input_error;
   try {
@@ -24,7 +27,6 @@ int run_training(const LaunchInfo& launch, const std::function<Config()>& make_c
   try {
     // With a config that did not load, the default timeout connects the ranks to agree on it.
     const auto timeout = input_error ? CommOptions{}.timeout : comm_options(config).timeout;
-    install_stop_signals();  // SIGTERM, SIGINT: finish the iteration, save, exit (train/stop_signals.h)
     std::shared_ptr<Communicator> world = join_job(launch, timeout, input_error);
     std::optional<Trainer> trainer;
     if (source)

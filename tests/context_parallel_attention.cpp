@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 
 #include "parallel/context_parallel.h"
 #include "parallel/ulysses_attention.h"
@@ -36,25 +37,6 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, co
       << what << " differs by " << (actual - expected).abs().max().item<double>();
 }
 
-// Ring attention of this rank's chunks of q, k, v (the whole sequence's, [b, heads, s, d]) against
-// the plain attention of the whole: the outputs, and the gradients of <output, g>.
-void expect_ring_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
-  auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
-  auto out_ref = plain_causal_attention(q_ref, k_ref, v_ref, documents);
-  (out_ref * g).sum().backward();
-
-  auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, cp.rank(), cp.size()); };
-  auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
-  auto out = ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
-  (out * mine(g)).sum().backward();
-
-  expect_close(out, mine(out_ref), "output");
-  expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
-  expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
-  expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
-}
-
 // Plain causal attention of grouped keys and values (each group serving consecutive heads).
 torch::Tensor grouped_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                        const torch::Tensor& documents = {}) {
@@ -63,30 +45,51 @@ torch::Tensor grouped_causal_attention(const torch::Tensor& q, const torch::Tens
                                 documents);
 }
 
-// Ulysses attention of this rank's chunks of q [b, heads, s, d] and of k, v [b, groups, s, d]
-// against the plain grouped attention of the whole: the outputs and the gradients of <output, g>.
-void expect_ulysses_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
-                                 const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
+using ChunkAttention = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+
+// `attention` of this rank's chunks of q [b, heads, s, d] and of k, v [b, groups, s, d] (the
+// whole sequence's) against the plain grouped attention of the whole: the outputs, and the
+// gradients of <output, g>.
+void expect_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
+                         const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents,
+                         const ChunkAttention& attention) {
   auto q_ref = q.clone().requires_grad_(), k_ref = k.clone().requires_grad_(), v_ref = v.clone().requires_grad_();
   auto out_ref = grouped_causal_attention(q_ref, k_ref, v_ref, documents);
   (out_ref * g).sum().backward();
 
   auto mine = [&](const torch::Tensor& t) { return context_parallel_slice(t, 2, cp.rank(), cp.size()); };
   auto q_mine = mine(q).requires_grad_(), k_mine = mine(k).requires_grad_(), v_mine = mine(v).requires_grad_();
-  int64_t attended_heads = 0;
-  auto out = ulysses_attention(q_mine, k_mine, v_mine, cp,
-                               [&](const torch::Tensor& q_all, const torch::Tensor& k_all, const torch::Tensor& v_all) {
-                                 EXPECT_EQ(q_all.size(2), q.size(2)) << "attention sees whole sequences";
-                                 attended_heads = q_all.size(1);
-                                 return grouped_causal_attention(q_all, k_all, v_all, documents);
-                               });
+  auto out = attention(q_mine, k_mine, v_mine);
   (out * mine(g)).sum().backward();
 
-  EXPECT_EQ(attended_heads, q.size(1) / cp.size());
   expect_close(out, mine(out_ref), "output");
   expect_close(q_mine.grad(), mine(q_ref.grad()), "dQ");
   expect_close(k_mine.grad(), mine(k_ref.grad()), "dK");
   expect_close(v_mine.grad(), mine(v_ref.grad()), "dV");
+}
+
+void expect_ring_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
+  expect_equals_plain(cp, q, k, v, g, documents, [&](const torch::Tensor& q_mine, const torch::Tensor& k_mine,
+                                                     const torch::Tensor& v_mine) {
+    return ring_attention(q_mine, k_mine, v_mine, cp, 0, nullptr, documents);
+  });
+}
+
+// Ulysses' local attention sees whole sequences of this rank's share of the heads.
+void expect_ulysses_equals_plain(const ContextParallel& cp, const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, const torch::Tensor& g, const torch::Tensor& documents = {}) {
+  int64_t attended_heads = 0;
+  const LocalAttention local = [&](const torch::Tensor& q_all, const torch::Tensor& k_all, const torch::Tensor& v_all) {
+    EXPECT_EQ(q_all.size(2), q.size(2)) << "attention sees whole sequences";
+    attended_heads = q_all.size(1);
+    return grouped_causal_attention(q_all, k_all, v_all, documents);
+  };
+  expect_equals_plain(cp, q, k, v, g, documents, [&](const torch::Tensor& q_mine, const torch::Tensor& k_mine,
+                                                     const torch::Tensor& v_mine) {
+    return ulysses_attention(q_mine, k_mine, v_mine, cp, local);
+  });
+  EXPECT_EQ(attended_heads, q.size(1) / cp.size());
 }
 
 }  // namespace

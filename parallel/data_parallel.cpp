@@ -113,7 +113,9 @@ void DataParallelGrads::on_ready(size_t param) {
 void DataParallelGrads::start(size_t b) {
   Bucket& bucket = buckets_[b];
   Flight flight{b, bucket.storage, torch::Tensor(), nullptr};
-  if (!options_.zero.reduce_scatters()) {
+  if (group_.size() == 1) {
+    flight.received = flight.sent;  // one rank's bucket is already its reduced (and only) slice
+  } else if (!options_.zero.reduce_scatters()) {
     flight.pending = group_.all_reduce_async(flight.sent, ReduceOp::avg);
   } else {
     flight.received = torch::empty({flat_.slice_numel(b)}, flight.sent.options());
@@ -129,7 +131,7 @@ void DataParallelGrads::start(size_t b) {
 
 void DataParallelGrads::complete_oldest() {
   Flight& flight = in_flight_.front();
-  flight.pending->wait();
+  if (flight.pending) flight.pending->wait();
   // Stage 2 adds one micro-batch's share at a time; stage 1 adds into a zeroed shard once.
   if (options_.zero.reduce_scatters()) reduced(flight.bucket).add_(flight.received);
   in_flight_.pop_front();

@@ -33,4 +33,4 @@ set(TRIDENT_ONCE_SUITES
   Formulas Memory Plan TimeModel DeviceProfile
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
   DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram Programs TrainProgram)
-set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary)
+set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources)

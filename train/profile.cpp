@@ -22,7 +22,11 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-ProfilerConfig kineto_config() { return ProfilerConfig(ProfilerState::KINETO, false, false, false); }
+// Input shapes recorded: scripts/kernel_sources.py names the operator and shapes behind a kernel.
+ProfilerConfig kineto_config() {
+  return ProfilerConfig(ProfilerState::KINETO, /*report_input_shapes=*/true, /*profile_memory=*/false,
+                        /*with_stack=*/false);
+}
 
 double event_ms(const profiler::KinetoEvent& event) {
 #if TORCH_VERSION_MAJOR >= 2

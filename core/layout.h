@@ -2,15 +2,17 @@
 // one description the trainer, the memory and time estimates and the planner share, and
 // resolve_layout is the one function that builds it from a config.
 //
-// Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size; a rank's
-// coordinates tp, cp, dp, pp; its groups tp_group(), dp_group(), pp_group() and the context-
-// parallel layers' shared_cp_group() (parallel/comm/process_groups.h).
+// Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size; the grid's
+// axes "tp", "cp", "dp", "pp" (grid()); a rank's coordinates tp, cp, dp, pp; its groups
+// tp_group(), dp_group(), pp_group() and the context-parallel layers' shared_cp_group()
+// (parallel/comm/process_groups.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "core/config.h"
+#include "core/process_grid.h"
 
 namespace trident {
 
@@ -55,6 +57,11 @@ struct Layout {
   Recompute recompute = Recompute::none;
 
   int64_t world_size() const { return tp_size * cp_size * dp_size * pp_size; }
+  // The ranks as a grid with axes "tp", "cp", "dp", "pp", in Megatron's order: tensor-parallel
+  // ranks vary fastest (they share a node's fastest links), then context, data and pipeline.
+  ProcessGrid grid() const {
+    return ProcessGrid({{"tp", tp_size}, {"cp", cp_size}, {"dp", dp_size}, {"pp", pp_size}});
+  }
   ZeroSharding zero() const { return {zero_stage, dp_size * cp_size}; }
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).

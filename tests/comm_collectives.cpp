@@ -228,6 +228,27 @@ TEST(ProcessGroups, TensorAndDataGroupsReduceTheRightRanks) {
   EXPECT_EQ(t.item<double>(), double(me() / 2 * 4 + 1));  // ranks 2k and 2k+1
 }
 
+// A new kind of parallelism asks for its groups from a view of the grid: here the data-parallel
+// ranks of TP 1 seen as expert-parallel pairs x expert-data-parallel copies (np 4: ep {0,1}
+// {2,3}, edp {0,2} {1,3}).
+TEST(ProcessGroups, AViewOfTheGridSplitsItsOwnGroups) {
+  if (n() != 4) GTEST_SKIP() << "needs four ranks";
+  Layout layout;
+  layout.dp_size = 4;
+  ProcessGroups groups(trident::testing::world_shared(), layout);
+  const ProcessGrid experts = layout.grid().view({"tp", "cp", "dp"}, {{"ep", 2}, {"edp", 2}});
+  auto ep = groups.split(experts, {"ep"}, "expert-parallel");
+  auto edp = groups.split(experts, {"edp"}, "expert-data-parallel");
+  EXPECT_EQ(ep->rank(), me() % 2);
+  EXPECT_EQ(edp->rank(), me() / 2);
+  auto t = torch::full({1}, double(me()), torch::kDouble);
+  ep->all_reduce(t, ReduceOp::sum);
+  EXPECT_EQ(t.item<double>(), double(me() / 2 * 4 + 1));  // ranks 2k and 2k+1
+  t.fill_(double(me()));
+  edp->all_reduce(t, ReduceOp::sum);
+  EXPECT_EQ(t.item<double>(), double(me() % 2 * 2 + 2));  // ranks k and k+2
+}
+
 // Every ZeRO stage reduces the same means; stages 1 and 2 leave each rank its slices only.
 TEST(DataParallelGrads, BucketsAverageOverlappedWithBackwardAtEveryZeroStage) {
   for (int64_t stage : {0, 1, 2}) {

@@ -265,7 +265,8 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 
   double cp_layer = 0, cp_exposed = 0;
-  const double cp_bandwidth = (layout.tp_size * layout.cp_size <= d.gpus_per_node ? intra : inter) * 1e9;
+  const ProcessGrid grid = layout.grid();
+  const double cp_bandwidth = (grid.extent({"cp"}) <= d.gpus_per_node ? intra : inter) * 1e9;
   if (layout.cp_size > 1 && layout.cp_type == ContextParallelType::ulysses) {
     // Ulysses: q, k, v and the output cross in all-to-alls forward, their gradients backward, and
     // the forward's again when recomputation re-runs the attention core; each rank sends (c - 1) / c
@@ -338,7 +339,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // worth, up to what NVLink carries.
   const int64_t members_per_node =
       std::max<int64_t>(1, std::min<int64_t>(replicas, d.gpus_per_node / (layout.tp_size * layout.cp_size)));
-  const double dp_gbs = layout.tp_size * replicas <= d.gpus_per_node ? intra
+  const double dp_gbs = grid.extent({"cp", "dp"}) <= d.gpus_per_node ? intra
                                                                     : std::min(intra, inter * double(members_per_node));
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
   const double grad_bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));

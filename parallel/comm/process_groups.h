@@ -1,7 +1,6 @@
-// The Megatron process grid: tensor-parallel ranks vary fastest, then context-parallel, then
-// data-parallel, then pipeline:
+// The groups of the Megatron process grid (Layout::grid(): tensor-parallel ranks vary fastest,
+// then context-parallel, then data-parallel, then pipeline):
 //   rank = ((pp * dp_size + dp) * cp_size + cp) * tp_size + tp
-// and the groups cut from it.
 //
 //   16 ranks, tp_size 2, pp_size 4 (dp_size 2):    pp 0     pp 1     pp 2      pp 3
 //                                         dp 0   [0 1]    [4 5]    [8 9]    [12 13]
@@ -25,29 +24,24 @@
 
 namespace trident {
 
-// The rank lists of every group, for a world of tp_size * cp_size * dp_size * pp_size ranks,
-// each kind ordered by its groups' first ranks. Pure arithmetic.
-struct GridGroups {
-  std::vector<std::vector<int>> tp;         // same (cp, dp, pp): tp_size consecutive ranks
-  std::vector<std::vector<int>> cp;         // same (tp, dp, pp)
-  std::vector<std::vector<int>> dp;         // same (tp, cp, pp)
-  std::vector<std::vector<int>> dp_cp;      // same (tp, pp): the ranks holding copies of a weight
-  std::vector<std::vector<int>> pp;         // same (tp, cp, dp): one rank per stage
-  std::vector<std::vector<int>> embedding;  // first and last stage of each pp group
-  std::vector<std::vector<int>> mp;         // same (cp, dp): the tp_size * pp_size ranks of one replica
-};
-GridGroups grid_groups(int world_size, int tp_size, int cp_size, int pp_size);
-
 // A rank's place in the grid.
 struct GridCoordinates {
   int tp = 0, cp = 0, dp = 0, pp = 0;
 };
-GridCoordinates grid_coordinates(int rank, int tp_size, int cp_size, int dp_size);
+
+// The first and last stage of each pipeline of `grid` (one rank without pipelining): the ranks
+// that hold the tied word embedding.
+std::vector<std::vector<int>> embedding_groups(const ProcessGrid& grid);
 
 class ProcessGroups {
  public:
   // Collective over `world`: every rank splits out its groups.
   ProcessGroups(std::shared_ptr<Communicator> world, const Layout& layout);
+
+  // A group along `axes` of `grid` (the layout's grid(), or a view of it), named `name` in
+  // errors. Collective over world(): every rank asks for the same groups in the same order.
+  std::shared_ptr<Communicator> split(const ProcessGrid& grid, const std::vector<std::string>& axes,
+                                      const std::string& name) const;
 
   Communicator& world() const { return *world_; }
   Communicator& tp_group() const { return *tp_; }

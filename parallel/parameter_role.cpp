@@ -10,6 +10,13 @@ torch::Tensor ParallelModule::register_parameter(const std::string& name, torch:
   return torch::nn::Module::register_parameter(name, std::move(tensor));
 }
 
+int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank) {
+  int64_t count = 0;
+  for (const auto& param : params)
+    if (param.role.counted_in_norm(tp_rank)) count += param.tensor.numel();
+  return count;
+}
+
 std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& module) {
   std::map<std::string, ParameterRole> roles;
   auto collect = [&](const std::string& prefix, const torch::nn::Module& m) {

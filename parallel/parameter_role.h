@@ -91,6 +91,10 @@ struct PlacedParameters {
   TensorParallelPlace tp;
 };
 
+// The elements of `params` this rank counts so that, summed over one replica's ranks (the
+// model-parallel group), every element of the model counts once (ParameterRole::counted_in_norm).
+int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank);
+
 // Every parameter of `module` (in named_parameters() order) with its role. Throws Error naming a
 // parameter whose layer declared no role, and how to give it one.
 std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& module);

@@ -10,6 +10,7 @@
 
 #include <trident/trident.h>
 
+#include "core/plan/flops.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 
@@ -368,6 +369,10 @@ TEST(Blocks, ABlocksOwnParameterTrainsAndOneWithoutARoleIsNamed) {
     if (item.key().size() >= 5 && item.key().substr(item.key().size() - 5) == ".gate") gates.push_back(item.value());
   ASSERT_EQ(gates.size(), 2u) << "one gate per layer";
   EXPECT_EQ(gates[0].item<double>(), 1.0);
+  // The log's parameter count is the model's as built: the formula's plus the gates.
+  Trainer plain(program_config({}), source_of(std::make_shared<ByteSamples>(false)), LaunchInfo{});
+  EXPECT_EQ(plain.parameter_count(), gpt_parameter_count(plain.config().model, plain.padded_vocab()));
+  EXPECT_EQ(gated.parameter_count(), plain.parameter_count() + 2);
   gated.train();
   EXPECT_NE(gates[0].item<double>(), 1.0) << "the gate did not train";
   const std::string refused = error_of([] {

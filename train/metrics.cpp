@@ -40,7 +40,8 @@ void RunLog::expect_throughput(double tflops, std::string device) {
   device_ = std::move(device);
 }
 
-void RunLog::start(const std::string& backend, const torch::Device& device, const std::string& data) const {
+void RunLog::start(const std::string& backend, const torch::Device& device, int64_t parameters,
+                   const std::string& data) const {
   const auto& m = config_.model;
   log::info(str("trident: ", layout_.world_size(), " process(es) (", backend, "), ", describe_axes(layout_),
                 ", ", layout_.micro_batches,
@@ -49,7 +50,7 @@ void RunLog::start(const std::string& backend, const torch::Device& device, cons
   log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
                 " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ", m.vocab_size, " padded to ",
                 vocab_, " (multiple of ", m.make_vocab_size_divisible_by, " x TP ", layout_.tp_size,
-                "): ", si_units(double(gpt_parameter_count(m, vocab_))), " parameters"));
+                "): ", si_units(double(parameters)), " parameters"));
   log::info(str("FLOPs per iteration: ", si_units(flops_.model), " (model), ", si_units(flops_.six_pd),
                 " (6PD); peak per device: ",
                 peak_tflops_ > 0 ? si_units(peak_tflops_) + " TFLOP/s"

@@ -57,7 +57,9 @@ class RunLog {
   // of an iteration from its elapsed time.
   void add_rates(IterationMetrics& m) const;
 
-  void start(const std::string& backend, const torch::Device& device, const std::string& data) const;
+  // `parameters`: the model's as built.
+  void start(const std::string& backend, const torch::Device& device, int64_t parameters,
+             const std::string& data) const;
   // The states this rank holds (counted) beside the planner's estimate; on a GPU the
   // allocator's peak over the first iteration, of which the activations are the part beyond.
   void memory(const StateMemory& held, const torch::Device& device) const;

@@ -214,7 +214,7 @@ int Trainer::agree_on_control() {
 
 TrainingEnd Trainer::train() {
   const auto& t = config_.train;
-  log_->start(groups_->world().backend(), device_,
+  log_->start(groups_->world().backend(), device_, parameter_count_,
              str(data_->describe(), "; ", data_->train->size(), " train / ", validation_samples(*data_),
                  " validation samples"));
   if (iteration_ >= t.iters) {

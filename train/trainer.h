@@ -78,6 +78,8 @@ class Trainer {
   // This rank's first model chunk (its only one unless the schedule is interleaved).
   GPT& model() { return model_.chunks.front(); }
   int64_t padded_vocab() const { return vocab_; }
+  // The model's parameters as built (a program's own blocks' included), each counted once.
+  int64_t parameter_count() const { return parameter_count_; }
   const ZeroOptimizer& optimizer() const { return *optimizer_; }
 
  private:
@@ -100,6 +102,7 @@ class Trainer {
   Config config_;
   Layout layout_;
   int64_t vocab_;
+  int64_t parameter_count_ = 0;
   torch::Device device_;
   torch::Dtype dtype_;
   std::shared_ptr<Communicator> cpu_world_;  // agreements on failures (NCCL's bootstrap on a GPU)

@@ -100,6 +100,8 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       resume = find_resume_point(*checkpoints_, config_);
     }
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
+    // Before ZeRO-3 takes the weights into its shards.
+    parameter_count_ = counted_elements(model_.params, groups_->coordinates().tp);
     forward_ = std::make_unique<StageForward>(config_, layout_, *groups_, device_, dtype_, *data_, model_.chunks, hooks_,
                                               iteration_);
     const PlacedParameters local{model_.params, groups_->tp_place()};
@@ -126,6 +128,9 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       scaler_->restore(resume->progress.loss_scale);
     }
   });
+  auto total = torch::full({1}, double(parameter_count_), torch::dtype(torch::kDouble).device(device_));
+  groups_->mp_group().all_reduce(total, ReduceOp::sum);  // one replica's ranks hold the model once
+  parameter_count_ = int64_t(total.item<double>());
   if (resume) {
     optimizer_->publish();
     iteration_ = resume->progress.iteration;

@@ -106,10 +106,22 @@ const NameTable<DataType>& names_of() {
   return table;
 }
 
+template <>
+const NameTable<Backend>& names_of() {
+  static const NameTable<Backend> table = {
+      {Backend::automatic, "auto"}, {Backend::mpi, "mpi"}, {Backend::gloo, "gloo"}, {Backend::nccl, "nccl"}};
+  return table;
+}
+template <>
+const NameTable<TrainDevice>& names_of() {
+  static const NameTable<TrainDevice> table = {{TrainDevice::cpu, "cpu"}, {TrainDevice::cuda, "cuda"}};
+  return table;
+}
+
 template <typename E>
 const char* name_in_table(E value) {
-  for (const auto& [known, spelled] : names_of<E>())
-    if (known == value) return spelled;
+  for (const auto& [known, spelling] : names_of<E>())
+    if (known == value) return spelling;
   return "?";
 }
 
@@ -147,17 +159,14 @@ Field field(std::string key, Member member, Rule<T> rule) {
 // An enum key: one of names_of<E>().
 template <typename E, typename Member>
 Field enum_field(std::string key, Member member) {
-  std::vector<std::string> names;
-  for (const auto& entry : names_of<E>()) names.push_back(entry.second);
-  const Rule<std::string> rule = one_of(names);
+  const Rule<std::string> rule = one_of(spellings<E>());
   Field f;
   f.key = key;
   f.set = [key, member, rule](Config& config, const std::string& text) {
-    std::string spelled;
-    const std::string problem = check_value(text, rule, spelled);
+    std::string spelling;
+    const std::string problem = check_value(text, rule, spelling);
     if (!problem.empty()) fail("config key '", key, "': ", problem);
-    for (const auto& [value, value_name] : names_of<E>())
-      if (spelled == value_name) member(config) = value;
+    member(config) = spelled<E>(spelling);
   };
   f.get = [member](const Config& config) { return format_value(std::string(name(member(config)))); };
   return f;
@@ -210,8 +219,7 @@ const std::vector<Field>& schema() {
             any<bool>("true or false")),
       field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 3)),
       enum_field<Schedule>("parallel.schedule", TRIDENT_MEMBER(parallel.schedule)),
-      field("parallel.backend", TRIDENT_MEMBER(parallel.backend),
-            one_of({"auto", "mpi", "gloo", "nccl"})),
+      enum_field<Backend>("parallel.backend", TRIDENT_MEMBER(parallel.backend)),
       field("parallel.timeout_s", TRIDENT_MEMBER(parallel.timeout_s), at_least(1)),
       field("parallel.bucket_mb", TRIDENT_MEMBER(parallel.bucket_mb), positive_number()),
 
@@ -267,7 +275,7 @@ const std::vector<Field>& schema() {
             any<std::string>("a Hugging Face GPT-2 or Llama folder (config.json and safetensors)")),
       field("train.metrics_file", TRIDENT_MEMBER(train.metrics_file), any<std::string>("a file")),
       field("train.log_dir", TRIDENT_MEMBER(train.log_dir), any<std::string>("a folder")),
-      field("train.device", TRIDENT_MEMBER(train.device), one_of({"cpu", "cuda"})),
+      enum_field<TrainDevice>("train.device", TRIDENT_MEMBER(train.device)),
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
       field("train.profile_iteration", TRIDENT_MEMBER(train.profile_iteration), at_least(0)),
@@ -324,6 +332,25 @@ const char* name(RopeScaling value) { return name_in_table(value); }
 const char* name(DataType value) { return name_in_table(value); }
 const char* name(Offload value) { return name_in_table(value); }
 const char* name(DecayStyle value) { return name_in_table(value); }
+const char* name(Backend value) { return name_in_table(value); }
+const char* name(TrainDevice value) { return name_in_table(value); }
+
+template <typename E>
+std::vector<std::string> spellings() {
+  std::vector<std::string> out;
+  for (const auto& entry : names_of<E>()) out.push_back(entry.second);
+  return out;
+}
+template <typename E>
+E spelled(const std::string& name) {
+  for (const auto& [value, spelling] : names_of<E>())
+    if (name == spelling) return value;
+  TRIDENT_CHECK(false, "'", name, "' is none of ", join(spellings<E>(), ", "));
+}
+template std::vector<std::string> spellings<Backend>();
+template std::vector<std::string> spellings<TrainDevice>();
+template Backend spelled<Backend>(const std::string&);
+template TrainDevice spelled<TrainDevice>(const std::string&);
 std::ostream& operator<<(std::ostream& out, Precision value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Schedule value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Recompute value) { return out << name(value); }

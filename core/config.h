@@ -34,6 +34,10 @@ enum class Offload { none, cpu };
 // Where samples come from: an indexed dataset (data.path), random tokens, or the program's own
 // (trident::SampleSource, docs/library.md).
 enum class DataType { indexed, synthetic, program };
+// The communicator (parallel.backend): auto is MPI under mpirun or srun, Gloo under a
+// torchrun-style launch, NCCL on CUDA (parallel/comm/communicator.h).
+enum class Backend { automatic, mpi, gloo, nccl };
+enum class TrainDevice { cpu, cuda };  // train.device: the GPU is local_rank % visible GPUs
 const char* name(Precision value);
 const char* name(Schedule value);
 const char* name(Recompute value);
@@ -45,6 +49,14 @@ const char* name(RopeScaling value);
 const char* name(DataType value);
 const char* name(Offload value);
 const char* name(DecayStyle value);
+const char* name(Backend value);
+const char* name(TrainDevice value);
+// A settings enum's spellings, in order, for a program's command-line option, and the value of
+// one of them (the option checked first: another spelling is an internal error).
+template <typename E>
+std::vector<std::string> spellings();
+template <typename E>
+E spelled(const std::string& name);
 std::ostream& operator<<(std::ostream& out, Precision value);
 std::ostream& operator<<(std::ostream& out, Schedule value);
 std::ostream& operator<<(std::ostream& out, Recompute value);
@@ -118,7 +130,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t zero_stage = 0;
   Schedule schedule = Schedule::one_f_one_b;
-  std::string backend = "auto";   // auto | mpi | gloo | nccl
+  Backend backend = Backend::automatic;
   int64_t timeout_s = 300;        // a collective waiting longer than this fails the run
   double bucket_mb = 25.0;        // data-parallel gradient bucket size
 };
@@ -205,7 +217,7 @@ struct TrainConfig {
   std::string init_from;       // a Hugging Face GPT-2 or Llama folder to start from (unless resuming)
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string log_dir;         // one log per rank; empty: beside metrics_file, else none
-  std::string device = "cpu";  // cpu | cuda
+  TrainDevice device = TrainDevice::cpu;
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks
   int64_t profile_iteration = 0;         // profile this iteration on every rank (train/profile.h); 0: none

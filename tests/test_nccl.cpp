@@ -22,7 +22,7 @@ std::string without_nccl() {
 // NCCL over this process alone, on GPU 0.
 std::shared_ptr<Communicator> nccl_world_of_one() {
   CommOptions options;
-  options.backend = "nccl";
+  options.backend = Backend::nccl;
   options.device = torch::Device(torch::kCUDA, 0);
   return make_world_communicator(LaunchInfo{}, options);
 }

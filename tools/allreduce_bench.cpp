@@ -33,7 +33,7 @@ struct Options {
   std::vector<std::string> dtypes = {"float"};
   int64_t min_bytes = 32 << 10, max_bytes = 16 << 20;
   int64_t iters = 20, warmup = 5;
-  std::string device = "cpu";
+  std::string backend = "auto", device = "cpu";
   CommOptions comm;
 };
 
@@ -50,10 +50,10 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->transform(CLI::AsSizeValue(false))->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--iters", o.iters, "timed calls per size")->check(checked(at_least(1)))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(checked(at_least(0)))->capture_default_str();
-  app.add_option("--backend", o.comm.backend, "communicator")
-      ->check(checked(one_of({"auto", "mpi", "gloo", "nccl"})))->capture_default_str();
+  app.add_option("--backend", o.backend, "communicator")
+      ->check(checked(one_of(spellings<Backend>())))->capture_default_str();
   app.add_option("--device", o.device, "where the buffers live")
-      ->check(checked(one_of({"cpu", "cuda"})))->capture_default_str();
+      ->check(checked(one_of(spellings<TrainDevice>())))->capture_default_str();
   return app;
 }
 
@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
   try {
     CLI::App app{"", "allreduce_bench"};
     if (!parse_command_line(describe(app, o), argc, argv)) return 0;
-    if (o.device == "cuda") o.comm.device = torch::kCUDA;
+    o.comm.backend = spelled<Backend>(o.backend);
+    if (spelled<TrainDevice>(o.device) == TrainDevice::cuda) o.comm.device = torch::kCUDA;
     check_backend(launch, o.comm);
   } catch (const std::exception&) {
     input_error = std::current_exception();

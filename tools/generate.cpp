@@ -51,7 +51,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->check(checked(any<uint64_t>("a non-negative integer")))->capture_default_str();
   app.add_option("--dataset", o.dataset, "use this dataset's tokenizer instead of the run's data.path");
   app.add_option("--device", o.device, "where the model runs")
-      ->check(checked(one_of({"cpu", "cuda"})))->capture_default_str();
+      ->check(checked(one_of(spellings<TrainDevice>())))->capture_default_str();
   app.add_flag("--no-kv-cache", o.no_kv_cache, "re-run the model over the whole context for every token");
   app.add_option("--logits", o.logits,
                  "also write the prompt's ids (input_ids, int64 [n]) and the logits at each of its positions "
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     if (!options.logits.empty() && int64_t(prompt.size()) > m.seq_length)
       fail("--logits: the prompt is ", prompt.size(), " tokens, more than the model's model.seq_length=", m.seq_length);
 
-    const torch::Device device = training_device(options.device, 0);
+    const torch::Device device = training_device(spelled<TrainDevice>(options.device), 0);
     GPT model(m, m.padded_vocab());
     model->to(saved.config.precision == Precision::fp64 ? torch::kDouble : torch::kFloat);
     place_parameters(read_global_weights(folder), {parameters_with_roles(*model), {}}, str("checkpoint '", folder, "'"));

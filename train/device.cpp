@@ -24,8 +24,8 @@
 
 namespace trident {
 
-torch::Device training_device(const std::string& device, int64_t local_rank) {
-  if (device == "cpu") return torch::kCPU;
+torch::Device training_device(TrainDevice device, int64_t local_rank) {
+  if (device == TrainDevice::cpu) return torch::kCPU;
   if (!torch::cuda::is_available())
     fail("train.device=cuda, but this LibTorch has no CUDA or sees no GPU; use train.device=cpu");
   return torch::Device(torch::kCUDA, int(local_rank % int64_t(torch::cuda::device_count())));

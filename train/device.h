@@ -17,7 +17,7 @@ namespace trident {
 
 // The device of this rank for train.device: the CPU, or GPU local_rank % visible GPUs. Error
 // when CUDA is asked for and LibTorch sees no GPU.
-torch::Device training_device(const std::string& device, int64_t local_rank);
+torch::Device training_device(TrainDevice device, int64_t local_rank);
 // The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"), or its type ("cpu").
 std::string device_name(const torch::Device& device);
 // Waits for all the work queued on a GPU (nothing to wait for on the CPU).

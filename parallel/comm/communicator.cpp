@@ -163,9 +163,9 @@ bool nccl_uses_torch_streams() { return false; }
 #endif
 
 namespace {
-bool has_backend(const std::string& name) {
+bool has_backend(Backend backend) {
   const auto built = split(available_backends(), ' ');
-  return std::find(built.begin(), built.end(), name) != built.end();
+  return std::find(built.begin(), built.end(), name(backend)) != built.end();
 }
 }  // namespace
 
@@ -173,33 +173,31 @@ CommOptions comm_options(const Config& config) {
   CommOptions options;
   options.backend = config.parallel.backend;
   options.timeout = std::chrono::seconds(config.parallel.timeout_s);
-  options.device = config.train.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  options.device = config.train.device == TrainDevice::cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   return options;
 }
 
 void check_backend(const LaunchInfo& launch, const CommOptions& options) {
-  const std::string& backend = options.backend;
+  const Backend backend = options.backend;
   const bool cuda = options.device.is_cuda(), torchrun = launch.launcher == "torchrun";
   const bool several = launch.world_size > 1;
-  if (backend != "auto" && backend != "mpi" && backend != "gloo" && backend != "nccl")
-    fail("parallel.backend=", backend, " is unknown; expected auto, mpi, gloo or nccl");
-  if (backend != "auto" && !has_backend(backend))
-    fail("parallel.backend=", backend, " is not built into this trident (it has: ", available_backends(), ")");
-  if (backend == "nccl" && !cuda) fail("parallel.backend=nccl needs train.device=cuda");
-  if (cuda && (backend == "mpi" || backend == "gloo"))
-    fail("train.device=cuda needs parallel.backend=nccl or auto, not ", backend, " (which moves CPU tensors)");
-  if (backend == "mpi" && torchrun)
+  if (backend != Backend::automatic && !has_backend(backend))
+    fail("parallel.backend=", name(backend), " is not built into this trident (it has: ", available_backends(), ")");
+  if (backend == Backend::nccl && !cuda) fail("parallel.backend=nccl needs train.device=cuda");
+  if (cuda && (backend == Backend::mpi || backend == Backend::gloo))
+    fail("train.device=cuda needs parallel.backend=nccl or auto, not ", name(backend), " (which moves CPU tensors)");
+  if (backend == Backend::mpi && torchrun)
     fail("parallel.backend=mpi needs a launch by mpirun or srun, but this job was launched with ",
          "torchrun-style variables; use parallel.backend=gloo");
-  if (backend == "gloo" && !torchrun)
+  if (backend == Backend::gloo && !torchrun)
     fail("parallel.backend=gloo needs MASTER_ADDR/MASTER_PORT (a torchrun-style launch); this job ",
          "was launched by ", launch.launcher);
-  if (cuda && backend == "auto" && !has_backend("nccl"))
+  if (cuda && backend == Backend::automatic && !has_backend(Backend::nccl))
     fail("train.device=cuda needs the NCCL backend, which is not built into this trident (it has: ",
          available_backends(), ")");
-  const std::string cpu = torchrun ? "gloo" : "mpi";
+  const Backend cpu = torchrun ? Backend::gloo : Backend::mpi;
   if (several && !has_backend(cpu))
-    fail("processes launched by ", launch.launcher, " connect through ", cpu,
+    fail("processes launched by ", launch.launcher, " connect through ", name(cpu),
          ", which is not built into this trident (it has: ", available_backends(), ")");
 }
 
@@ -214,7 +212,7 @@ std::shared_ptr<Communicator> recorded_world(std::shared_ptr<Communicator> world
 
 std::shared_ptr<Communicator> connect_world(const LaunchInfo& launch, const CommOptions& options) {
   check_backend(launch, options);
-  if (launch.world_size == 1 && options.backend != "mpi") return make_self_communicator();
+  if (launch.world_size == 1 && options.backend != Backend::mpi) return make_self_communicator();
 #ifdef TRIDENT_WITH_GLOO
   if (launch.launcher == "torchrun") return recorded_world(make_gloo_world_communicator(launch, options.timeout));
 #endif

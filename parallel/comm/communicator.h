@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace trident {
 
-struct Config;
 struct LaunchInfo;
 
 enum class ReduceOp { sum, avg, max };
@@ -92,7 +93,7 @@ class Communicator {
 std::shared_ptr<Communicator> make_self_communicator();
 
 struct CommOptions {
-  std::string backend = "auto";  // auto | mpi | gloo | nccl
+  Backend backend = Backend::automatic;
   std::chrono::seconds timeout{300};
   torch::Device device = torch::kCPU;
 };

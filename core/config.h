@@ -34,8 +34,8 @@ enum class Offload { none, cpu };
 // Where samples come from: an indexed dataset (data.path), random tokens, or the program's own
 // (trident::SampleSource, docs/library.md).
 enum class DataType { indexed, synthetic, program };
-// The communicator (parallel.backend): auto is MPI under mpirun or srun, Gloo under a
-// torchrun-style launch, NCCL on CUDA (parallel/comm/communicator.h).
+// The communicator (parallel.backend): auto is none for one process, MPI under mpirun or srun,
+// Gloo under a torchrun-style launch, NCCL on CUDA (parallel/comm/communicator.h).
 enum class Backend { automatic, mpi, gloo, nccl };
 enum class TrainDevice { cpu, cuda };  // train.device: the GPU is local_rank % visible GPUs
 const char* name(Precision value);

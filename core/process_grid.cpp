@@ -45,15 +45,23 @@ int64_t ProcessGrid::coordinate(int64_t rank, std::string_view axis) const {
   return rank / stride(i) % axes_[i].size;
 }
 
+std::vector<size_t> ProcessGrid::indices_of(const std::vector<std::string>& axes) const {
+  std::vector<size_t> indices;
+  for (const std::string& axis : axes) {
+    indices.push_back(index_of(axis));
+    TRIDENT_CHECK(std::count(axes.begin(), axes.end(), axis) == 1, "grid axis ", axis, " asked for twice");
+  }
+  return indices;
+}
+
 int64_t ProcessGrid::extent(const std::vector<std::string>& axes) const {
   size_t slowest = 0;
-  for (const std::string& axis : axes) slowest = std::max(slowest, index_of(axis) + 1);
+  for (size_t i : indices_of(axes)) slowest = std::max(slowest, i + 1);
   return stride(slowest);
 }
 
 std::vector<std::vector<int>> ProcessGrid::groups(const std::vector<std::string>& axes) const {
-  std::vector<size_t> varying;
-  for (const std::string& axis : axes) varying.push_back(index_of(axis));
+  const std::vector<size_t> varying = indices_of(axes);
   std::vector<std::vector<int>> groups;
   for (int64_t first = 0; first < world_size_; ++first) {
     if (std::any_of(varying.begin(), varying.end(),

@@ -38,7 +38,7 @@ class ProcessGrid {
   int64_t size(std::string_view axis) const;
   int64_t coordinate(int64_t rank, std::string_view axis) const;
   // The aligned blocks of consecutive ranks that hold the groups along `axes`: the stride of the
-  // slowest of them times its size. The groups stay within nodes of n GPUs when it is at most n.
+  // slowest of them times its size. The groups stay within nodes of n GPUs when it divides n.
   int64_t extent(const std::vector<std::string>& axes) const;
 
   // The groups whose members differ only along `axes` (any subset of the grid's, in any order):
@@ -51,6 +51,7 @@ class ProcessGrid {
 
  private:
   size_t index_of(std::string_view axis) const;
+  std::vector<size_t> indices_of(const std::vector<std::string>& axes) const;  // each named once
   int64_t stride(size_t index) const;
 
   std::vector<GridAxis> axes_;

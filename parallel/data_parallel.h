@@ -10,6 +10,7 @@
 //   2  (and 3) only the shard is kept: a bucket's storage lives while a micro-batch's backward fills
 //      it and is reduce-scattered and freed right after, every micro-batch (as DeepSpeed does;
 //      M reduce-scatters per iteration instead of one, for 1/d of the gradient memory).
+// One rank has nothing to reduce: its buckets are their own means, and no collective runs.
 #pragma once
 
 #include <torch/csrc/autograd/variable.h>

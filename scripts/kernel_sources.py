@@ -7,7 +7,9 @@ A kernel and the CUDA runtime or driver call that launched it share a "correlati
 launch happened on a CPU thread inside nested operators ("cpu_op" events). For each of the kernels
 with the most GPU time this prints where they came from: the innermost operator with its
 inputs' shapes (the trace has them: trident records shapes when it profiles) and the outermost
-one (in backward, the autograd node), with their share of the kernel's time.
+one (in backward, the autograd node), with their share of the kernel's time. Shares are of the
+kernels' time (copies and memsets, which rank<R>.txt counts too, are left out); shapes list the
+tensor inputs (scalars, which have none, are left out).
 """
 import argparse
 import json
@@ -42,7 +44,9 @@ def launch_sources(events):
         items.sort(key=lambda item: item[:3])
         open_ops = []
         for ts, is_launch, _, e in items:
-            while open_ops and open_ops[-1]["ts"] + open_ops[-1]["dur"] < ts:
+            # An operator ending where the next event starts is over (timestamps may be whole
+            # microseconds, so a sibling's start can equal its end).
+            while open_ops and open_ops[-1]["ts"] + open_ops[-1]["dur"] <= ts:
                 open_ops.pop()
             if not is_launch:
                 open_ops.append(e)

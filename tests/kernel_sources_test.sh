@@ -2,7 +2,7 @@
 # scripts/kernel_sources.py on a hand-made Kineto trace: a multiply launched inside addmm inside
 # linear, an add kernel launched twice (a bias add in the forward, a gradient add in backward,
 # one through the driver API), and a kernel launched outside any operator; a file that is not a
-# trace gets one line naming it and what was expected.
+# trace, not JSON, or without kernels gets one line naming it and what was expected.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -19,4 +19,10 @@ trap 'rm -f "$bad"' EXIT
 echo '{"events": []}' >"$bad"
 if err=$("$python" "$root/scripts/kernel_sources.py" "$bad" 2>&1); then echo "a bad trace was accepted"; exit 1; fi
 [ "$(wc -l <<<"$err")" = 1 ] && grep -q "has no 'traceEvents' list" <<<"$err" || { echo "unclear error: $err"; exit 1; }
+echo 'not json' >"$bad"
+err=$("$python" "$root/scripts/kernel_sources.py" "$bad" 2>&1) && { echo "a file that is not JSON was accepted"; exit 1; }
+[ "$(wc -l <<<"$err")" = 1 ] && grep -q "cannot read .* as a JSON trace" <<<"$err" || { echo "unclear error: $err"; exit 1; }
+echo '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}' >"$bad"
+err=$("$python" "$root/scripts/kernel_sources.py" "$bad" 2>&1) && { echo "a trace without kernels was accepted"; exit 1; }
+[ "$(wc -l <<<"$err")" = 1 ] && grep -q "has no GPU kernels" <<<"$err" || { echo "unclear error: $err"; exit 1; }
 echo "kernel_sources: ok"

@@ -122,6 +122,8 @@ TEST(Config, ArchitectureKeysTakeMegatronsNamesAndCheckTheirValues) {
       {{"model.normalization=batchnorm"}, "'model.normalization': expected one of layernorm, rmsnorm"},
       {{"model.position_embedding_type=alibi"}, "'model.position_embedding_type': expected one of learned, rope"},
       {{"model.activation=relu"}, "'model.activation': expected one of gelu, swiglu"},
+      {{"parallel.backend=ucx"}, "'parallel.backend': expected one of auto, mpi, gloo, nccl, got 'ucx'"},
+      {{"train.device=gpu"}, "'train.device': expected one of cpu, cuda, got 'gpu'"},
       {{"model.rope_theta=0"}, "'model.rope_theta'"},
       {{"model.num_query_groups=-1"}, "'model.num_query_groups': expected a positive integer, or 0"},
       {{"model.num_query_groups=3"}, "model.num_attention_heads (4) must be divisible by model.num_query_groups (3)"},

@@ -259,9 +259,14 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
                                                    "train.log_dir=" + (dir / zero).string()});
     const std::string command = endless.substr(std::string("timeout 120 ").size());
     if (missing_backend(kMpirun).empty()) {
-      // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank.
+      // The job is marked by a seed nobody else uses; pkill -n picks its newest process, a rank,
+      // stopped once the job trains (its first iteration logged: a slow start, as under ASan on a
+      // loaded machine, would otherwise stop a rank before the flight records are kept).
+      const std::string log = (dir / zero / "rank-0.log").string();
       const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
-                                  " train.seed=515151 & job=$!; sleep 4; pkill -STOP -n -f train.seed=515151; wait $job'");
+                                  " train.seed=515151 & job=$!; for i in $(seq 300); do grep -qs \"memory on rank 0\" " +
+                                  log + " && break; sleep 0.2; done; sleep 1; pkill -STOP -n -f train.seed=515151; "
+                                  "wait $job'");
       expect_ended_in_failure(run, 60);
       // Which group's call waits depends on where the peer stopped (ZeRO adds the world's norm).
       EXPECT_NE(run.result.output.find(" group made no progress for 4 s (parallel.timeout_s): a peer is stopped, "

@@ -96,6 +96,7 @@ TEST(ProcessGrid, RefusesAxesItCannotHold) {
   EXPECT_THROW(ProcessGrid({{"tp", 0}}), InternalError);
   const ProcessGrid grid = megatron_grid(2, 2, 2, 1);
   EXPECT_THROW(grid.groups({"ep"}), InternalError);
+  EXPECT_THROW(grid.groups({"tp", "tp"}), InternalError);
   EXPECT_THROW(grid.coordinate(8, "tp"), InternalError);
   EXPECT_THROW(grid.view({"tp", "dp"}, {{"ep", 4}}), InternalError);  // not adjacent
   EXPECT_THROW(grid.view({"tp", "cp"}, {{"ep", 3}}), InternalError);  // 3 ranks for 4

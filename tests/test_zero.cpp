@@ -8,6 +8,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "optim/zero.h"
+#include "parallel/data_parallel.h"
 #include "parallel/flat_buckets.h"
 #include "tests/helpers.h"
 
@@ -149,6 +150,35 @@ TEST(ZeroOptimizer, ShardedStatesShrinkByTheDataParallelSize) {
     EXPECT_EQ(stage3.optimizer, optimizer * n / d);
     EXPECT_EQ(stage3.gathered, 0);
   }
+}
+
+// One rank has nothing to reduce: at every ZeRO stage, with gradients accumulated in place (fp32)
+// or added in by hooks (bf16), its buckets hold the sums over its micro-batches and no collective
+// runs (the fake group fails the test on any).
+TEST(DataParallelGrads, OneRankRunsNoCollective) {
+  for (int64_t stage : {0, 1, 2})
+    for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "stage " << stage << ", " << dtype);
+      auto a = torch::zeros({300}, torch::dtype(dtype).requires_grad(true));
+      auto b = torch::zeros({500}, torch::dtype(dtype).requires_grad(true));
+      GradBufferOptions options;
+      options.zero = ZeroSharding{stage, 1};
+      const std::vector<torch::Tensor> params = {a, b};
+      FakeGroup group(0, 1);
+      DataParallelGrads grads(params, make_grad_buckets(params, 4 * 400, torch::kFloat, options.zero), group, options);
+      grads.zero();
+      for (int micro = 0; micro < 2; ++micro) {
+        if (micro == 1) grads.arm();
+        ((a * 1).sum() + (b * 2).sum()).backward();
+      }
+      grads.finish();
+      const FlatBuckets& flat = grads.flat();
+      auto expected = torch::zeros({flat.total});
+      expected.narrow(0, flat.offset[0], 300).fill_(2);
+      expected.narrow(0, flat.offset[1], 500).fill_(4);
+      for (size_t k = 0; k < grads.num_buckets(); ++k)
+        EXPECT_TRUE(torch::equal(grads.reduced(k), expected.narrow(0, flat.slice_start(k, 0), flat.slice_numel(k))));
+    }
 }
 
 // The gradient norm decides the clipping: over one default bucket (25 MB of fp32, 6.5 M

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "model/auxiliary_loss.h"
 #include "model/dropout.h"
 #include "parallel/context_parallel.h"
 #include "parallel/parameter_role.h"
@@ -32,7 +33,8 @@ struct Documents {
 };
 
 // What a block is built with: the model's shape, its tensor- and context-parallel groups, the
-// recomputation asked for, the chunk's dropout streams and the block's global layer index.
+// recomputation asked for, the chunk's dropout streams, the block's global layer index and where
+// it hands auxiliary losses (model/auxiliary_loss.h).
 // `config` refers to the model's own copy, which lives as long as the block.
 struct BlockContext {
   const ModelConfig& config;
@@ -41,6 +43,7 @@ struct BlockContext {
   ContextParallel cp;
   std::shared_ptr<DropoutStreams> streams;
   int64_t layer;
+  std::shared_ptr<AuxiliaryLosses> auxiliary;
 };
 
 // The base of every block: [b, s/c(/t with SP), h] -> the same shape. With recompute=full the

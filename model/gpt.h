@@ -180,6 +180,8 @@ class GPTImpl : public torch::nn::Module {
 
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
+  // What this chunk's blocks added to the objective besides the token loss.
+  AuxiliaryLosses& auxiliary_losses() { return *auxiliary_; }
 
   VocabParallelEmbedding wte{nullptr};  // on the first stage; on the last too when tied to the head
   PositionEmbedding wpe{nullptr};        // learned positions only
@@ -200,6 +202,7 @@ class GPTImpl : public torch::nn::Module {
   ContextParallel cp_;
   uint64_t seed_ = 0;
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
+  std::shared_ptr<AuxiliaryLosses> auxiliary_ = std::make_shared<AuxiliaryLosses>();
   std::shared_ptr<ShardedParameters> gathered_;  // ZeRO-3
 };
 TORCH_MODULE(GPT);

@@ -1,7 +1,9 @@
 // A program built on trident's public API for tests/test_library.cpp: it registers a block that
-// is right at every layout ("ffn_only": attention then a squared-ReLU MLP) and one that is not
-// ("rank_scaled": scales its output by 1 + the tensor-parallel rank, as a block that mixes up
-// its ranks would), and can throw from a hook or add a rank-local term to its loss.
+// is right at every layout ("ffn_only": attention then a squared-ReLU MLP), one that adds an
+// auxiliary loss ("ffn_penalized": the same, with 0.01 x the mean square of its output as
+// aux/activation_l2), and one that is not right ("rank_scaled": scales its output by 1 + the
+// tensor-parallel rank, as a block that mixes up its ranks would), and can throw from a hook or
+// add a rank-local term to its loss.
 //   library_program [--throw-in-hook | --rank-local-loss] [section.key=value ...]
 #include <trident/trident.h>
 
@@ -9,14 +11,18 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
 class TestBlock : public trident::TransformerBlock {
  public:
-  TestBlock(const trident::BlockContext& context, bool rank_scaled)
-      : TransformerBlock(context), scale_(rank_scaled ? 1.0 + context.tp.group->rank() : 1.0) {
+  enum class Kind { right, penalized, rank_scaled };
+  TestBlock(const trident::BlockContext& context, Kind kind)
+      : TransformerBlock(context),
+        scale_(kind == Kind::rank_scaled ? 1.0 + context.tp.group->rank() : 1.0),
+        auxiliary_(kind == Kind::penalized ? context.auxiliary : nullptr) {
     const trident::ModelConfig& m = context.config;
     norm = register_module("norm", trident::Norm(m.normalization, m.hidden_size, m.layernorm_epsilon, context.tp));
     attn = register_module("attn", trident::SelfAttention(m, context.tp, context.recompute, context.cp, streams_));
@@ -28,11 +34,13 @@ class TestBlock : public trident::TransformerBlock {
   torch::Tensor compute(const torch::Tensor& x, const trident::Documents& documents) override {
     const torch::Tensor h = x + attn(norm(x), documents);
     const torch::Tensor a = torch::relu(up(h));
-    return h + scale_ * down(a * a);
+    const torch::Tensor out = h + scale_ * down(a * a);
+    return auxiliary_ ? auxiliary_->add(out, "activation_l2", out.square().mean(), 0.01) : out;
   }
 
  private:
   double scale_;
+  std::shared_ptr<trident::AuxiliaryLosses> auxiliary_;
   trident::Norm norm{nullptr};
   trident::SelfAttention attn{nullptr};
   trident::ColumnParallelLinear up{nullptr};
@@ -56,10 +64,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> arguments(argv + 1, argv + argc);
   const std::string flag = !arguments.empty() && arguments.front().rfind("--", 0) == 0 ? arguments.front() : "";
   if (!flag.empty()) arguments.erase(arguments.begin());
-  for (const bool scaled : {false, true})
-    trident::register_block(scaled ? "rank_scaled" : "ffn_only", [scaled](const trident::BlockContext& context) {
-      return std::make_shared<TestBlock>(context, scaled);
+  using Kind = TestBlock::Kind;
+  for (const auto& [name, kind] : std::vector<std::pair<std::string, Kind>>{
+           {"ffn_only", Kind::right}, {"ffn_penalized", Kind::penalized}, {"rank_scaled", Kind::rank_scaled}})
+    trident::register_block(name, [kind = kind](const trident::BlockContext& context) {
+      return std::make_shared<TestBlock>(context, kind);
     });
+  trident::declare_auxiliary_loss("activation_l2");
   const auto make_config = [&] { return trident::Config::parse(kConfig, arguments); };
   return trident::run_training(*launch, make_config, [&](trident::Trainer& trainer) {
     trident::Hooks hooks;

@@ -187,7 +187,7 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
   for (bool sequence_parallel : {false, true}) {
     auto counting = std::make_shared<CountingGroup>(*group());
     auto block = make_block({config, TensorParallel{counting, sequence_parallel}, Recompute::none, ContextParallel{},
-                             std::make_shared<DropoutStreams>(), 0});
+                             std::make_shared<DropoutStreams>(), 0, std::make_shared<AuxiliaryLosses>()});
     block->to(torch::kDouble);
     for (auto& p : block->parameters()) {
       torch::NoGradGuard no_grad;

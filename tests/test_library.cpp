@@ -10,6 +10,8 @@
 
 #include <trident/trident.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/plan/flops.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
@@ -429,6 +431,45 @@ TEST(Blocks, TheLayoutCheckProvesABlockAndCatchesAWrongOne) {
   check.work_dir = (scratch_dir() / "fp32 runs").string();
   const LayoutCheckResult fp32 = check_layouts(check);
   EXPECT_TRUE(fp32.equal) << fp32.report;
+}
+
+// A block's auxiliary loss counts once per layer and micro-batch, wherever the layer lives: its
+// penalty (0.01 x the mean square of each block's output) trains the same, and is logged the
+// same, at TP 2, PP 2 with full recomputation (the penalty added in backward's replay), DP 2
+// with ZeRO-3 and CP 2 as in one process (fp64). A penalty counted per micro-batch instead of
+// their mean, or twice under recomputation, would differ from the single process where the
+// micro-batches or the replays differ.
+TEST(Blocks, AnAuxiliaryLossTrainsTheSameAtEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/tests/library_program";
+  check.launcher = kMpirun;
+  check.arguments = {"precision=fp64", "model.block=ffn_penalized"};
+  check.layouts = {{"parallel.tensor=2"},
+                   {"parallel.pipeline=2", "recompute=full"},
+                   {"parallel.data=2", "parallel.zero_stage=3"},
+                   {"parallel.context=2"}};
+  const std::filesystem::path runs = scratch_dir() / "penalized";
+  check.work_dir = runs.string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::ifstream metrics(runs / "serial" / "metrics.jsonl");
+  std::string first;
+  std::getline(metrics, first);
+  const auto json = nlohmann::json::parse(first);
+  ASSERT_TRUE(json.contains("aux/activation_l2")) << first;
+  EXPECT_GT(json.at("aux/activation_l2").get<double>(), 0.0) << first;
+  // Every layout counts the model's parameters as the single process does (the log's model line).
+  const auto model_line = [](const std::filesystem::path& output) {
+    std::ifstream in(output);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("model: ", 0) == 0) return line.substr(line.find("): "));
+    return std::string("no model line in ") + output.string();
+  };
+  const std::string serial = model_line(runs / "serial" / "output.txt");
+  EXPECT_NE(serial.find(" parameters"), std::string::npos) << serial;
+  for (size_t l = 0; l < check.layouts.size(); ++l)
+    EXPECT_EQ(model_line(runs / ("layout-" + std::to_string(l)) / "output.txt"), serial) << l;
 }
 
 // A loss hook that adds a term of its own vocabulary shard (not reduced over TP) trains each

@@ -6,6 +6,7 @@
 #include "model/init.h"
 #include "train/data/samples.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include "tests/helpers.h"
@@ -362,4 +363,37 @@ TEST(Model, RmsNormBackwardIsTheFormulasGradient) {
     EXPECT_TRUE(torch::allclose(x_own, x_formula, tolerance, tolerance)) << (x_own - x_formula).abs().max();
     EXPECT_TRUE(torch::allclose(w_own, w_formula, tolerance, tolerance)) << (w_own - w_formula).abs().max();
   }
+}
+
+// A block's auxiliary loss: its gradient joins the output's at coefficient x the iteration's
+// backward scale, it is recorded only where gradients are taken, and mistakes are named.
+TEST(AuxiliaryLoss, AddsItsGradientAndRecordsWhereGradientsAreTaken) {
+  using trident::testing::error_of;
+  static const bool declared = (declare_auxiliary_loss("unit_penalty"), true);
+  (void)declared;
+  const auto names = declared_auxiliary_losses();
+  const int64_t at = std::find(names.begin(), names.end(), "unit_penalty") - names.begin();
+  AuxiliaryLosses auxiliary;
+  auxiliary.begin_iteration(0.5);
+  const torch::Tensor x = torch::randn({3, 4}, torch::kDouble).requires_grad_();
+  const torch::Tensor y = auxiliary.add(x * 2, "unit_penalty", x.square().sum(), 0.1);
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), 2 + 0.1 * 0.5 * 2 * x.detach(), 1e-12, 1e-12));
+  const double penalty = 0.1 * x.square().sum().item<double>();
+  EXPECT_NEAR(auxiliary.values()[at].item<double>(), penalty, 1e-12);
+  {
+    torch::NoGradGuard no_grad;  // validation, or recompute=full's first pass
+    EXPECT_TRUE(auxiliary.add(x, "unit_penalty", x.square().sum(), 0.1).is_same(x));
+  }
+  EXPECT_NEAR(auxiliary.values()[at].item<double>(), penalty, 1e-12);
+  auxiliary.begin_iteration(1.0);
+  EXPECT_FALSE(auxiliary.values().defined());
+
+  EXPECT_NE(error_of([&] { auxiliary.add(x, "undeclared", x.sum(), 1.0); })
+                .find("auxiliary loss 'undeclared' was not declared: call trident::declare_auxiliary_loss"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { auxiliary.add(x, "unit_penalty", x, 1.0); }).find("must be a floating-point scalar"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { declare_auxiliary_loss("a/b"); }).find("must be letters, digits and '_'"), std::string::npos);
+  EXPECT_NE(error_of([] { declare_auxiliary_loss("unit_penalty"); }).find("is declared already"), std::string::npos);
 }

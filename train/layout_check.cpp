@@ -18,7 +18,8 @@ namespace trident {
 namespace {
 
 struct Run {
-  std::vector<double> losses;
+  std::vector<double> losses;     // per iteration
+  std::vector<double> auxiliary;  // per iteration, its aux/<name> values in the file's order
   std::map<std::string, torch::Tensor> weights;
   Precision precision = Precision::fp32;
 };
@@ -72,7 +73,10 @@ Run read_run(const std::filesystem::path& dir) {
   const auto file = dir / "metrics.jsonl";
   std::ifstream metrics(file);
   for (std::string line; std::getline(metrics, line);) try {
-      result.losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+      const auto json = nlohmann::json::parse(line);
+      result.losses.push_back(json.at("loss").get<double>());
+      for (const auto& [key, value] : json.items())
+        if (key.rfind("aux/", 0) == 0) result.auxiliary.push_back(value.get<double>());
     } catch (const nlohmann::json::exception& e) {
       fail("LayoutCheck: line ", result.losses.size() + 1, " of ", file.string(), " gives no loss: ", e.what());
     }
@@ -99,17 +103,24 @@ double precision_tolerance(Precision precision) {
 std::string compare(const Run& serial, const Run& run, double tolerance, std::string& summary) {
   if (run.losses.size() != serial.losses.size())
     return trident::str(run.losses.size(), " iterations logged, the single process logged ", serial.losses.size());
+  if (run.auxiliary.size() != serial.auxiliary.size())
+    return trident::str(run.auxiliary.size(), " auxiliary losses logged, the single process logged ",
+                        serial.auxiliary.size());
   // The metrics file records a loss to 9 significant digits: runs equal to the last bit may still
   // differ there by one unit of the 9th digit, which no tolerance below it can tell apart.
   double worst_loss = 0;
   bool losses_differ = false;
-  for (size_t i = 0; i < serial.losses.size(); ++i) {
-    const double expected = std::abs(serial.losses[i]), difference = std::abs(run.losses[i] - serial.losses[i]);
-    // One unit, read back from decimal into binary, may come out a little above or below it.
-    const double recorded_unit = expected > 0 ? std::pow(10.0, std::floor(std::log10(expected)) - 8) : 0.0;
-    losses_differ = losses_differ || difference > std::max(tolerance * expected, 1.5 * recorded_unit);
-    worst_loss = std::max(worst_loss, expected > 0 ? difference / expected : difference);
-  }
+  const auto compare_losses = [&](const std::vector<double>& expect, const std::vector<double>& got) {
+    for (size_t i = 0; i < expect.size(); ++i) {
+      const double expected = std::abs(expect[i]), difference = std::abs(got[i] - expect[i]);
+      // One unit, read back from decimal into binary, may come out a little above or below it.
+      const double recorded_unit = expected > 0 ? std::pow(10.0, std::floor(std::log10(expected)) - 8) : 0.0;
+      losses_differ = losses_differ || difference > std::max(tolerance * expected, 1.5 * recorded_unit);
+      worst_loss = std::max(worst_loss, expected > 0 ? difference / expected : difference);
+    }
+  };
+  compare_losses(serial.losses, run.losses);
+  compare_losses(serial.auxiliary, run.auxiliary);
   double difference = 0, norm = 0, worst_tensor = 0;
   std::string worst_name;
   for (const auto& [name, value] : serial.weights) {

@@ -25,6 +25,8 @@ struct IterationMetrics {
   int64_t iteration = 0;         // completed iterations, counting this one
   int64_t consumed_samples = 0;  // after this iteration
   double loss = 0;
+  // Each declared auxiliary loss's share of the objective (model/auxiliary_loss.h), beside `loss`.
+  std::vector<std::pair<std::string, double>> auxiliary_losses;
   double learning_rate = 0;
   double grad_norm = 0;          // before clipping (unscaled)
   double loss_scale = 1;         // fp16's dynamic scale used by this iteration

@@ -6,11 +6,12 @@
 # this machine's /etc/hosts, where the host name resolves to a loopback address, as on Debian.
 # Waits for all and exits with the first non-zero status (0 if all succeed). Needs root.
 #
-#   launch_hosts.sh N [--rate RATE] [--cut-link R --after SECONDS] -- COMMAND [ARGS...]
+#   launch_hosts.sh N [--rate RATE] [--cut-link R [--once FILE TEXT] --after SECONDS] -- COMMAND [ARGS...]
 #   launch_hosts.sh --check      (says why hosts cannot be simulated here, exit 1; or exit 0)
 #
 # --rate throttles every host's link with a token bucket (tc tbf, e.g. 100mbit); --cut-link takes
-# rank R's link down after SECONDS, as a pulled cable would. Every rank's output goes to stdout,
+# rank R's link down after SECONDS, as a pulled cable would (counted from when FILE holds TEXT,
+# waited for up to 120 s, with --once: a job that has started training). Every rank's output goes to stdout,
 # prefixed with "[host r] ".
 set -uo pipefail
 
@@ -30,12 +31,13 @@ fi
 
 n=$1
 shift
-rate="" cut_rank="" cut_after=0
+rate="" cut_rank="" cut_after=0 once_file="" once_text=""
 while [ "$1" != "--" ]; do
   case $1 in
     --rate) rate=$2; shift 2 ;;
     --cut-link) cut_rank=$2; shift 2 ;;
     --after) cut_after=$2; shift 2 ;;
+    --once) once_file=$2 once_text=$3; shift 3 ;;
     *) echo "launch_hosts.sh: unknown option $1" >&2; exit 64 ;;
   esac
 done
@@ -67,6 +69,12 @@ for ((rank = 0; rank < n; rank++)); do
   pids+=($!)
 done
 if [ -n "$cut_rank" ]; then
+  if [ -n "$once_file" ]; then
+    for _ in $(seq 600); do
+      ! grep -qsF -- "$once_text" "$once_file" || break
+      sleep 0.2
+    done
+  fi
   sleep "$cut_after"
   ip -n "$switch" link set "$tag-p$cut_rank" down
   echo "launch_hosts.sh: cut host $cut_rank's link"

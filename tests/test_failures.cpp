@@ -294,7 +294,11 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
 TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
   if (const std::string why = missing_backend(kHostsLaunch); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
-  const Timed run = run_timed("timeout 120 " + kHostsLaunch + "2 --cut-link 1 --after 4 -- " +
+  // Cut once the job trains (its first iteration logged): a slow start, as under ASan on a loaded
+  // machine, would otherwise lose the link before the ranks had met.
+  const std::string log = (dir / "rank-0.log").string();
+  const Timed run = run_timed("timeout 120 " + kHostsLaunch + "2 --cut-link 1 --once " + log +
+                              " 'memory on rank 0' --after 1 -- " +
                               train_command("", {"data.type=synthetic", "train.iters=1000000", "parallel.timeout_s=4",
                                                  "train.log_interval=100000", "train.log_dir=" + dir.string()})
                                   .substr(std::string("timeout 120 ").size()));

@@ -3,21 +3,24 @@
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT.
 # Waits for all and exits with the first non-zero status (0 if all succeed).
 #
-#   launch_env.sh N [--kill-rank R --after SECONDS [--signal SIG]] -- COMMAND [ARGS...]
+#   launch_env.sh N [--kill-rank R [--once FILE TEXT] --after SECONDS [--signal SIG]] -- COMMAND [ARGS...]
 #
 # --kill-rank sends rank R a signal (KILL unless --signal says otherwise, e.g. STOP to make it
-# hang) after SECONDS, to test that the others then fail instead of hanging; a rank still
+# hang) after SECONDS (counted from when FILE holds TEXT, with --once: a job that has started
+# training), to test that the others then fail instead of hanging; a rank still
 # alive once the others are done is killed. Every rank's output goes to stdout, prefixed with
 # its rank.
 set -uo pipefail
+source "$(dirname "$0")/launch_wait.sh"
 n=$1
 shift
-kill_rank="" kill_after=0 signal=KILL
+kill_rank="" kill_after=0 signal=KILL once_file="" once_text=""
 while [ "$1" != "--" ]; do
   case $1 in
     --kill-rank) kill_rank=$2; shift 2 ;;
     --after) kill_after=$2; shift 2 ;;
     --signal) signal=$2; shift 2 ;;
+    --once) once_file=$2 once_text=$3; shift 3 ;;
     *) echo "launch_env.sh: unknown option $1" >&2; exit 64 ;;
   esac
 done
@@ -39,6 +42,7 @@ for ((rank = 0; rank < n; rank++)); do
   pids+=($!)  # the command's own pid: its output goes through the process substitution
 done
 if [ -n "$kill_rank" ]; then
+  wait_for_text "$once_file" "$once_text"
   sleep "$kill_after"
   kill -"$signal" "${pids[$kill_rank]}"
 fi

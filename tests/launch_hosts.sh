@@ -14,6 +14,7 @@
 # waited for up to 120 s, with --once: a job that has started training). Every rank's output goes to stdout,
 # prefixed with "[host r] ".
 set -uo pipefail
+source "$(dirname "$0")/launch_wait.sh"
 
 tag=trident$$
 cleanup() {
@@ -69,12 +70,7 @@ for ((rank = 0; rank < n; rank++)); do
   pids+=($!)
 done
 if [ -n "$cut_rank" ]; then
-  if [ -n "$once_file" ]; then
-    for _ in $(seq 600); do
-      ! grep -qsF -- "$once_text" "$once_file" || break
-      sleep 0.2
-    done
-  fi
+  wait_for_text "$once_file" "$once_text"
   sleep "$cut_after"
   ip -n "$switch" link set "$tag-p$cut_rank" down
   echo "launch_hosts.sh: cut host $cut_rank's link"

@@ -276,7 +276,11 @@ TEST(JobFailure, AStoppedPeerEndsTheJobAfterTheTimeout) {
     }
     // Gloo's own timeouts do not depend on the ZeRO stage: one run (each takes 13 s).
     if (missing_backend(kEnvLaunch).empty() && zero == "parallel.zero_stage=0") {
-      const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal STOP -- " + command);
+      // Stopped once the job trains, as above (its logs in a folder of their own).
+      const std::filesystem::path logs = dir / "gloo";
+      const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --once " + (logs / "rank-0.log").string() +
+                                  " 'memory on rank 0' --after 1 --signal STOP -- " + command + " train.log_dir=" +
+                                  logs.string());
       expect_ended_in_failure(run, 60);
       EXPECT_NE(run.result.output.find(" group: no answer from a peer within parallel.timeout_s=4 s"),
                 std::string::npos) << run.result.output;

@@ -1,0 +1,9 @@
+# Sourced by the test launchers: wait_for_text FILE TEXT waits until FILE holds TEXT (a job's
+# log line), for up to 120 s; with an empty FILE it returns at once.
+wait_for_text() {
+  [ -n "$1" ] || return 0
+  for _ in $(seq 600); do
+    ! grep -qsF -- "$2" "$1" || return 0
+    sleep 0.2
+  done
+}

@@ -8,7 +8,7 @@
 namespace trident {
 namespace {
 
-std::string names_of(const std::vector<GridAxis>& axes) {
+std::string axis_names(const std::vector<GridAxis>& axes) {
   std::vector<std::string> names;
   for (const GridAxis& axis : axes) names.push_back(axis.name);
   return join(names, ", ");
@@ -28,7 +28,7 @@ ProcessGrid::ProcessGrid(std::vector<GridAxis> axes) : axes_(std::move(axes)) {
 size_t ProcessGrid::index_of(std::string_view axis) const {
   for (size_t i = 0; i < axes_.size(); ++i)
     if (axes_[i].name == axis) return i;
-  TRIDENT_CHECK(false, "no grid axis ", axis, " among ", names_of(axes_));
+  TRIDENT_CHECK(false, "no grid axis ", axis, " among ", axis_names(axes_));
 }
 
 int64_t ProcessGrid::stride(size_t index) const {
@@ -86,13 +86,13 @@ ProcessGrid ProcessGrid::view(const std::vector<std::string>& replaced, std::vec
   int64_t product = 1;
   for (size_t k = 0; k < replaced.size(); ++k) {
     TRIDENT_CHECK(first + k < axes_.size() && axes_[first + k].name == replaced[k], "a grid view replaces ",
-                  join(replaced, ", "), ", which are not adjacent axes (fastest first) of ", names_of(axes_));
+                  join(replaced, ", "), ", which are not adjacent axes (fastest first) of ", axis_names(axes_));
     product *= axes_[first + k].size;
   }
   int64_t by_product = 1;
   for (const GridAxis& axis : by) by_product *= axis.size;
   TRIDENT_CHECK(by_product == product, "a grid view factors ", join(replaced, ", "), " (", product, " ranks) as ",
-                names_of(by), " (", by_product, " ranks)");
+                axis_names(by), " (", by_product, " ranks)");
   std::vector<GridAxis> axes(axes_.begin(), axes_.begin() + std::ptrdiff_t(first));
   axes.insert(axes.end(), by.begin(), by.end());
   axes.insert(axes.end(), axes_.begin() + std::ptrdiff_t(first + replaced.size()), axes_.end());

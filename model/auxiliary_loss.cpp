@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <utility>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -20,6 +21,15 @@ struct Declared {
 Declared& declared() {
   static Declared* instance = new Declared();  // never destroyed, as the block registry
   return *instance;
+}
+
+// Where `name` stands among the declared names (-1: it is not one), and how many there are;
+// looked up without copying them, since every block asks at every micro-batch.
+std::pair<int64_t, int64_t> declared_position(const std::string& name) {
+  Declared& d = declared();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  const auto at = std::find(d.names.begin(), d.names.end(), name);
+  return {at == d.names.end() ? -1 : int64_t(at - d.names.begin()), int64_t(d.names.size())};
 }
 
 // The output unchanged forward; backward, its gradient as it comes and the loss's gradient
@@ -62,20 +72,21 @@ std::vector<std::string> declared_auxiliary_losses() {
 
 torch::Tensor AuxiliaryLosses::add(const torch::Tensor& output, const std::string& name, const torch::Tensor& loss,
                                    double coefficient) {
-  const std::vector<std::string> names = declared_auxiliary_losses();
-  const auto at = std::find(names.begin(), names.end(), name);
-  if (at == names.end())
+  const auto [at, declared_count] = declared_position(name);
+  if (at < 0) {
+    const std::vector<std::string> names = declared_auxiliary_losses();
     fail("auxiliary loss '", name, "' was not declared: call trident::declare_auxiliary_loss(\"", name,
          "\") before building the Trainer (declared: ", names.empty() ? "none" : join(names, ", "), ")");
+  }
   if (!loss.defined() || loss.dim() != 0 || !loss.is_floating_point())
     fail("auxiliary loss '", name, "' must be a floating-point scalar, not ",
          loss.defined() ? trident::str(loss.scalar_type(), " of shape ", loss.sizes()) : std::string("an empty tensor"));
   // Without gradients (validation, or the first pass of a block that recompute=full replays in
   // backward) there is nothing to train and nothing to record.
   if (!torch::GradMode::is_enabled()) return output;
-  if (!values_.defined() || values_.numel() != int64_t(names.size()))
-    values_ = torch::zeros({int64_t(names.size())}, loss.options().dtype(torch::kDouble));
-  values_[at - names.begin()] += coefficient * loss.detach().to(torch::kDouble);
+  if (!values_.defined() || values_.numel() != declared_count)
+    values_ = torch::zeros({declared_count}, loss.options().dtype(torch::kDouble));
+  values_[at] += coefficient * loss.detach().to(torch::kDouble);
   return AttachLoss::apply(output, loss, coefficient * backward_scale_);
 }
 

@@ -175,44 +175,96 @@ __global__ void norm_backward_kernel(bool centered, const T* dy, const T* x, con
 
 // ---- activations: element-wise ----
 
+// Up to three pointers, by value into a kernel.
+template <typename P, int K>
+struct Pointers {
+  P at[K];
+};
+
+// N elements of T in one aligned load or store (16 bytes for N = 16 / sizeof(T)).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// out_k[i] = op(in_0[i], ...)_k for i < n, computed in fp32. Each thread takes N consecutive
+// elements at a time through Pack loads and stores (N > 1 only when every pointer is aligned for
+// it); the last n % N elements one by one.
+template <typename T, int N, int In, int Out, typename Op>
+__global__ void map_kernel(Op op, Pointers<const T*, In> in, Pointers<T*, Out> out, int64_t n) {
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t packs = n / N;
+  for (int64_t p = first; p < packs; p += step) {
+    Pack<T, N> a[In], b[Out];
+    for (int k = 0; k < In; ++k) a[k] = reinterpret_cast<const Pack<T, N>*>(in.at[k])[p];
+    for (int j = 0; j < N; ++j) {
+      float x[In], y[Out];
+      for (int k = 0; k < In; ++k) x[k] = to_float(a[k].v[j]);
+      op(x, y);
+      for (int k = 0; k < Out; ++k) b[k].v[j] = from_float<T>(y[k]);
+    }
+    for (int k = 0; k < Out; ++k) reinterpret_cast<Pack<T, N>*>(out.at[k])[p] = b[k];
+  }
+  for (int64_t i = packs * N + first; i < n; i += step) {
+    float x[In], y[Out];
+    for (int k = 0; k < In; ++k) x[k] = to_float(in.at[k][i]);
+    op(x, y);
+    for (int k = 0; k < Out; ++k) out.at[k][i] = from_float<T>(y[k]);
+  }
+}
+
+template <typename T, int In, int Out, typename Op>
+void launch_map(const char* name, Op op, Pointers<const void*, In> in, Pointers<void*, Out> out, int64_t n,
+                cudaStream_t stream) {
+  constexpr int kPack = 16 / sizeof(T);
+  Pointers<const T*, In> typed_in;
+  Pointers<T*, Out> typed_out;
+  bool aligned = true;
+  for (int k = 0; k < In; ++k) {
+    typed_in.at[k] = static_cast<const T*>(in.at[k]);
+    aligned = aligned && reinterpret_cast<uintptr_t>(in.at[k]) % 16 == 0;
+  }
+  for (int k = 0; k < Out; ++k) {
+    typed_out.at[k] = static_cast<T*>(out.at[k]);
+    aligned = aligned && reinterpret_cast<uintptr_t>(out.at[k]) % 16 == 0;
+  }
+  if (aligned)
+    map_kernel<T, kPack><<<elementwise_blocks((n + kPack - 1) / kPack), kThreads, 0, stream>>>(op, typed_in, typed_out, n);
+  else
+    map_kernel<T, 1><<<elementwise_blocks(n), kThreads, 0, stream>>>(op, typed_in, typed_out, n);
+  check_launch(name);
+}
+
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
 
-template <typename T>
-__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = to_float(gate[i]);
-    y[i] = from_float<T>(g * sigmoid(g) * to_float(up[i]));
-  }
-}
+struct SwigluForward {  // gate, up -> y
+  __device__ void operator()(const float* x, float* y) const { y[0] = x[0] * sigmoid(x[0]) * x[1]; }
+};
 
-template <typename T>
-__global__ void swiglu_backward_kernel(const T* dy, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = to_float(gate[i]), u = to_float(up[i]), d = to_float(dy[i]), s = sigmoid(g);
-    dgate[i] = from_float<T>(d * u * s * (1.f + g * (1.f - s)));  // silu'(g) = s (1 + g (1 - s))
-    dup[i] = from_float<T>(d * g * s);
+struct SwigluBackward {  // dy, gate, up -> dgate, dup
+  __device__ void operator()(const float* x, float* y) const {
+    const float d = x[0], g = x[1], u = x[2], s = sigmoid(g);
+    y[0] = d * u * s * (1.f + g * (1.f - s));  // silu'(g) = s (1 + g (1 - s))
+    y[1] = d * g * s;
   }
-}
+};
 
 // gelu(x) = x/2 (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi)
 constexpr float kGeluC = 0.7978845608028654f, kGeluA = 0.044715f;
 
-template <typename T>
-__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = to_float(x[i]);
-    y[i] = from_float<T>(0.5f * v * (1.f + tanhf(kGeluC * (v + kGeluA * v * v * v))));
+struct GeluForward {  // x -> y
+  __device__ void operator()(const float* x, float* y) const {
+    const float v = x[0];
+    y[0] = 0.5f * v * (1.f + tanhf(kGeluC * (v + kGeluA * v * v * v)));
   }
-}
+};
 
-template <typename T>
-__global__ void gelu_backward_kernel(const T* dy, const T* x, T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = to_float(x[i]), t = tanhf(kGeluC * (v + kGeluA * v * v * v));
-    const float slope = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * v * v);
-    dx[i] = from_float<T>(to_float(dy[i]) * slope);
+struct GeluBackward {  // dy, x -> dx
+  __device__ void operator()(const float* x, float* y) const {
+    const float v = x[1], t = tanhf(kGeluC * (v + kGeluA * v * v * v));
+    y[0] = x[0] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * kGeluA * v * v));
   }
-}
+};
 
 // ---- rotary embedding: a thread per pair of channels (j, j + d/2) ----
 
@@ -300,29 +352,21 @@ void norm_backward(Element type, bool centered, const void* dy, const void* x, c
 }
 
 void swiglu_forward(Element type, const void* gate, const void* up, void* y, int64_t n, cudaStream_t stream) {
-  TRIDENT_DISPATCH(type, swiglu_forward_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
-                             static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(y), n));
-  check_launch("swiglu_forward");
+  TRIDENT_DISPATCH(type, launch_map<T, 2, 1>("swiglu_forward", SwigluForward{}, {gate, up}, {y}, n, stream));
 }
 
 void swiglu_backward(Element type, const void* dy, const void* gate, const void* up, void* dgate, void* dup, int64_t n,
                      cudaStream_t stream) {
-  TRIDENT_DISPATCH(type, swiglu_backward_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
-                             static_cast<const T*>(dy), static_cast<const T*>(gate), static_cast<const T*>(up),
-                             static_cast<T*>(dgate), static_cast<T*>(dup), n));
-  check_launch("swiglu_backward");
+  TRIDENT_DISPATCH(type,
+                   launch_map<T, 3, 2>("swiglu_backward", SwigluBackward{}, {dy, gate, up}, {dgate, dup}, n, stream));
 }
 
 void gelu_forward(Element type, const void* x, void* y, int64_t n, cudaStream_t stream) {
-  TRIDENT_DISPATCH(type, gelu_forward_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
-                             static_cast<const T*>(x), static_cast<T*>(y), n));
-  check_launch("gelu_forward");
+  TRIDENT_DISPATCH(type, launch_map<T, 1, 1>("gelu_forward", GeluForward{}, {x}, {y}, n, stream));
 }
 
 void gelu_backward(Element type, const void* dy, const void* x, void* dx, int64_t n, cudaStream_t stream) {
-  TRIDENT_DISPATCH(type, gelu_backward_kernel<T><<<elementwise_blocks(n), kThreads, 0, stream>>>(
-                             static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), n));
-  check_launch("gelu_backward");
+  TRIDENT_DISPATCH(type, launch_map<T, 2, 1>("gelu_backward", GeluBackward{}, {dy, x}, {dx}, n, stream));
 }
 
 void rotary(Element type, const void* x, Strides4 x_shape, const void* cos, const void* sin, int64_t table_stride_b,

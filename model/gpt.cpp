@@ -84,9 +84,12 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, cons
   auto qkv_local = qkv(x);  // [b, s, (a + 2g) d / t]: the whole sequence, this rank's groups
   const int64_t b = qkv_local.size(0), s = qkv_local.size(1), per_group = heads_per_group_;
   const auto groups = qkv_local.view({b, s, local_groups_, per_group + 2, head_dim_});
-  // [b, heads or groups, s, d]; with a group per head, views of qkv_local.
-  Heads heads{groups.narrow(3, 0, per_group).flatten(2, 3).transpose(1, 2), groups.select(3, per_group).transpose(1, 2),
-              groups.select(3, per_group + 1).transpose(1, 2)};
+  // [b, heads or groups, s, d]; with a group per head, views of qkv_local. One split rather than
+  // a narrow and two selects: its backward writes the three gradients into one tensor in a pass,
+  // where the selects' would each fill a zero tensor of qkv_local's size, copy into it, and add.
+  const auto parts = groups.split_with_sizes({per_group, 1, 1}, 3);
+  Heads heads{parts[0].flatten(2, 3).transpose(1, 2), parts[1].squeeze(3).transpose(1, 2),
+              parts[2].squeeze(3).transpose(1, 2)};
   if (rotary_) {
     // Training: the tokens' places in the whole sequence, this rank's context-parallel chunks of it.
     const auto at = positions.defined() ? positions

@@ -58,7 +58,8 @@ struct RingShift {
   RingShift(Communicator& group, const torch::Tensor& tensor) : received(torch::empty_like(tensor)) {
     const int rank = group.rank(), size = group.size();
     pending = group.exchange_async({{tensor, (rank + 1) % size, /*send=*/true},
-                                    {received, (rank + size - 1) % size, /*send=*/false}});
+                                    {received, (rank + size - 1) % size, /*send=*/false}},
+                                   "exchange");
   }
   torch::Tensor wait() {
     pending->wait();

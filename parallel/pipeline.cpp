@@ -101,7 +101,7 @@ class StageRunner {
       posted.received.from_next = torch::empty(options_.activation_shape, options_.activation_options);
       transfers.push_back({posted.received.from_next, next, false});
     }
-    if (!transfers.empty()) posted.pending = group_.exchange_async(std::move(transfers));
+    if (!transfers.empty()) posted.pending = group_.exchange_async(std::move(transfers), "exchange");
     return posted;
   }
   Received complete(Posted& posted) {

@@ -43,11 +43,11 @@ class NotingReceives : public Communicator {
   void broadcast(torch::Tensor& t, int root) override { inner_.broadcast(t, root); }
   void send(const torch::Tensor& t, int peer) override { inner_.send(t, peer); }
   void recv(torch::Tensor& t, int peer) override { inner_.recv(t, peer); }
-  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
-  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
     for (const auto& t : transfers)
       if (!t.send && t.peer == rank() - 1) log_.push_back("receive");
-    return inner_.exchange_async(std::move(transfers));
+    return inner_.exchange_async(std::move(transfers), operation);
   }
   void barrier() override { inner_.barrier(); }
   std::shared_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }

@@ -339,6 +339,25 @@ TEST(JobFailure, AKilledPeerEndsTheJob) {
   }
 }
 
+// A peer killed among all-to-alls (Ulysses' exchange, where every rank sends to every other at
+// once) ends the job as one killed among all-reduces does, naming the operation it broke. Three
+// ranks, so that the survivors also wait on each other.
+TEST(JobFailure, AKilledPeerEndsTheJobInAnAllToAll) {
+  const std::string bench = kBin + "/allreduce_bench --op all_to_all --min-bytes 1M --max-bytes 1M --warmup 0 "
+                                   "--iters 100000000";
+  if (missing_backend(kMpirun).empty()) {
+    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "3 " + bench +
+                                " --dtype half & job=$!; sleep 3; pkill -KILL -n -f \"dtype half\"; wait $job'");
+    expect_ended_in_failure(run, 60);
+  }
+  if (missing_backend(kEnvLaunch).empty()) {
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "3 --kill-rank 1 --after 3 -- " + bench);
+    expect_ended_in_failure(run, 60);
+    EXPECT_NE(run.result.output.find("gloo all_to_all on the "), std::string::npos) << run.result.output;
+    EXPECT_NE(run.result.output.find(" group: a peer closed its connection"), std::string::npos) << run.result.output;
+  }
+}
+
 // A process of an env:// job whose peers never come ends after parallel.timeout_s (not twice
 // that), with one line: no stack trace, no glog.
 TEST(JobFailure, AMissingPeerEndsTheConnectionAfterTheTimeout) {

@@ -83,7 +83,7 @@ TEST(Nccl, AsyncOperationsAreOrderedWithTheComputeStream) {
 
     // A pipeline exchange with itself, posted early and waited for later.
     auto sent = torch::full({1000}, float(round), cuda), received = torch::empty({1000}, cuda);
-    auto exchange = comm->exchange_async({{sent, 0, true}, {received, 0, false}});
+    auto exchange = comm->exchange_async({{sent, 0, true}, {received, 0, false}}, "exchange");
     exchange->wait();
     EXPECT_TRUE(torch::equal(received, sent));
   }

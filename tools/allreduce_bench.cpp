@@ -1,13 +1,14 @@
 // allreduce_bench: collective bandwidth with nccl-tests semantics, for every trident backend.
 //
-//   mpirun -np 4 build/allreduce_bench [--op all_reduce,reduce_scatter,all_gather]
+//   mpirun -np 4 build/allreduce_bench [--op all_reduce,reduce_scatter,all_gather,all_to_all]
 //       [--dtype float,double,bfloat16,half] [--min-bytes 32K] [--max-bytes 16M]
 //       [--iters 20] [--warmup 5] [--backend auto|mpi|gloo|nccl] [--device cpu|cuda]
 //
 // For each size (doubling): `warmup` untimed calls, then the mean time of `iters` calls,
 // averaged over ranks. algbw = bytes / time; busbw = algbw x 2(n-1)/n for all-reduce and
-// (n-1)/n for reduce-scatter and all-gather, where bytes is the size of the whole buffer (the
-// input of reduce-scatter, the output of all-gather), as nccl-tests reports them.
+// (n-1)/n for the others, where bytes is the size of the whole buffer (the input of
+// reduce-scatter, the output of all-gather, either side of all-to-all), as nccl-tests reports them.
+// all_to_all (Ulysses context parallelism's exchange of sequence for heads) runs when named.
 #include <torch/cuda.h>
 #include <torch/types.h>
 
@@ -38,10 +39,10 @@ struct Options {
 };
 
 CLI::App& describe(CLI::App& app, Options& o) {
-  app.description("Bandwidth of all-reduce, reduce-scatter and all-gather over every rank of the "
-                  "job, with nccl-tests' algbw and busbw.");
+  app.description("Bandwidth of all-reduce, reduce-scatter, all-gather and all-to-all over every rank of "
+                  "the job, with nccl-tests' algbw and busbw.");
   app.add_option("--op", o.ops, "collectives, comma-separated")
-      ->delimiter(',')->check(checked(one_of({"all_reduce", "reduce_scatter", "all_gather"})));
+      ->delimiter(',')->check(checked(one_of({"all_reduce", "reduce_scatter", "all_gather", "all_to_all"})));
   app.add_option("--dtype", o.dtypes, "element types, comma-separated")
       ->delimiter(',')->check(checked(one_of({"float", "double", "bfloat16", "half"})));
   app.add_option("--min-bytes", o.min_bytes, "smallest buffer, e.g. 32K")
@@ -78,10 +79,12 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   const int64_t chunk = count / n;
   auto whole = torch::full({chunk * n}, double(comm.rank() + 1), options);
   auto part = torch::full({chunk}, double(comm.rank() + 1), options);
+  auto received = torch::empty({chunk * n}, options);  // all_to_all's output: chunk r from rank r
   auto call = [&] {
     if (op == "all_reduce") comm.all_reduce(whole, ReduceOp::sum);
     else if (op == "reduce_scatter") comm.reduce_scatter(part, whole, ReduceOp::sum);
-    else comm.all_gather(whole, part);
+    else if (op == "all_gather") comm.all_gather(whole, part);
+    else comm.all_to_all(received, whole);
   };
   auto synchronize = [&] {
     if (o.comm.device.is_cuda()) torch::cuda::synchronize();
@@ -90,9 +93,14 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   call();
   synchronize();
   const double sum = n * (n + 1) / 2.0;
+  // all_gather and all_to_all both leave rank r's r + 1 in chunk r.
+  const auto chunk_r_holds_r_plus_1 = [&](const torch::Tensor& t) {
+    return t.view({n, chunk}).eq(torch::arange(1, n + 1, options).unsqueeze(1)).all().item<bool>();
+  };
   bool correct = op == "all_reduce"       ? whole.eq(sum).all().item<bool>()
                  : op == "reduce_scatter" ? part.eq(sum).all().item<bool>()
-                                          : whole.view({n, chunk}).select(1, 0).eq(torch::arange(1, n + 1, options)).all().item<bool>();
+                 : op == "all_gather"     ? chunk_r_holds_r_plus_1(whole)
+                                          : chunk_r_holds_r_plus_1(received);
   for (int64_t i = 0; i < o.warmup; ++i) call();
   synchronize();
   comm.barrier();

@@ -159,13 +159,13 @@ class GlooCommunicator : public Communicator {
     wait(group_->recv(tensors, peer, 0), describe_call("recv"), timeout_);
   }
 
-  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
 
-  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
     using Work = decltype(group_->barrier());
-    auto pending = std::make_unique<GlooPendingWorks<Work>>(describe_call("exchange"), timeout_);
+    auto pending = std::make_unique<GlooPendingWorks<Work>>(describe_call(operation), timeout_);
     for (auto& t : transfers) {
-      require_contiguous(t.tensor, "exchange");
+      require_contiguous(t.tensor, operation);
       std::vector<torch::Tensor> tensors = {movable(t.tensor)};
       pending->works.push_back(t.send ? group_->send(tensors, t.peer, 0) : group_->recv(tensors, t.peer, 0));
     }

@@ -200,17 +200,17 @@ class MpiCommunicator : public Communicator {
           "recv");
   }
 
-  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
 
-  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
-    auto pending = std::make_unique<MpiPendingExchange>(std::move(transfers), describe_call("exchange"), timeout_);
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
+    auto pending = std::make_unique<MpiPendingExchange>(std::move(transfers), describe_call(operation), timeout_);
     for (size_t i = 0; i < pending->transfers.size(); ++i) {
       auto& t = pending->transfers[i];
-      const int count = count_of(t.tensor, "exchange");
-      const MPI_Datatype type = mpi_type(t.tensor, "exchange");
+      const int count = count_of(t.tensor, operation);
+      const MPI_Datatype type = mpi_type(t.tensor, operation);
       check(t.send ? MPI_Isend(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &pending->requests[i])
                    : MPI_Irecv(t.tensor.data_ptr(), count, type, t.peer, 0, comm_, &pending->requests[i]),
-            "exchange");
+            operation);
     }
     return pending;
   }

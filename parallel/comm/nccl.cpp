@@ -203,8 +203,8 @@ class NcclCommunicator : public Communicator {
     exchange(transfers);
   }
 
-  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers)->wait(); }
-  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+  void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
     // Checked before the group starts: an error inside ncclGroupStart/End would leave it open.
     std::vector<torch::Tensor> tensors;
     std::vector<ncclDataType_t> types;
@@ -213,7 +213,7 @@ class NcclCommunicator : public Communicator {
       tensors.push_back(t.tensor);
     }
     if (tensors.empty()) return std::make_unique<StreamPending>(nullptr, device_);
-    return issue("exchange", tensors, [&](cudaStream_t stream) {
+    return issue(operation, tensors, [&](cudaStream_t stream) {
       ncclResult_t result = ncclGroupStart();
       for (size_t i = 0; i < transfers.size() && result == ncclSuccess; ++i) {
         const Transfer& t = transfers[i];

@@ -96,9 +96,9 @@ class RecordedCommunicator : public Communicator {
   void exchange(std::vector<Transfer>& transfers) override {
     run("exchange", transfer_bytes(transfers), [&] { inner_->exchange(transfers); });
   }
-  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers) override {
+  std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
     const int64_t bytes = transfer_bytes(transfers);
-    return started("exchange", bytes, [&] { return inner_->exchange_async(std::move(transfers)); });
+    return started(operation, bytes, [&] { return inner_->exchange_async(std::move(transfers), operation); });
   }
   void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
                   const std::vector<int64_t>& in_splits) override {

@@ -136,7 +136,7 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"bench --iters 0", "error: --iters: expected a positive integer, got '0'"},
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},
       {"allreduce_bench --max-bytes 1x", "error: --max-bytes: x unit not recognized"},
-      {"allreduce_bench --op all_to_all", "error: --op: expected one of all_reduce, reduce_scatter, all_gather"},
+      {"allreduce_bench --op broadcast", "error: --op: expected one of all_reduce, reduce_scatter, all_gather, all_to_all"},
   };
   for (const auto& [command, message] : cases) {
     Result r = run(kBin + "/" + command);

@@ -320,23 +320,38 @@ TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
   }
 }
 
-TEST(JobFailure, AKilledPeerEndsTheJob) {
-  const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000000",
-                                                 "train.log_interval=100000"}).substr(std::string("timeout 120 ").size());
+namespace {
+
+// `command` on `ranks` ranks, one of them killed `seconds` in: under mpirun the newest process
+// whose command line holds `marker` (an argument nobody else uses), under env:// rank 1. Each job
+// must end by itself, within a minute; under env:// a survivor names `operation` (Gloo's) as the
+// one a peer's closed connection broke.
+void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, const std::string& marker, int seconds,
+                                       const std::string& operation) {
+  const std::string n = std::to_string(ranks), after = std::to_string(seconds);
   if (missing_backend(kMpirun).empty()) {
-    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + command +
-                                " train.seed=424242 & job=$!; sleep 4; pkill -KILL -n -f train.seed=424242; wait $job'");
+    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + n + " " + command + " & job=$!; sleep " + after +
+                                "; pkill -KILL -n -f \"" + marker + "\"; wait $job'");
     expect_ended_in_failure(run, 60);
   }
   if (missing_backend(kEnvLaunch).empty()) {
-    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 -- " + command);
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + n + " --kill-rank 1 --after " + after + " -- " + command);
     expect_ended_in_failure(run, 60);
-    // Which group's all-reduce notices depends on when the peer died (the data-parallel gradients,
-    // or the world's end-of-iteration agreement).
-    EXPECT_NE(run.result.output.find("[rank 0] error (rank 0): gloo all_reduce on the "), std::string::npos)
+    EXPECT_NE(run.result.output.find("): gloo " + operation + " on the "), std::string::npos)
         << run.result.output;
     EXPECT_NE(run.result.output.find(" group: a peer closed its connection"), std::string::npos) << run.result.output;
   }
+}
+
+}  // namespace
+
+// Which group's all-reduce notices depends on when the peer died (the data-parallel gradients,
+// or the world's end-of-iteration agreement).
+TEST(JobFailure, AKilledPeerEndsTheJob) {
+  const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000000",
+                                                 "train.log_interval=100000", "train.seed=424242"});
+  expect_a_killed_peer_ends_the_job(2, command.substr(std::string("timeout 120 ").size()), "train.seed=424242", 4,
+                                    "all_reduce");
 }
 
 // A peer killed among all-to-alls (Ulysses' exchange, where every rank sends to every other at
@@ -344,18 +359,8 @@ TEST(JobFailure, AKilledPeerEndsTheJob) {
 // ranks, so that the survivors also wait on each other.
 TEST(JobFailure, AKilledPeerEndsTheJobInAnAllToAll) {
   const std::string bench = kBin + "/allreduce_bench --op all_to_all --min-bytes 1M --max-bytes 1M --warmup 0 "
-                                   "--iters 100000000";
-  if (missing_backend(kMpirun).empty()) {
-    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "3 " + bench +
-                                " --dtype half & job=$!; sleep 3; pkill -KILL -n -f \"dtype half\"; wait $job'");
-    expect_ended_in_failure(run, 60);
-  }
-  if (missing_backend(kEnvLaunch).empty()) {
-    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "3 --kill-rank 1 --after 3 -- " + bench);
-    expect_ended_in_failure(run, 60);
-    EXPECT_NE(run.result.output.find("gloo all_to_all on the "), std::string::npos) << run.result.output;
-    EXPECT_NE(run.result.output.find(" group: a peer closed its connection"), std::string::npos) << run.result.output;
-  }
+                                   "--iters 100000007";
+  expect_a_killed_peer_ends_the_job(3, bench, "iters 100000007", 3, "all_to_all");
 }
 
 // A process of an env:// job whose peers never come ends after parallel.timeout_s (not twice

@@ -368,7 +368,7 @@ int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
-std::string ModelConfig::non_gpt2_setting() const {
+std::string ModelConfig::non_standard_gpt_setting() const {
   if (block != "transformer") return str("model.block=", block);
   if (normalization != Normalization::layernorm) return str("model.normalization=", normalization);
   if (position_embedding_type != PositionEmbeddingType::learned)
@@ -378,20 +378,6 @@ std::string ModelConfig::non_gpt2_setting() const {
   if (!add_bias_linear) return "model.add_bias_linear=false";
   if (untie_embeddings_and_output_weights) return "model.untie_embeddings_and_output_weights=true";
   return "";
-}
-
-std::string ModelConfig::non_llama_setting() const {
-  if (block != "transformer") return str("model.block=", block);
-  if (normalization != Normalization::rmsnorm) return str("model.normalization=", normalization);
-  if (position_embedding_type != PositionEmbeddingType::rope)
-    return str("model.position_embedding_type=", position_embedding_type);
-  if (activation != Activation::swiglu) return str("model.activation=", activation);
-  return "";
-}
-
-std::string ModelConfig::hugging_face_problem() const {
-  if (non_gpt2_setting().empty() || non_llama_setting().empty()) return "";
-  return str(non_gpt2_setting(), " is not GPT-2's architecture and ", non_llama_setting(), " not Llama's");
 }
 
 std::vector<std::string> Config::keys() {
@@ -452,8 +438,6 @@ void Config::validate() const {
          "model.num_attention_heads = ", m.head_dim(), ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
-  if (const std::string problem = m.hugging_face_problem(); !train.init_from.empty() && !problem.empty())
-    fail("train.init_from reads Hugging Face GPT-2 and Llama models, but ", problem);
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

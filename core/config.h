@@ -104,15 +104,10 @@ struct ModelConfig {
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   // Rows of the fused QKV projection: the query heads, then one key and one value head per group.
   int64_t qkv_rows() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
-  // The first architecture key set otherwise than GPT-2 has it ("model.activation=swiglu"), or ""
-  // for a GPT-2: what Hugging Face's GPT2LMHeadModel can hold.
-  std::string non_gpt2_setting() const;
-  // The same for what LlamaForCausalLM can hold: RMSNorm, RoPE and SwiGLU (grouped-query
-  // attention, biases and tying as they are).
-  std::string non_llama_setting() const;
-  // Why neither of those formats holds this model ("model.x=... is not GPT-2's architecture and
-  // model.y=... not Llama's"), or "" when one does.
-  std::string hugging_face_problem() const;
+  // The first architecture key set otherwise than the standard GPT has it (GPT-2's, GPT-3's and
+  // Megatron's: pre-LayerNorm, learned positions, tanh GELU, a key/value head per head, biases, the
+  // head tied to the embedding; "model.activation=swiglu"), or "" for that architecture.
+  std::string non_standard_gpt_setting() const;
   // Vocabulary rounded up to a multiple of make_vocab_size_divisible_by * tp_size.
   int64_t padded_vocab(int64_t tp_size = 1) const;
 };

@@ -1,4 +1,4 @@
-// train/checkpoint/hf_gpt2.h: the exported weights compute, in GPT2LMHeadModel's arithmetic written out
+// train/families/gpt2/gpt2.h: the exported weights compute, in GPT2LMHeadModel's arithmetic written out
 // here independently of trident's model, the logits trident computes; reading them back gives
 // the same weights at any tensor-parallel layout; a config.json that does not fit is named.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include "core/files.h"
 #include "model/gpt.h"
 #include "tests/helpers.h"
-#include "train/checkpoint/hf_gpt2.h"
+#include "train/families/gpt2/gpt2.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/tensors.h"
 

@@ -1,4 +1,4 @@
-// train/checkpoint/hf_llama.h: the exported weights compute, in LlamaForCausalLM's arithmetic
+// train/families/llama/llama.h: the exported weights compute, in LlamaForCausalLM's arithmetic
 // written out here independently of trident's model (separate q, k, v projections, repeated
 // key/value heads, rotate_half), the logits trident computes; reading them back, from one file
 // or from shards, gives the same weights; a config.json that does not fit is named.
@@ -9,9 +9,9 @@
 #include "core/files.h"
 #include "model/gpt.h"
 #include "tests/helpers.h"
-#include "train/checkpoint/hf_llama.h"
-#include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/safetensors.h"
+#include "train/families/family.h"
+#include "train/families/llama/llama.h"
 
 using namespace trident;
 using trident::testing::error_of;
@@ -210,7 +210,7 @@ TEST(HfLlama, AConfigThatDoesNotFitIsNamed) {
   ModelConfig neither = m;
   neither.normalization = Normalization::layernorm;
   EXPECT_NE(error_of([&] { read_hugging_face(dir, neither); })
-                .find("Hugging Face's GPT-2 and Llama formats cannot hold this model: model.position_embedding_type=rope "
-                      "is not GPT-2's architecture and model.normalization=layernorm not Llama's"),
+                .find("train.init_from reads Hugging Face models, but their formats cannot hold this model: "
+                      "model.position_embedding_type=rope is not gpt2's, model.normalization=layernorm is not llama's"),
             std::string::npos);
 }

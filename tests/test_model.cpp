@@ -100,7 +100,7 @@ TEST(Model, AttentionIsCausal) {
 }
 
 namespace trident {
-void PrintTo(const ModelConfig& m, std::ostream* out) { *out << (m.non_gpt2_setting().empty() ? "GPT-2" : "Llama"); }
+void PrintTo(const ModelConfig& m, std::ostream* out) { *out << (m.non_standard_gpt_setting().empty() ? "GPT-2" : "Llama"); }
 }  // namespace trident
 
 class BothFamilies : public ::testing::TestWithParam<ModelConfig> {};
@@ -231,7 +231,7 @@ TEST_P(BothFamilies, PackedDocumentsEqualSeparateDocumentsInFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Model, BothFamilies, ::testing::Values(tiny_model(), tiny_llama()),
                          [](const ::testing::TestParamInfo<ModelConfig>& info) {
-                           return info.param.non_gpt2_setting().empty() ? "Gpt2" : "Llama";
+                           return info.param.non_standard_gpt_setting().empty() ? "Gpt2" : "Llama";
                          });
 
 namespace {

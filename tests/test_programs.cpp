@@ -17,8 +17,8 @@
 #include "tests/helpers.h"
 #include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hf_gpt2.h"
-#include "train/checkpoint/hugging_face.h"
+#include "train/families/family.h"
+#include "train/families/gpt2/gpt2.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/data/indexed_dataset.h"
 #include "train/data/tokenizer.h"
@@ -752,9 +752,9 @@ TEST(GenerateProgram, ContinuesTextWithALlamaThatExportsAsLlama) {
   r = run(kBin + "/train --config " + kSource + "/configs/llama-tiny.yaml model.normalization=layernorm "
           "train.init_from=" + hf + " --dry-run");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("error: train.init_from reads Hugging Face GPT-2 and Llama models, but "
-                          "model.position_embedding_type=rope is not GPT-2's architecture and "
-                          "model.normalization=layernorm not Llama's"),
+  EXPECT_NE(r.output.find("error: train.init_from reads Hugging Face models, but their formats cannot hold this "
+                          "model: model.position_embedding_type=rope is not gpt2's, model.normalization=layernorm is "
+                          "not llama's"),
             std::string::npos) << r.output;
 }
 

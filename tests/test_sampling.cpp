@@ -76,7 +76,7 @@ TEST(Sampling, GenerationStopsAtMaxTokensOrTheStopToken) {
 // the context (where the window slides and is recomputed).
 TEST(Sampling, TheKvCacheGivesTheFullForwardsLogits) {
   for (const ModelConfig& m : {tiny_model(), trident::testing::tiny_llama()}) {
-    SCOPED_TRACE(m.non_gpt2_setting().empty() ? "GPT-2" : "Llama");
+    SCOPED_TRACE(m.non_standard_gpt_setting().empty() ? "GPT-2" : "Llama");
     GPT model(m, m.padded_vocab());
     model->to(torch::kDouble);
     model->initialize(11);

@@ -4,7 +4,7 @@
 //
 // DIR is a train.checkpoint_dir (its `latest` is exported) or one iter_NNNNNNN folder. OUT gets
 // model.safetensors (GPT2LMHeadModel's or LlamaForCausalLM's names and layouts, as the model's
-// architecture says: train/checkpoint/hugging_face.h; the vocabulary cut to model.vocab_size
+// architecture says: train/families/family.h; the vocabulary cut to model.vocab_size
 // rows), config.json, and the dataset's tokenizer files under Hugging Face's names: vocab.json +
 // merges.txt (GPT-2 BPE), tokenizer.model (SentencePiece) or tokenizer.json (a Hugging Face
 // BPE), the last two with a tokenizer_config.json naming the class that reads them; a
@@ -21,7 +21,7 @@
 #include "core/publication.h"
 #include "core/text.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hugging_face.h"
+#include "train/families/family.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/data/tokenizer.h"
 
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     const std::string folder = checkpoint_folder(options.checkpoint, "--checkpoint");
     const SavedRun saved = read_saved_run(folder);
     const Config& config = saved.config;
-    hf_model_type(config.model);  // the checkpoint's model is one Hugging Face can hold
+    family_of(config.model);  // the checkpoint's model is one Hugging Face can hold
     const auto tokenizer = config.data.type == DataType::indexed ? read_tokenizer_record(config.data.path) : std::nullopt;
     const torch::Dtype dtype = dtype_of(options.dtype);
 

@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> overrides = o.config_path.empty() ? defaults : std::vector<std::string>{};
       overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
       config = o.config_path.empty() ? Config::parse("", overrides) : Config::load(o.config_path, overrides);
-      if (const std::string setting = config.model.non_gpt2_setting(); !setting.empty())
+      if (const std::string setting = config.model.non_standard_gpt_setting(); !setting.empty())
         fail("--largest sizes standard GPT shapes, but the config's ", setting, " is not GPT-2's architecture");
       std::fputs(largest_table(largest_models(config, hardware), hardware, config).c_str(), stdout);
       return 0;

@@ -17,6 +17,7 @@
 #include "parallel/comm/launch.h"
 #include "train/device.h"
 #include "train/run_training.h"
+#include "train/families/family.h"
 
 namespace {
 
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   try {
     if (!parse_command_line(describe(app, args), argc, argv)) return 0;
     config = Config::load(args.config, args.overrides);
+    check_init_from(config);
   } catch (const std::exception&) {
     input_error = std::current_exception();
   }

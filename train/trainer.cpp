@@ -20,7 +20,6 @@
 #include "parallel/comm/failure.h"
 #include "parallel/comm/process_groups.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hugging_face.h"
 #include "train/checkpoint/tensors.h"
 #include "train/checkpoint_saving.h"
 #include "train/data/samples.h"

@@ -16,7 +16,7 @@
 #include "parallel/comm/flight_recorder.h"
 #include "parallel/comm/process_groups.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/checkpoint/hugging_face.h"
+#include "train/families/family.h"
 #include "train/checkpoint/tensors.h"
 #include "train/checkpoint_saving.h"
 #include "train/device.h"

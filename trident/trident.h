@@ -13,6 +13,7 @@
 #include "parallel/parameter_role.h"     // ParameterRole, ParallelModule: parameters that say how they are split
 #include "parallel/tensor_parallel.h"    // column/row-parallel linear layers, vocabulary-parallel cross-entropy
 #include "train/data/program_samples.h"  // ProgramSamples, SampleSource: a program's own data
+#include "train/families/family.h"      // Family, register_family, family_of: Hugging Face formats of one's own
 #include "train/hooks.h"                 // Hooks: calls into train(), extra metrics, the program's loss
 #include "train/layout_check.h"          // check_layouts: a model trains the same at every layout
 #include "train/run_training.h"          // run_training: a program's main, as the train program's

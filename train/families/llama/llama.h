@@ -1,7 +1,8 @@
-// Hugging Face's LlamaForCausalLM and trident's GPT with Llama's architecture (RMSNorm, RoPE,
-// SwiGLU: ModelConfig::non_llama_setting() is "") hold the same weights under other names; this
-// maps between them, for tools/export (trident -> HF) and train.init_from (HF -> trident, at
-// any layout). Every HF weight is an nn.Linear's [out, in], as trident's.
+// The Llama family (train/families/family.h): Hugging Face's LlamaForCausalLM and trident's GPT
+// with Llama's architecture (RMSNorm, RoPE, SwiGLU: llama_unheld_setting is "") hold the same
+// weights under other names; this maps between them, for tools/export (trident -> HF) and
+// train.init_from (HF -> trident, at any layout). Every HF weight is an nn.Linear's [out, in],
+// as trident's.
 //
 //   trident                          HF (model.safetensors or its shards)
 //   wte.weight [V_padded, h]         model.embed_tokens.weight [V, h]         padding rows dropped
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/families/family.h"
 
 namespace trident {
 
@@ -39,5 +41,10 @@ std::string hf_llama_config(const ModelConfig& model, int64_t bos, int64_t eos, 
 // and returns trident's global weights by trident name; the embedding and an untied head with
 // the HF vocabulary's rows (the rest of the padded vocabulary keeps its fresh values).
 std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const ModelConfig& model);
+
+// The first setting of `model` that Llama's architecture lacks (RMSNorm, rotary positions,
+// SwiGLU; grouped queries, biases and an untied head are Llama's options), or "".
+std::string llama_unheld_setting(const ModelConfig& model);
+Family llama_family();
 
 }  // namespace trident

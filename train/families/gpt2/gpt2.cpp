@@ -1,4 +1,4 @@
-#include "train/checkpoint/hf_gpt2.h"
+#include "train/families/gpt2/gpt2.h"
 
 #include <filesystem>
 
@@ -162,6 +162,12 @@ std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const 
     out[m.trident] = t.contiguous();
   }
   return out;
+}
+
+// GPT2LMHeadModel holds the standard GPT architecture and nothing else.
+Family gpt2_family() {
+  return {"gpt2", [](const ModelConfig& model) { return model.non_standard_gpt_setting(); }, to_hf_gpt2, hf_gpt2_config,
+          read_hf_gpt2};
 }
 
 }  // namespace trident

@@ -1,6 +1,7 @@
-// Hugging Face's GPT2LMHeadModel and trident's GPT hold the same weights under other names and
-// layouts; this maps between them, for tools/export (trident -> HF) and train.init_from
-// (HF -> trident, at any layout).
+// The GPT-2 family (train/families/family.h): Hugging Face's GPT2LMHeadModel and trident's GPT
+// with GPT-2's architecture hold the same weights under other names and layouts; this maps
+// between them, for tools/export (trident -> HF) and train.init_from (HF -> trident, at any
+// layout).
 //
 //   trident                          HF (model.safetensors)                 layout change
 //   wte.weight [V_padded, h]         transformer.wte.weight [V, h]          padding rows dropped
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/families/family.h"
 
 namespace trident {
 
@@ -41,5 +43,8 @@ std::string hf_gpt2_config(const ModelConfig& model, int64_t end_of_document, to
 // parameter by its trident name, wte with the HF vocabulary's rows (fewer than the padded
 // vocabulary: the rest keep their fresh values), wpe cut to model.seq_length rows.
 std::map<std::string, torch::Tensor> read_hf_gpt2(const std::string& dir, const ModelConfig& model);
+
+// Holds the models whose ModelConfig::non_standard_gpt_setting() is "".
+Family gpt2_family();
 
 }  // namespace trident

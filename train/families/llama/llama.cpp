@@ -1,4 +1,4 @@
-#include "train/checkpoint/hf_llama.h"
+#include "train/families/llama/llama.h"
 
 #include <algorithm>
 #include <cmath>
@@ -244,6 +244,23 @@ std::map<std::string, torch::Tensor> read_hf_llama(const std::string& dir, const
           model);
     }
   return out;
+}
+
+std::string llama_unheld_setting(const ModelConfig& model) {
+  if (model.block != "transformer") return str("model.block=", model.block);
+  if (model.normalization != Normalization::rmsnorm) return str("model.normalization=", model.normalization);
+  if (model.position_embedding_type != PositionEmbeddingType::rope)
+    return str("model.position_embedding_type=", model.position_embedding_type);
+  if (model.activation != Activation::swiglu) return str("model.activation=", model.activation);
+  return "";
+}
+
+Family llama_family() {
+  return {"llama", llama_unheld_setting, to_hf_llama,
+          [](const ModelConfig& model, int64_t end_of_document, torch::Dtype dtype) {
+            return hf_llama_config(model, end_of_document, end_of_document, dtype);
+          },
+          read_hf_llama};
 }
 
 }  // namespace trident

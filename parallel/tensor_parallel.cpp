@@ -108,9 +108,10 @@ torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Commun
 namespace {
 
 // x W^T + b over x's last dimension. LibTorch puts the bias into the multiply (cuBLAS adds it as
-// it writes the output) only for a 2-D input; for [b, s, h] it multiplies, then adds the bias in
-// a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the 1.7B row's GPU time).
-// So the rows go in as one matrix.
+// it writes the output) for a 2-D input; for [b, s, h] the C++ frontend's linear multiplies,
+// then adds the bias in a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the
+// 1.7B row's GPU time), and at::linear folds the rows only when they are contiguous. So the rows
+// go in as one matrix, whatever their strides.
 torch::Tensor linear_over_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) {
   if (!bias.defined() || x.dim() == 2) return torch::nn::functional::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();

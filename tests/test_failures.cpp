@@ -322,16 +322,20 @@ TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
 
 namespace {
 
-// `command` on `ranks` ranks, one of them killed `seconds` in: under mpirun the newest process
-// whose command line holds `marker` (an argument nobody else uses), under env:// rank 1. Each job
-// must end by itself, within a minute; under env:// a survivor names `operation` (Gloo's) as the
-// one a peer's closed connection broke.
+// `command` (a program of kBin and its arguments) on `ranks` ranks, one of them killed `seconds`
+// in: under mpirun the newest rank, a process whose command line is the program's with `marker`
+// (an argument nobody else uses; not mpirun's, which a kill would orphan its ranks by, nor the
+// shell's), tried until one is up (a loaded machine starts them late); under env:// rank 1. Each
+// job must end by itself, within a minute; under env:// a survivor names `operation` (Gloo's) as
+// the one a peer's closed connection broke.
 void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, const std::string& marker, int seconds,
                                        const std::string& operation) {
   const std::string n = std::to_string(ranks), after = std::to_string(seconds);
   if (missing_backend(kMpirun).empty()) {
+    const std::string rank = "^" + command.substr(0, command.find(' ')) + " .*" + marker;
     const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + n + " " + command + " & job=$!; sleep " + after +
-                                "; pkill -KILL -n -f \"" + marker + "\"; wait $job'");
+                                "; for i in $(seq 150); do pkill -KILL -n -f \"" + rank +
+                                "\" && break; sleep 0.2; done; wait $job'");
     expect_ended_in_failure(run, 60);
   }
   if (missing_backend(kEnvLaunch).empty()) {

@@ -121,6 +121,16 @@ TEST(FusedKernels, ActivationsMatchTheCompositePath) {
                 [](const Inputs& in) { return Inputs{at::silu(in[0]) * in[1]}; }, two, trident::str("SwiGLU in ", type));
     expect_same([](const Inputs& in) { return Inputs{fused::gelu(in[0])}; },
                 [](const Inputs& in) { return Inputs{at::gelu(in[0], "tanh")}; }, {two[0]}, trident::str("GELU in ", type));
+    // Views that start one element past an aligned address: the kernels' element-at-a-time path.
+    const auto unaligned = [](const torch::Tensor& t) {
+      return torch::cat({t.new_zeros({1}), t.flatten()}).narrow(0, 1, t.numel()).view(t.sizes());
+    };
+    expect_same([&](const Inputs& in) { return Inputs{fused::swiglu(unaligned(in[0]), unaligned(in[1]))}; },
+                [](const Inputs& in) { return Inputs{at::silu(in[0]) * in[1]}; }, two,
+                trident::str("SwiGLU of unaligned views in ", type));
+    expect_same([&](const Inputs& in) { return Inputs{fused::gelu(unaligned(in[0]))}; },
+                [](const Inputs& in) { return Inputs{at::gelu(in[0], "tanh")}; }, {two[0]},
+                trident::str("GELU of an unaligned view in ", type));
   }
 }
 

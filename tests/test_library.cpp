@@ -352,7 +352,9 @@ TEST(Blocks, TheRegistryNamesWhatItKnows) {
             std::string::npos)
       << unknown;
   // A registered block's model is no Hugging Face GPT-2 or Llama: export refuses it by name.
-  EXPECT_EQ(program_config({"model.block=library_test_ffn"}).model.non_standard_gpt_setting(), "model.block=library_test_ffn");
+  const ModelConfig own_block = program_config({"model.block=library_test_ffn"}).model;
+  EXPECT_EQ(own_block.non_standard_gpt_setting(), "model.block=library_test_ffn");
+  EXPECT_NE(error_of([&] { family_of(own_block); }).find("model.block=library_test_ffn is not llama's"), std::string::npos);
   // The built-in block under another name trains as the built-in does.
   Trainer registered(program_config({"model.block=library_test_ffn"}), source_of(std::make_shared<ByteSamples>(false)),
                      LaunchInfo{});

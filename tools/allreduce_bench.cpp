@@ -79,12 +79,21 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   const int64_t chunk = count / n;
   auto whole = torch::full({chunk * n}, double(comm.rank() + 1), options);
   auto part = torch::full({chunk}, double(comm.rank() + 1), options);
-  auto received = torch::empty({chunk * n}, options);  // all_to_all's output: chunk r from rank r
+  // all_to_all: rank r sends `mark(r, i)` in chunk i, so rank q's chunk r must hold mark(r, q); a
+  // chunk sent to the wrong rank, or from the wrong one, shows. Small integers, exact in every
+  // dtype (modulo a prime below 256: distinct up to 15 ranks).
+  const auto mark = [n](const torch::Tensor& r, const torch::Tensor& i) { return (r * n + i) % 251 + 1; };
+  const auto ranks = torch::arange(n, options.dtype(torch::kLong)), me = torch::full_like(ranks, comm.rank());
+  torch::Tensor sent, received;
+  if (op == "all_to_all") {
+    sent = mark(me, ranks).to(dtype).repeat_interleave(chunk);
+    received = torch::empty_like(sent);
+  }
   auto call = [&] {
     if (op == "all_reduce") comm.all_reduce(whole, ReduceOp::sum);
     else if (op == "reduce_scatter") comm.reduce_scatter(part, whole, ReduceOp::sum);
     else if (op == "all_gather") comm.all_gather(whole, part);
-    else comm.all_to_all(received, whole);
+    else comm.all_to_all(received, sent);
   };
   auto synchronize = [&] {
     if (o.comm.device.is_cuda()) torch::cuda::synchronize();
@@ -93,14 +102,13 @@ Measurement measure(Communicator& comm, const std::string& op, torch::Dtype dtyp
   call();
   synchronize();
   const double sum = n * (n + 1) / 2.0;
-  // all_gather and all_to_all both leave rank r's r + 1 in chunk r.
-  const auto chunk_r_holds_r_plus_1 = [&](const torch::Tensor& t) {
-    return t.view({n, chunk}).eq(torch::arange(1, n + 1, options).unsqueeze(1)).all().item<bool>();
+  const auto chunks_hold = [&](const torch::Tensor& t, const torch::Tensor& values) {
+    return t.view({n, chunk}).eq(values.to(dtype).unsqueeze(1)).all().item<bool>();
   };
   bool correct = op == "all_reduce"       ? whole.eq(sum).all().item<bool>()
                  : op == "reduce_scatter" ? part.eq(sum).all().item<bool>()
-                 : op == "all_gather"     ? chunk_r_holds_r_plus_1(whole)
-                                          : chunk_r_holds_r_plus_1(received);
+                 : op == "all_gather"     ? chunks_hold(whole, ranks + 1)  // rank r's r + 1 in chunk r
+                                          : chunks_hold(received, mark(ranks, me));
   for (int64_t i = 0; i < o.warmup; ++i) call();
   synchronize();
   comm.barrier();

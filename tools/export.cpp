@@ -21,9 +21,9 @@
 #include "core/publication.h"
 #include "core/text.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/families/family.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/data/tokenizer.h"
+#include "train/families/family.h"
 
 namespace fs = std::filesystem;
 using namespace trident;

@@ -16,8 +16,8 @@
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
 #include "train/device.h"
-#include "train/run_training.h"
 #include "train/families/family.h"
+#include "train/run_training.h"
 
 namespace {
 
@@ -83,7 +83,6 @@ int main(int argc, char** argv) {
   try {
     if (!parse_command_line(describe(app, args), argc, argv)) return 0;
     config = Config::load(args.config, args.overrides);
-    check_init_from(config);
   } catch (const std::exception&) {
     input_error = std::current_exception();
   }
@@ -93,6 +92,7 @@ int main(int argc, char** argv) {
     try {
       if (input_error) std::rethrow_exception(input_error);
       check_backend(launch, comm_options(config));
+      check_init_from(config);  // as run_training checks it
       print_dry_run(config, launch);
       return 0;
     } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #include "core/layout.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
+#include "train/families/family.h"
 #include "train/stop_signals.h"
 
 namespace trident {
@@ -21,6 +22,7 @@ int run_training(const LaunchInfo& launch, const std::function<Config()>& make_c
     config = make_config();
     resolve_layout(config, launch.world_size);
     check_backend(launch, comm_options(config));
+    check_init_from(config);
   } catch (const std::exception&) {
     input_error = std::current_exception();
   }

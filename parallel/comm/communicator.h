@@ -65,8 +65,9 @@ class Communicator {
   };
   virtual void exchange(std::vector<Transfer>& transfers) = 0;
   // Starts such transfers so that they may overlap with computation (ring attention); the
-  // tensors stay untouched until wait(). `operation` names them in errors ("exchange", or what is
-  // built on them: "all_to_all"). The default completes them at once.
+  // tensors stay untouched until wait(). `operation`, a string literal of one word, names them in
+  // errors and flight records ("exchange", or what is built on them: "all_to_all"). The default
+  // completes them at once.
   virtual std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation);
   // Every rank sends a part of `in` to every rank and receives one from each into `out`, the
   // parts cut along the first dimension in rank order: part i of `in` goes to rank i, and rank

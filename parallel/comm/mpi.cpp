@@ -111,15 +111,17 @@ struct MpiPendingAllGather : PendingCollective {
 
 // Point-to-point transfers in flight; their tensors live here until they complete.
 struct MpiPendingExchange : PendingCollective {
-  MpiPendingExchange(std::vector<Communicator::Transfer> transfers, std::string call, std::chrono::seconds timeout)
-      : transfers(std::move(transfers)), requests(this->transfers.size(), MPI_REQUEST_NULL),
+  MpiPendingExchange(std::vector<Communicator::Transfer> transfers, const char* operation, std::string call,
+                     std::chrono::seconds timeout)
+      : transfers(std::move(transfers)), requests(this->transfers.size(), MPI_REQUEST_NULL), operation(operation),
         call(std::move(call)), timeout(timeout) {}
   void wait() override {
     CallWatch watch(call, timeout);
-    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "exchange");
+    check(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE), operation);
   }
   std::vector<Communicator::Transfer> transfers;
   std::vector<MPI_Request> requests;
+  const char* operation;  // a string literal: "exchange", "all_to_all"
   std::string call;
   std::chrono::seconds timeout;
 };
@@ -203,7 +205,7 @@ class MpiCommunicator : public Communicator {
   void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
 
   std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
-    auto pending = std::make_unique<MpiPendingExchange>(std::move(transfers), describe_call(operation), timeout_);
+    auto pending = std::make_unique<MpiPendingExchange>(std::move(transfers), operation, describe_call(operation), timeout_);
     for (size_t i = 0; i < pending->transfers.size(); ++i) {
       auto& t = pending->transfers[i];
       const int count = count_of(t.tensor, operation);

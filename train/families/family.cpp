@@ -15,6 +15,8 @@ struct Registry {
   std::vector<Family> added;
 };
 
+std::vector<Family> built_in() { return {gpt2_family(), llama_family()}; }
+
 Registry& registry() {
   static Registry* instance = new Registry();  // never destroyed: programs may register during static setup
   return *instance;
@@ -28,16 +30,18 @@ void register_family(Family family) {
   if (family.model_type.empty()) fail("register_family: the model_type is empty");
   if (!family.unheld_setting || !family.to_hugging_face || !family.config_json || !family.read)
     fail("register_family('", family.model_type, "'): every function of the family is needed");
-  for (const Family& known : families())
-    if (known.model_type == family.model_type)
-      fail("register_family: a family with model_type '", family.model_type, "' is known already");
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
+  std::lock_guard<std::mutex> lock(r.mutex);  // the check and the addition as one step
+  std::vector<Family> known = built_in();
+  known.insert(known.end(), r.added.begin(), r.added.end());
+  for (const Family& k : known)
+    if (k.model_type == family.model_type)
+      fail("register_family: a family with model_type '", family.model_type, "' is known already");
   r.added.push_back(std::move(family));
 }
 
 std::vector<Family> families() {
-  std::vector<Family> all = {gpt2_family(), llama_family()};
+  std::vector<Family> all = built_in();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   all.insert(all.end(), r.added.begin(), r.added.end());

@@ -2,8 +2,9 @@
 // LlamaForCausalLM's "llama"), in one bundle: which trident settings its format holds, its
 // config.json, and its weights' names and layouts both ways. trident's own families live in
 // folders of their own (train/families/gpt2, train/families/llama) and are listed once, in
-// family.cpp; a program adds its own with register_family. Nothing else names a family: export,
-// train.init_from and the checks of both ask family_of.
+// family.cpp; a program adds its own with register_family, for its own calls of to_hugging_face
+// and the rest and for train.init_from in its runs (the export program knows trident's). Nothing
+// else names a family: export, train.init_from and the checks of both ask family_of.
 #pragma once
 
 #include <torch/types.h>

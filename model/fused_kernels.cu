@@ -175,7 +175,7 @@ __global__ void norm_backward_kernel(bool centered, const T* dy, const T* x, con
 
 // ---- activations: element-wise ----
 
-// Up to three pointers, by value into a kernel.
+// K pointers, by value into a kernel.
 template <typename P, int K>
 struct Pointers {
   P at[K];

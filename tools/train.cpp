@@ -12,11 +12,9 @@
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
 #include "core/text.h"
-#include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
 #include "parallel/comm/launch.h"
 #include "train/device.h"
-#include "train/families/family.h"
 #include "train/run_training.h"
 
 namespace {
@@ -91,8 +89,7 @@ int main(int argc, char** argv) {
     log::set_process(0, 1);
     try {
       if (input_error) std::rethrow_exception(input_error);
-      check_backend(launch, comm_options(config));
-      check_init_from(config);  // as run_training checks it
+      check_training_config(launch, config);  // as run_training checks it
       print_dry_run(config, launch);
       return 0;
     } catch (const std::exception& e) {

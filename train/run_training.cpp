@@ -11,6 +11,12 @@
 
 namespace trident {
 
+void check_training_config(const LaunchInfo& launch, const Config& config) {
+  resolve_layout(config, launch.world_size);
+  check_backend(launch, comm_options(config));
+  check_init_from(config);
+}
+
 int run_training(const LaunchInfo& launch, const std::function<Config()>& make_config,
                  const std::function<void(Trainer&)>& prepare, const SampleSource* source) {
   // First, so that a stop signal during the start (seconds of loading and connecting) is kept
@@ -20,9 +26,7 @@ int run_training(const LaunchInfo& launch, const std::function<Config()>& make_c
   std::exception_ptr input_error;
   try {
     config = make_config();
-    resolve_layout(config, launch.world_size);
-    check_backend(launch, comm_options(config));
-    check_init_from(config);
+    check_training_config(launch, config);
   } catch (const std::exception&) {
     input_error = std::current_exception();
   }

@@ -11,7 +11,11 @@
 
 namespace trident {
 
-// Makes the config with `make_config` and checks its layout and backend against `launch`, joins
+// The checks a config gets before a job connects: its layout at the world size of `launch`, its
+// backend, and the family train.init_from reads. Throws Error.
+void check_training_config(const LaunchInfo& launch, const Config& config);
+
+// Makes the config with `make_config` and checks it (check_training_config), joins
 // the job and agrees on the outcome, installs the stop signals, builds the Trainer (on the
 // program's samples when `source` is given: data.type=program), lets `prepare` set hooks (or
 // anything else) on it, and trains. Returns the exit code: train()'s, or report_failure's for a

@@ -15,11 +15,16 @@ struct Registry {
   std::vector<Family> added;
 };
 
-std::vector<Family> built_in() { return {gpt2_family(), llama_family()}; }
-
 Registry& registry() {
   static Registry* instance = new Registry();  // never destroyed: programs may register during static setup
   return *instance;
+}
+
+// trident's families, then those added; `r`'s lock held.
+std::vector<Family> listed(const Registry& r) {
+  std::vector<Family> all = {gpt2_family(), llama_family()};
+  all.insert(all.end(), r.added.begin(), r.added.end());
+  return all;
 }
 
 const char* const kInitFromFamilies = "train.init_from reads Hugging Face models, but their formats";
@@ -32,20 +37,16 @@ void register_family(Family family) {
     fail("register_family('", family.model_type, "'): every function of the family is needed");
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);  // the check and the addition as one step
-  std::vector<Family> known = built_in();
-  known.insert(known.end(), r.added.begin(), r.added.end());
-  for (const Family& k : known)
-    if (k.model_type == family.model_type)
+  for (const Family& known : listed(r))
+    if (known.model_type == family.model_type)
       fail("register_family: a family with model_type '", family.model_type, "' is known already");
   r.added.push_back(std::move(family));
 }
 
 std::vector<Family> families() {
-  std::vector<Family> all = built_in();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  all.insert(all.end(), r.added.begin(), r.added.end());
-  return all;
+  return listed(r);
 }
 
 Family family_of(const ModelConfig& model, const std::string& purpose) {

@@ -3,24 +3,27 @@
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free MASTER_PORT.
 # Waits for all and exits with the first non-zero status (0 if all succeed).
 #
-#   launch_env.sh N [--kill-rank R [--once FILE TEXT] --after SECONDS [--signal SIG]] -- COMMAND [ARGS...]
+#   launch_env.sh N [--kill-rank R [--once FILE TEXT | --once-said TEXT] --after SECONDS [--signal SIG]]
+#                 -- COMMAND [ARGS...]
 #
 # --kill-rank sends rank R a signal (KILL unless --signal says otherwise, e.g. STOP to make it
-# hang) after SECONDS (counted from when FILE holds TEXT, with --once: a job that has started
-# training), to test that the others then fail instead of hanging; a rank still
+# hang) after SECONDS (counted from when FILE holds TEXT, with --once, or the job's own output
+# does, with --once-said: a job that has started training, not one whose ranks still meet), to
+# test that the others then fail instead of hanging; a rank still
 # alive once the others are done is killed. Every rank's output goes to stdout, prefixed with
 # its rank.
 set -uo pipefail
 source "$(dirname "$0")/launch_wait.sh"
 n=$1
 shift
-kill_rank="" kill_after=0 signal=KILL once_file="" once_text=""
+kill_rank="" kill_after=0 signal=KILL once_file="" once_text="" said=/dev/null
 while [ "$1" != "--" ]; do
   case $1 in
     --kill-rank) kill_rank=$2; shift 2 ;;
     --after) kill_after=$2; shift 2 ;;
     --signal) signal=$2; shift 2 ;;
     --once) once_file=$2 once_text=$3; shift 3 ;;
+    --once-said) once_file=$(mktemp) once_text=$2 said=$once_file; shift 2 ;;
     *) echo "launch_env.sh: unknown option $1" >&2; exit 64 ;;
   esac
 done
@@ -38,7 +41,7 @@ done
 pids=()
 for ((rank = 0; rank < n; rank++)); do
   RANK=$rank WORLD_SIZE=$n LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$port "$@" > >(sed -u "s/^/[rank $rank] /") 2>&1 &
+    MASTER_PORT=$port "$@" > >(sed -u "s/^/[rank $rank] /" | tee -a "$said") 2>&1 &
   pids+=($!)  # the command's own pid: its output goes through the process substitution
 done
 if [ -n "$kill_rank" ]; then
@@ -58,4 +61,5 @@ if [ -n "$kill_rank" ]; then
   wait "${pids[$kill_rank]}" 2>/dev/null
 fi
 wait  # the output filters
+[ "$said" = /dev/null ] || rm -f "$said"
 exit "$status"

@@ -322,14 +322,16 @@ TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
 
 namespace {
 
-// `command` (a program of kBin and its arguments) on `ranks` ranks, one of them killed `seconds`
-// in: under mpirun the newest rank, a process whose command line is the program's with `marker`
+// `command` (a program of kBin and its arguments) on `ranks` ranks, one of them killed: under
+// mpirun `seconds` in, the newest rank, a process whose command line is the program's with `marker`
 // (an argument nobody else uses; not mpirun's, which a kill would orphan its ranks by, nor the
-// shell's), tried until one is up (a loaded machine starts them late); under env:// rank 1. Each
-// job must end by itself, within a minute; under env:// a survivor names `operation` (Gloo's) as
-// the one a peer's closed connection broke.
+// shell's), tried until one is up (a loaded machine starts them late); under env:// rank 1, a
+// second after the job printed `started` (its ranks have met: one killed before would leave the
+// others waiting parallel.timeout_s for it to join). Each job must end by itself, within a
+// minute; under env:// a survivor names `operation` (Gloo's) as the one a peer's closed
+// connection broke.
 void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, const std::string& marker, int seconds,
-                                       const std::string& operation) {
+                                       const std::string& started, const std::string& operation) {
   const std::string n = std::to_string(ranks), after = std::to_string(seconds);
   if (missing_backend(kMpirun).empty()) {
     const std::string rank = "^" + command.substr(0, command.find(' ')) + " .*" + marker;
@@ -339,7 +341,8 @@ void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, co
     expect_ended_in_failure(run, 60);
   }
   if (missing_backend(kEnvLaunch).empty()) {
-    const Timed run = run_timed("timeout 120 " + kEnvLaunch + n + " --kill-rank 1 --after " + after + " -- " + command);
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch + n + " --kill-rank 1 --once-said '" + started +
+                                "' --after 1 -- " + command);
     expect_ended_in_failure(run, 60);
     EXPECT_NE(run.result.output.find("): gloo " + operation + " on the "), std::string::npos)
         << run.result.output;
@@ -355,7 +358,7 @@ TEST(JobFailure, AKilledPeerEndsTheJob) {
   const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000000",
                                                  "train.log_interval=100000", "train.seed=424242"});
   expect_a_killed_peer_ends_the_job(2, command.substr(std::string("timeout 120 ").size()), "train.seed=424242", 4,
-                                    "all_reduce");
+                                    "memory on rank 0", "all_reduce");
 }
 
 // A peer killed among all-to-alls (Ulysses' exchange, where every rank sends to every other at
@@ -364,7 +367,7 @@ TEST(JobFailure, AKilledPeerEndsTheJob) {
 TEST(JobFailure, AKilledPeerEndsTheJobInAnAllToAll) {
   const std::string bench = kBin + "/allreduce_bench --op all_to_all --min-bytes 1M --max-bytes 1M --warmup 0 "
                                    "--iters 100000007";
-  expect_a_killed_peer_ends_the_job(3, bench, "iters 100000007", 3, "all_to_all");
+  expect_a_killed_peer_ends_the_job(3, bench, "iters 100000007", 3, "# allreduce_bench: 3 ranks", "all_to_all");
 }
 
 // A process of an env:// job whose peers never come ends after parallel.timeout_s (not twice
@@ -592,7 +595,8 @@ TEST(JobFailure, AStopSignalOrTimeLimitSavesAndExitsWithItsCode) {
     EXPECT_TRUE(error_lines(run.result.output).empty()) << run.result.output;
   };
   if (missing_backend(kEnvLaunch).empty()) {
-    const Timed run = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 4 --signal TERM -- " +
+    const Timed run = run_timed("timeout 120 " + kEnvLaunch +
+                                "2 --kill-rank 1 --once-said 'memory on rank 0' --after 1 --signal TERM -- " +
                                 endless(dir / "env", "1"));
     expect_stopped(run, dir / "env", "SIGTERM", 143);
   }
@@ -688,7 +692,8 @@ TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
   // The straggler report of each log interval.
   EXPECT_NE(r.output.find("[rank 0] ranks over iterations 2-2: computing slowest rank "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" s; waiting in communication min "), std::string::npos) << r.output;
-  const Timed killed = run_timed("timeout 120 " + kEnvLaunch + "2 --kill-rank 1 --after 3 -- " +
+  const Timed killed = run_timed("timeout 120 " + kEnvLaunch +
+                                 "2 --kill-rank 1 --once-said 'memory on rank 0' --after 1 -- " +
                                  train_command("", {"data.type=synthetic", "train.iters=1000000",
                                                     "train.log_dir=" + (dir / "killed").string()})
                                      .substr(std::string("timeout 120 ").size()));

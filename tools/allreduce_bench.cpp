@@ -148,10 +148,12 @@ int main(int argc, char** argv) {
     auto comm = device_world(join_job(launch, o.comm.timeout, input_error), launch, o.comm);
     const int rank = comm->rank();
     const int n = comm->size();
-    if (rank == 0)
+    if (rank == 0) {
       std::printf("# allreduce_bench: %d ranks, backend %s, device %s, %lld iterations after %lld warm-up\n",
                   n, comm->backend().c_str(), o.comm.device.str().c_str(),
                   static_cast<long long>(o.iters), static_cast<long long>(o.warmup));
+      std::fflush(stdout);  // the job has met: a watcher (a test's launcher) may read it before the table
+    }
     double bus_sum = 0;
     int rows = 0, wrong = 0;
     for (const auto& op : o.ops) {

@@ -20,7 +20,8 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
 enum class Recompute { none, selective, full };
 // How attention crosses the context-parallel ranks: keys and values around a ring, or
 // DeepSpeed-Ulysses' all-to-alls that trade each rank's tokens of every head for every token of
-// its share of the heads (parallel/ulysses_attention.h).
+// its share of the heads (parallel/ulysses_attention.h), within groups of parallel.ulysses_size
+// ranks with a ring across them when it is less than parallel.context (USP).
 enum class ContextParallelType { ring, ulysses };
 // The architecture's choices: GPT-2 is the first of each, Llama the second.
 enum class Normalization { layernorm, rmsnorm };
@@ -117,6 +118,9 @@ struct ParallelConfig {
   int64_t pipeline = 1;
   int64_t context = 1;  // ranks that split each sequence
   ContextParallelType context_parallel_type = ContextParallelType::ring;
+  // Ulysses: the consecutive context-parallel ranks that trade heads for tokens; 0 means all of
+  // them. A divisor of `context`; the groups then meet in a ring (parallel/context_attention.h).
+  int64_t ulysses_size = 0;
   int64_t data = 0;     // 0 means "auto": world_size / (tensor * context * pipeline)
   int64_t virtual_stages = 1;
   // The embedding and the loss take one layer's place each when the layers are dealt to the

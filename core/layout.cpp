@@ -38,13 +38,21 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
     return str("model.seq_length (", m.seq_length, ") must be divisible by ", divisor, " (", sequence_parts, ")",
                p.sequence_parallel ? " with parallel.sequence_parallel" : "");
   }
-  // Ulysses deals each tensor-parallel rank's query heads out to the context-parallel ranks
-  // (key/value groups too, repeated where they do not deal out evenly).
-  if (split && p.context_parallel_type == ContextParallelType::ulysses &&
-      (m.num_attention_heads / p.tensor) % p.context != 0)
+  // Ulysses deals each tensor-parallel rank's query heads out to the ranks of its groups (key/value
+  // groups too, repeated where they do not deal out evenly).
+  const bool ulysses = p.context_parallel_type == ContextParallelType::ulysses;
+  if (!ulysses && p.ulysses_size != 0)
+    return str("parallel.ulysses_size=", p.ulysses_size, " is for parallel.context_parallel_type=ulysses (got ",
+               p.context_parallel_type, "); leave it 0");
+  const int64_t ulysses_size = !ulysses ? 1 : p.ulysses_size == 0 ? p.context : p.ulysses_size;
+  if (p.context % ulysses_size != 0)
+    return str("parallel.ulysses_size (", ulysses_size, ") must divide parallel.context (", p.context,
+               "): Ulysses' groups are met by a ring of parallel.context / parallel.ulysses_size");
+  if ((m.num_attention_heads / p.tensor) % ulysses_size != 0)
     return str("parallel.context_parallel_type=ulysses deals each tensor-parallel rank's ",
                m.num_attention_heads / p.tensor, " attention heads (model.num_attention_heads / parallel.tensor) ",
-               "out to parallel.context=", p.context, " ranks: they must be a multiple of it (or use ring)");
+               "out to ", p.ulysses_size == 0 ? "parallel.context=" : "parallel.ulysses_size=", ulysses_size,
+               " ranks: they must be a multiple of it (or use ring, or a smaller parallel.ulysses_size)");
   const int64_t chunks = p.pipeline * p.virtual_stages;
   if (p.embedding_and_loss_as_layers && (m.num_layers + 2) % chunks != 0)
     return str("model.num_layers + 2 (", m.num_layers + 2, ": the embedding and the loss count as layers with ",
@@ -77,7 +85,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
 
   out.tp_size = p.tensor;
   out.cp_size = p.context;
-  out.cp_type = p.context_parallel_type;
+  out.ulysses_size = ulysses_size;
   out.pp_size = p.pipeline;
   out.dp_size = dp_size;
   out.virtual_stages = p.virtual_stages;
@@ -120,9 +128,11 @@ int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank) 
 }
 
 std::string describe_axes(const Layout& l) {
-  const std::string cp = l.cp_size == 1                                   ? ""
-                         : l.cp_type == ContextParallelType::ring ? str(" x CP ", l.cp_size)
-                                                                  : str(" x CP ", l.cp_size, " (", l.cp_type, ")");
+  const std::string cp = l.cp_size == 1        ? ""
+                         : l.ulysses_size == 1 ? str(" x CP ", l.cp_size)
+                         : l.ring_size() == 1  ? str(" x CP ", l.cp_size, " (ulysses)")
+                                               : str(" x CP ", l.cp_size, " (ulysses ", l.ulysses_size, " x ring ",
+                                                     l.ring_size(), ")");
   return str("TP ", l.tp_size, cp, " x PP ", l.pp_size, " x DP ", l.dp_size);
 }
 

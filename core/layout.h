@@ -43,7 +43,10 @@ struct TensorParallelPlace {
 
 struct Layout {
   int64_t tp_size = 1, cp_size = 1, dp_size = 1, pp_size = 1;
-  ContextParallelType cp_type = ContextParallelType::ring;  // how attention crosses the cp_size ranks
+  // How attention crosses the cp_size ranks: Ulysses' all-to-alls within groups of ulysses_size
+  // consecutive ones (1: none, ring attention alone), ring attention across the groups (none when
+  // ulysses_size is cp_size).
+  int64_t ulysses_size = 1;
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
   bool embedding_and_loss_as_layers = false;  // in the layers' split (chunk_layers)
   bool sequence_parallel = false;  // asked for and tp_size > 1
@@ -62,6 +65,13 @@ struct Layout {
   ProcessGrid grid() const {
     return ProcessGrid({{"tp", tp_size}, {"cp", cp_size}, {"dp", dp_size}, {"pp", pp_size}});
   }
+  // The context-parallel axis seen as Ulysses' groups ("ulysses", fastest) met by a ring ("ring"),
+  // USP's two levels (parallel/context_attention.h):
+  //   cp 4 = ulysses 2 x ring 2:   cp ranks [0 1] [2 3]   ulysses groups {0,1} {2,3}, rings {0,2} {1,3}
+  ProcessGrid context_grid() const {
+    return grid().view({"cp"}, {{"ulysses", ulysses_size}, {"ring", ring_size()}});
+  }
+  int64_t ring_size() const { return cp_size / ulysses_size; }
   ZeroSharding zero() const { return {zero_stage, dp_size * cp_size}; }
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).

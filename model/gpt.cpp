@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "model/fused_kernels.h"
 #include "model/init.h"
-#include "parallel/ulysses_attention.h"
+#include "parallel/context_attention.h"
 
 namespace trident {
 namespace {
@@ -69,9 +69,7 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
       if (p == 0) return causal_attention(q, k, v, 0.0, documents);
       return streams_->model_parallel.fork(q.device(), [&] { return causal_attention(q, k, v, p, documents); });
     };
-    if (cp_.size() == 1) return attend(qkv[0], qkv[1], qkv[2]);
-    if (cp_.type == ContextParallelType::ulysses) return ulysses_attention(qkv[0], qkv[1], qkv[2], cp_, attend);
-    return ring_attention(qkv[0], qkv[1], qkv[2], cp_, p, &streams_->model_parallel, documents);
+    return context_attention(qkv[0], qkv[1], qkv[2], cp_, attend, p, &streams_->model_parallel, documents);
   };
   if (config.position_embedding_type == PositionEmbeddingType::rope) rotary_.emplace(config);
   const int64_t h = config.hidden_size;

@@ -20,7 +20,7 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
                         chunk_layers(config.model.num_layers, p * v, c * p + groups.coordinates().pp,
                                      layout.embedding_and_loss_as_layers)),
               layout.recompute,
-              ContextParallel{groups.shared_cp_group(), layout.cp_type});
+              ContextParallel{groups.shared_cp_group(), groups.shared_ulysses_group(), groups.shared_ring_group()});
     chunk->to(dtype);
     chunk->initialize(config.train.seed);
     chunk->to(device);

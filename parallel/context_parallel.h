@@ -25,15 +25,19 @@
 
 #include <memory>
 
-#include "core/config.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/random_stream.h"
 
 namespace trident {
 
+// The context-parallel ranks of a model: `group` (whose chunks of each sequence this rank holds)
+// and how attention crosses them (parallel/context_attention.h): Ulysses within `ulysses`, ring
+// attention within `ring`, each all of `group` or one rank when the other level is all of it.
+// ring_attention and ulysses_attention cross `group` alone.
 struct ContextParallel {
   std::shared_ptr<Communicator> group = make_self_communicator();
-  ContextParallelType type = ContextParallelType::ring;
+  std::shared_ptr<Communicator> ulysses = make_self_communicator();
+  std::shared_ptr<Communicator> ring = make_self_communicator();
   int rank() const { return group->rank(); }
   int size() const { return group->size(); }
 };

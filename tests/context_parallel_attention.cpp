@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 
+#include "parallel/context_attention.h"
 #include "parallel/context_parallel.h"
 #include "parallel/ulysses_attention.h"
 #include "tests/multiprocess.h"
@@ -185,7 +186,7 @@ TEST(ContextParallel, RingAttentionDropoutGradientsMatchFiniteDifferences) {
 // 12 heads deal out to 2, 3 and 4 ranks; their key/value groups deal out evenly (12), must be
 // repeated at some sizes (4 over 3 ranks, 2 over 4) or always (1, multi-query attention).
 TEST(ContextParallel, UlyssesAttentionEqualsCausalAttentionForEveryGrouping) {
-  const ContextParallel cp{trident::testing::world_shared(), ContextParallelType::ulysses};
+  const ContextParallel cp{trident::testing::world_shared()};
   const int c = cp.size();
   const int64_t batch = 2, heads = 12, chunk = 2, dim = 4, s = 2 * c * chunk;
   for (int64_t groups : {12, 4, 2, 1}) {
@@ -197,7 +198,7 @@ TEST(ContextParallel, UlyssesAttentionEqualsCausalAttentionForEveryGrouping) {
 }
 
 TEST(ContextParallel, UlyssesAttentionKeepsDocumentsApart) {
-  const ContextParallel cp{trident::testing::world_shared(), ContextParallelType::ulysses};
+  const ContextParallel cp{trident::testing::world_shared()};
   const int c = cp.size();
   const int64_t batch = 2, heads = 12, groups = 4, chunk = 3, dim = 4, s = 2 * c * chunk;
   auto q = shared_random({batch, heads, s, dim}, 31), k = shared_random({batch, groups, s, dim}, 32),
@@ -206,4 +207,35 @@ TEST(ContextParallel, UlyssesAttentionKeepsDocumentsApart) {
   documents[1].narrow(0, 0, 1).fill_(7);  // a document of one token, then one to the end
   documents[1].narrow(0, 1, s - 1).fill_(8);
   expect_ulysses_equals_plain(cp, q, k, v, g, documents);
+}
+
+// USP: Ulysses within groups of u consecutive ranks and a ring across the groups, for every u that
+// divides the ranks (u = 1: the ring alone; u = c: Ulysses alone; np 4: pairs in a ring of 2),
+// with key/value groups that deal out evenly, are repeated, or are one, and with documents.
+TEST(ContextParallel, UlyssesGroupsInARingEqualCausalAttention) {
+  const auto world = trident::testing::world_shared();
+  const int c = world->size(), me = world->rank();
+  const int64_t batch = 2, heads = 12, chunk = 3, dim = 4, s = 2 * c * chunk;
+  auto documents = (torch::arange(s, torch::kLong) / 5).repeat({batch, 1});
+  documents[1].narrow(0, 0, 1).fill_(7);
+  for (int u = 1; u <= c; ++u) {
+    if (c % u != 0) continue;
+    // Collective over the world: every rank splits the same groups in the same order.
+    const ContextParallel cp{world, world->split(me / u, me % u), world->split(me % u, me / u)};
+    for (int64_t groups : {12, 4, 1}) {
+      SCOPED_TRACE(::testing::Message() << u << " Ulysses ranks in a ring of " << c / u << ", " << groups
+                                        << " key/value groups");
+      auto q = shared_random({batch, heads, s, dim}, 41), k = shared_random({batch, groups, s, dim}, 42),
+           v = shared_random({batch, groups, s, dim}, 43), g = shared_random({batch, heads, s, dim}, 44);
+      const LocalAttention whole = [&](const torch::Tensor& q_all, const torch::Tensor& k_all,
+                                       const torch::Tensor& v_all) {
+        EXPECT_EQ(q_all.size(2), s) << "without a ring, attention sees whole sequences";
+        return grouped_causal_attention(q_all, k_all, v_all, documents);
+      };
+      expect_equals_plain(cp, q, k, v, g, documents, [&](const torch::Tensor& q_mine, const torch::Tensor& k_mine,
+                                                         const torch::Tensor& v_mine) {
+        return context_attention(q_mine, k_mine, v_mine, cp, whole, 0, nullptr, documents);
+      });
+    }
+  }
 }

@@ -376,7 +376,12 @@ INSTANTIATE_TEST_SUITE_P(
                      "parallel.context_parallel_type=ulysses", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=3", "recompute=selective"}},
         ParallelRun{"LlamaUlyssesContextFourFp64", kEnvLaunch + "4 -- ", 8, "fp64",
-                    {"parallel.context=4", "parallel.context_parallel_type=ulysses"}, kLlama}),
+                    {"parallel.context=4", "parallel.context_parallel_type=ulysses"}, kLlama},
+        // USP: Ulysses within pairs of context-parallel ranks, a ring of 2 across the pairs.
+        ParallelRun{"LlamaUlyssesPairsInARingZeroOneFp64", kEnvLaunch + "4 -- ", 8, "fp64",
+                    {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2",
+                     "parallel.zero_stage=1"},
+                    kLlama}),
     [](const ::testing::TestParamInfo<ParallelRun>& info) { return info.param.name; });
 
 // A pipelined, tensor-parallel run stopped halfway and resumed to the end equals the straight
@@ -416,8 +421,8 @@ TEST_F(DataParallelRuns, BlendedDataEqualsSerialInAnyLayout) {
 }
 
 // Packed documents kept apart (data.eod_mask_loss, reset_position_ids, reset_attention_mask)
-// train the same in every layout, ring attention's masked blocks and Ulysses' whole sequences
-// included: fp64, GPT-2's and Llama's shapes, on documents of a line each (most samples hold several).
+// train the same in every layout, ring attention's masked blocks and Ulysses' pairs in a ring
+// (USP) included: fp64, GPT-2's and Llama's shapes, on documents of a line each (most samples hold several).
 TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const std::string lines = (*root_ / "lines.jsonl").string(), data = (*root_ / "lines").string();
@@ -438,7 +443,7 @@ TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
     const RunResult reference = train("", *root_ / ("documents-serial-" + name), data, 8, "fp64", serial);
     const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
         {"cp2-pp2", {"parallel.context=2", "parallel.pipeline=2"}},
-        {"ulysses-cp4", {"parallel.context=4", "parallel.context_parallel_type=ulysses"}},
+        {"ulysses2-ring2", {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2"}},
         {"tp2-sp-dp2", {"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=full"}}};
     for (const auto& [layout, parallel] : layouts) {
       std::vector<std::string> overrides = serial;

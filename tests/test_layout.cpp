@@ -82,7 +82,31 @@ TEST(Layout, ErrorsNameTheKeys) {
   EXPECT_NE(message.find("parallel.context_parallel_type=ulysses deals each tensor-parallel rank's 2 attention heads "
                          "(model.num_attention_heads / parallel.tensor) out to parallel.context=4 ranks"),
             std::string::npos) << message;
-  EXPECT_EQ(resolve_layout(config({"parallel.context=2", "parallel.tensor=2"}), 4).cp_type, ContextParallelType::ring);
+  EXPECT_EQ(resolve_layout(config({"parallel.context=2", "parallel.tensor=2"}), 4).ulysses_size, 1);
+  // USP: Ulysses within pairs of context-parallel ranks, a ring of 2 across them.
+  const std::vector<std::string> usp = {"parallel.context=4", "parallel.tensor=2",
+                                        "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2"};
+  const Layout both = resolve_layout(config(usp), 8);
+  EXPECT_EQ(both.ulysses_size, 2);
+  EXPECT_EQ(both.ring_size(), 2);
+  EXPECT_EQ(describe_axes(both), "TP 2 x CP 4 (ulysses 2 x ring 2) x PP 1 x DP 1");
+  EXPECT_EQ(both.context_grid().groups({"ulysses"}), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(both.context_grid().groups({"ring"}), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(describe_axes(resolve_layout(config({"parallel.context=2", "parallel.context_parallel_type=ulysses"}), 2)),
+            "TP 1 x CP 2 (ulysses) x PP 1 x DP 1");
+  message = error_of([] {
+    resolve_layout(config({"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=3"}),
+                   4);
+  });
+  EXPECT_NE(message.find("parallel.ulysses_size (3) must divide parallel.context (4)"), std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.context=4", "parallel.ulysses_size=2"}), 4); });
+  EXPECT_NE(message.find("parallel.ulysses_size=2 is for parallel.context_parallel_type=ulysses (got ring)"),
+            std::string::npos) << message;
+  message = error_of([] {
+    resolve_layout(config({"parallel.context=4", "parallel.tensor=2", "parallel.context_parallel_type=ulysses",
+                           "parallel.ulysses_size=4"}), 8);
+  });
+  EXPECT_NE(message.find("out to parallel.ulysses_size=4 ranks"), std::string::npos) << message;
   message = error_of([] { config({"parallel.context_parallel_type=ulyses"}); });
   EXPECT_NE(message.find("config key 'parallel.context_parallel_type': "), std::string::npos) << message;
   EXPECT_NE(message.find("one of ring, ulysses"), std::string::npos) << message;

@@ -327,6 +327,19 @@ TEST(TimeModel, UlyssesPaysForItsAllToAlls) {
   // k and v: 8 of 32 heads' worth against 2 groups dealt to 4 ranks as 4: (2 + 2/4) / (2 + 2/8).
   EXPECT_NEAR(cp_comm(4, 8, Recompute::none) / cp_comm(4, 2, Recompute::none), 2.5 / 2.25, 1e-9);
   EXPECT_NEAR(cp_comm(2, 8, Recompute::selective) / two, 1.5, 1e-9);
+
+  // USP, Ulysses in pairs and a ring of 4 across them: at 65536 tokens the ring's transfers hide
+  // behind its blocks, and what shows is the pairs' all-to-alls of a quarter of 2 ranks' tokens.
+  Config usp = config;
+  usp.parallel.context = 8;
+  usp.parallel.ulysses_size = 2;
+  h100.gpus = 8;
+  const PlanRow row = evaluate_layout(usp, resolve_layout(usp, 8), h100);
+  EXPECT_NEAR(row.time.context_comm_s, two / 4, 1e-9 * two);
+  EXPECT_TRUE(std::any_of(row.time.explanation.begin(), row.time.explanation.end(), [](const std::string& line) {
+    return line.find("not overlapped, within groups of 2; ring attention's block transfers across 4 groups") !=
+           std::string::npos;
+  })) << row.time.explanation.front();
 }
 
 // plan --largest: every strategy's largest model fits, with the strategy's ZeRO stage;

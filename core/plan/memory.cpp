@@ -25,10 +25,11 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
                g = double(model.query_groups()), f = double(model.ffn()), t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
-  // Ring attention keeps no scores; Ulysses' attention is the plain one, of a / c heads over
-  // whole sequences: c times the local tokens' keys for 1 / c of the heads, per local token
-  // 5 a S / h as without context parallelism (S the whole sequence).
-  const bool ring = layout.cp_size > 1 && layout.cp_type == ContextParallelType::ring;
+  // Ring attention keeps no scores (USP's too: its Ulysses groups meet in a ring); Ulysses'
+  // attention alone is the plain one, of a / c heads over whole sequences: c times the local
+  // tokens' keys for 1 / c of the heads, per local token 5 a S / h as without context
+  // parallelism (S the whole sequence).
+  const bool ring = layout.ring_size() > 1;
   const bool no_scores = layout.recompute == Recompute::selective || ring;
   const double attention_scores = no_scores || fused_attention ? 0 : 5 * a * double(model.seq_length) / h;
   // Per s b h, what TP splits: Q 2; K and V 2 each, or 2 g / a each where only the grouped ones

@@ -40,7 +40,8 @@ struct MemoryEstimate {
 // q, k, v, the output and one log-sum-exp per row, and recomputes the scores in backward):
 // s b h (34 / c) with the per-token terms as above and no 5 a s / h term; Ulysses' plain
 // attention of a / c heads over whole sequences keeps the 5 a s / h term of the whole sequence s
-// for each of its s / c tokens. With g key/value
+// for each of its s / c tokens (Ulysses alone: USP's groups meet in a ring, which keeps none).
+// With g key/value
 // groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
 // the grouped ones are kept (selective recompute, ring attention). A fused attention kernel

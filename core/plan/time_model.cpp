@@ -264,33 +264,40 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                             linear_backward(shape, at_precision);
   const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 
+  // Context parallelism's two levels (Layout::context_grid): Ulysses within groups of u ranks,
+  // ring attention across r = c / u of them; either may be one rank wide.
   double cp_layer = 0, cp_exposed = 0;
-  const ProcessGrid grid = layout.grid();
-  const double cp_bandwidth = (grid.extent({"cp"}) <= d.gpus_per_node ? intra : inter) * 1e9;
-  if (layout.cp_size > 1 && layout.cp_type == ContextParallelType::ulysses) {
+  const ProcessGrid context = layout.context_grid();
+  auto bandwidth_over = [&](const char* axis) {
+    return (context.extent({axis}) <= d.gpus_per_node ? intra : inter) * 1e9;
+  };
+  // Keys and values travel as the groups a rank holds: lcm(groups, u) of its heads, the groups
+  // repeated until they deal out over Ulysses' u ranks (parallel/ulysses_attention.h); g / a of
+  // the queries' size without Ulysses.
+  const int64_t heads = m.num_attention_heads / layout.tp_size, groups = m.query_groups() / layout.tp_size;
+  const double kv_fraction = double(std::lcm(groups, layout.ulysses_size)) / double(heads);
+  const double rank_activation_bytes = activation_bytes / double(layout.tp_size);
+  if (layout.ulysses_size > 1) {
     // Ulysses: q, k, v and the output cross in all-to-alls forward, their gradients backward, and
-    // the forward's again when recomputation re-runs the attention core; each rank sends (c - 1) / c
-    // of each, and waits for it (nothing overlaps them). Keys and values travel as the groups
-    // dealt out: lcm(groups, c) of a rank's heads (parallel/ulysses_attention.h).
-    const int64_t heads = m.num_attention_heads / layout.tp_size, groups = m.query_groups() / layout.tp_size;
-    const double kv_fraction = double(std::lcm(groups, layout.cp_size)) / double(heads);
-    const double c = double(layout.cp_size);
-    const double pass_s = (2 + 2 * kv_fraction) * activation_bytes / double(layout.tp_size) * (c - 1) / c / cp_bandwidth;
+    // the forward's again when recomputation re-runs the attention core; each rank sends (u - 1) / u
+    // of each, and waits for it (nothing overlaps them).
+    const double u = double(layout.ulysses_size);
+    const double pass_s = (2 + 2 * kv_fraction) * rank_activation_bytes * (u - 1) / u / bandwidth_over("ulysses");
     cp_layer = cp_exposed = pass_s * (layout.recompute == Recompute::none ? 2 : 3);
-  } else if (layout.cp_size > 1) {
-    // Ring attention: 3c - 2 block transfers per layer and micro-batch, each hidden behind one
-    // block's attention where it can be.
-    const double c = double(layout.cp_size);
-    // Keys and values of the g key/value heads: g / a of the queries' size.
-    const double kv_fraction = double(m.query_groups()) / double(m.num_attention_heads);
-    const double transfer_s = 2 * kv_fraction * activation_bytes / double(layout.tp_size) / cp_bandwidth;
-    // One block of s/c queries against s/c keys, unmasked (the diagonal blocks are the few).
-    const double block_flops = 4 * tokens * double(m.seq_length / layout.cp_size) * double(m.hidden_size) /
+  }
+  if (layout.ring_size() > 1) {
+    // Ring attention: 3r - 2 block transfers per layer and micro-batch, each hidden behind one
+    // block's attention where it can be. After Ulysses a rank holds u times its tokens for 1 / u
+    // of the heads: the same bytes, and blocks of s/r queries against s/r keys.
+    const double r = double(layout.ring_size());
+    const double transfer_s = 2 * kv_fraction * rank_activation_bytes / bandwidth_over("ring");
+    // One block, unmasked (the diagonal blocks are the few).
+    const double block_flops = 4 * tokens * double(m.seq_length / layout.ring_size()) * double(m.hidden_size) /
                                double(layout.tp_size);
     const double block_rate = software.fused_attention ? d.attention_tflops : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
-    cp_layer = (3 * c - 2) * transfer_s;
-    cp_exposed = (3 * c - 2) * std::max(0.0, transfer_s - block_s);
+    cp_layer += (3 * r - 2) * transfer_s;
+    cp_exposed += (3 * r - 2) * std::max(0.0, transfer_s - block_s);
   }
 
   // The slowest stage sets the pace: the first (embedding), the last (logits and loss) or a middle
@@ -339,8 +346,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // worth, up to what NVLink carries.
   const int64_t members_per_node =
       std::max<int64_t>(1, std::min<int64_t>(replicas, d.gpus_per_node / (layout.tp_size * layout.cp_size)));
-  const double dp_gbs = grid.extent({"cp", "dp"}) <= d.gpus_per_node ? intra
-                                                                    : std::min(intra, inter * double(members_per_node));
+  const double dp_gbs = layout.grid().extent({"cp", "dp"}) <= d.gpus_per_node
+                            ? intra
+                            : std::min(intra, inter * double(members_per_node));
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
   const double grad_bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
   const double weight_bucket = grad_bucket * bytes.weights / bytes.grads;
@@ -402,11 +410,15 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                tp_overlapped ? "overlapped with the multiplies (one piece in t cannot hide)" : "not overlapped",
                overlap_split(M * layers * tp_layer, out.tensor_comm_s))),
       line("cp-comm", out.context_comm_s,
-           layout.cp_type == ContextParallelType::ulysses
-               ? str("Ulysses' all-to-alls of q, k, v and the output, forward and backward, not overlapped",
-                     overlap_split(M * layers * cp_layer, out.context_comm_s))
-               : str("ring attention's block transfers, behind block attention where it is longer",
-                     overlap_split(M * layers * cp_layer, out.context_comm_s))),
+           str(layout.ulysses_size > 1
+                   ? str("Ulysses' all-to-alls of q, k, v and the output, forward and backward, not overlapped",
+                         layout.ring_size() > 1 ? str(", within groups of ", layout.ulysses_size, "; ") : "")
+                   : "",
+               layout.ring_size() > 1
+                   ? str("ring attention's block transfers", layout.ulysses_size > 1 ? str(" across ", layout.ring_size(), " groups") : "",
+                         ", behind block attention where it is longer")
+                   : "",
+               overlap_split(M * layers * cp_layer, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
            str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
                pp_overlapped ? "asynchronous (the fill and drain wait)" : "waited for",

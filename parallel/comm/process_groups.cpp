@@ -44,6 +44,15 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   coordinates_ = {at("tp"), at("cp"), at("dp"), at("pp")};
   tp_ = split(grid, {"tp"}, "tensor-parallel");
   cp_ = split(grid, {"cp"}, "context-parallel");
+  // Context parallelism's two levels (USP): Ulysses' groups and the rings across them, each the
+  // context-parallel group itself when the other level is one rank wide.
+  const ProcessGrid context = layout.context_grid();
+  auto level = [&](const char* axis, const char* other, const char* name) {
+    if (context.size(other) == 1) return cp_;
+    return context.size(axis) == 1 ? make_self_communicator() : split(context, {axis}, name);
+  };
+  ulysses_ = level("ulysses", "ring", "Ulysses");
+  ring_ = level("ring", "ulysses", "ring-attention");
   dp_ = split(grid, {"dp"}, "data-parallel");
   // The ranks holding copies of a weight. Without context parallelism it is the data-parallel
   // group, and errors say so.

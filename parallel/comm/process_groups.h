@@ -53,6 +53,8 @@ class ProcessGroups {
   // Shared ownership for layers that keep their group (tensor- and context-parallel layers).
   std::shared_ptr<Communicator> shared_tp_group() const { return tp_; }
   std::shared_ptr<Communicator> shared_cp_group() const { return cp_; }
+  std::shared_ptr<Communicator> shared_ulysses_group() const { return ulysses_; }
+  std::shared_ptr<Communicator> shared_ring_group() const { return ring_; }
 
   const GridCoordinates& coordinates() const { return coordinates_; }
   TensorParallelPlace tp_place() const { return {coordinates_.tp, layout_.tp_size}; }
@@ -60,7 +62,7 @@ class ProcessGroups {
  private:
   Layout layout_;
   GridCoordinates coordinates_;
-  std::shared_ptr<Communicator> world_, tp_, cp_, dp_, dp_cp_, pp_, embedding_, mp_;
+  std::shared_ptr<Communicator> world_, tp_, cp_, ulysses_, ring_, dp_, dp_cp_, pp_, embedding_, mp_;
 };
 
 }  // namespace trident

@@ -601,8 +601,13 @@ TEST(JobFailure, AStopSignalOrTimeLimitSavesAndExitsWithItsCode) {
     expect_stopped(run, dir / "env", "SIGTERM", 143);
   }
   if (missing_backend(kMpirun).empty()) {
+    // Signalled once it trains (its log says so), as under env://: a rank signalled before it
+    // handles the signal would just die.
+    const std::string log = (dir / "mpi-logs" / "rank-0.log").string();
     const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + "2 " + endless(dir / "mpi", "636363") +
-                                " & job=$!; sleep 4; pkill -TERM -n -f train.seed=636363; wait $job'");
+                                " train.log_dir=" + (dir / "mpi-logs").string() +
+                                " & job=$!; for i in $(seq 600); do grep -qs \"memory on rank 0\" " + log +
+                                " && break; sleep 0.2; done; sleep 1; pkill -TERM -n -f train.seed=636363; wait $job'");
     expect_stopped(run, dir / "mpi", "SIGTERM", 143);
   }
   const Timed run = run_timed("timeout 120 " + endless(dir / "one", "1") + " train.exit_after_minutes=0.05");

@@ -21,6 +21,8 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   // Config::set checks this for files and --set; a Config built in C++ reaches here unchecked.
   if (p.zero_stage < 0 || p.zero_stage > 3)
     return str("parallel.zero_stage must be 0, 1, 2 or 3 (got ", p.zero_stage, ")");
+  if (p.ulysses_size < 0) return str("parallel.ulysses_size must be 0 (all of parallel.context) or more (got ",
+                                     p.ulysses_size, ")");
   for (auto [name, value] : {std::pair{"model.num_attention_heads", m.num_attention_heads},
                              std::pair{"model.num_query_groups", m.query_groups()},
                              std::pair{"model.hidden_size", m.hidden_size},

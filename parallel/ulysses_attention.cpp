@@ -33,6 +33,8 @@ struct AllToAll : public torch::autograd::Function<AllToAll> {
 // This rank's chunks of every head [b, heads, s/c, d] -> whole sequences of its share of the
 // heads [b, heads/c, s, d]. Received part i holds rank i's chunks i and 2c-1-i: the first halves
 // in rank order are chunks 0..c-1, the second halves in reverse rank order chunks c..2c-1.
+// (Under USP the group's ranks hold chunks of a longer sequence, and these are its ring rank's
+// two, in order: parallel/context_attention.h.)
 torch::Tensor whole_sequences_of_my_heads(const torch::Tensor& x, Communicator& group) {
   const int64_t c = group.size(), b = x.size(0), heads = x.size(1), n = x.size(2), d = x.size(3);
   const torch::Tensor parts = x.reshape({b, c, heads / c, n, d}).transpose(0, 1);  // part j: rank j's heads

@@ -26,6 +26,8 @@
 namespace trident {
 
 // Attention over whole sequences: queries [b, heads, s, d], keys and values [b, groups, s, d].
+// (Under USP what `cp.group` gathers is its ring rank's two chunks, in order, not the whole:
+// parallel/context_attention.h.)
 using LocalAttention =
     std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)>;
 

@@ -210,9 +210,9 @@ TEST(ContextParallel, UlyssesAttentionKeepsDocumentsApart) {
 }
 
 // USP: Ulysses within groups of u consecutive ranks and a ring across the groups, for every u that
-// divides the ranks (u = 1: the ring alone; u = c: Ulysses alone; np 4: pairs in a ring of 2),
+// divides the ranks (u = 1: the ring alone; u = c: Ulysses alone; np 4: pairs, a ring of 2),
 // with key/value groups that deal out evenly, are repeated, or are one, and with documents.
-TEST(ContextParallel, UlyssesGroupsInARingEqualCausalAttention) {
+TEST(ContextParallel, UspEqualsCausalAttentionForEverySplit) {
   const auto world = trident::testing::world_shared();
   const int c = world->size(), me = world->rank();
   const int64_t batch = 2, heads = 12, chunk = 3, dim = 4, s = 2 * c * chunk;

@@ -23,7 +23,11 @@ while [ "$1" != "--" ]; do
     --after) kill_after=$2; shift 2 ;;
     --signal) signal=$2; shift 2 ;;
     --once) once_file=$2 once_text=$3; shift 3 ;;
-    --once-said) once_file=$(mktemp) once_text=$2 said=$once_file; shift 2 ;;
+    --once-said)
+      said=$(mktemp) || exit 70
+      trap 'rm -f "$said"' EXIT
+      once_file=$said once_text=$2
+      shift 2 ;;
     *) echo "launch_env.sh: unknown option $1" >&2; exit 64 ;;
   esac
 done
@@ -61,5 +65,4 @@ if [ -n "$kill_rank" ]; then
   wait "${pids[$kill_rank]}" 2>/dev/null
 fi
 wait  # the output filters
-[ "$said" = /dev/null ] || rm -f "$said"
 exit "$status"

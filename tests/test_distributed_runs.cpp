@@ -377,8 +377,9 @@ INSTANTIATE_TEST_SUITE_P(
                      "parallel.zero_stage=3", "recompute=selective"}},
         ParallelRun{"LlamaUlyssesContextFourFp64", kEnvLaunch + "4 -- ", 8, "fp64",
                     {"parallel.context=4", "parallel.context_parallel_type=ulysses"}, kLlama},
-        // USP: Ulysses within pairs of context-parallel ranks, a ring of 2 across the pairs.
-        ParallelRun{"LlamaUlyssesPairsInARingZeroOneFp64", kEnvLaunch + "4 -- ", 8, "fp64",
+        // USP: Ulysses within pairs of context-parallel ranks, a ring of 2 across the pairs (a
+        // group repeated for Ulysses, then travelling the ring: ContextParallel.Usp* at np 4).
+        ParallelRun{"LlamaUspContextFourZeroOneFp64", kEnvLaunch + "4 -- ", 8, "fp64",
                     {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2",
                      "parallel.zero_stage=1"},
                     kLlama}),
@@ -421,8 +422,8 @@ TEST_F(DataParallelRuns, BlendedDataEqualsSerialInAnyLayout) {
 }
 
 // Packed documents kept apart (data.eod_mask_loss, reset_position_ids, reset_attention_mask)
-// train the same in every layout, ring attention's masked blocks and Ulysses' pairs in a ring
-// (USP) included: fp64, GPT-2's and Llama's shapes, on documents of a line each (most samples hold several).
+// train the same in every layout, ring attention's masked blocks and USP's (Ulysses in pairs, a
+// ring across them) included: fp64, GPT-2's and Llama's shapes, on documents of a line each (most samples hold several).
 TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const std::string lines = (*root_ / "lines.jsonl").string(), data = (*root_ / "lines").string();
@@ -443,7 +444,7 @@ TEST_F(DataParallelRuns, PackedDocumentsEqualSerialInEveryLayout) {
     const RunResult reference = train("", *root_ / ("documents-serial-" + name), data, 8, "fp64", serial);
     const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
         {"cp2-pp2", {"parallel.context=2", "parallel.pipeline=2"}},
-        {"ulysses2-ring2", {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2"}},
+        {"usp-cp4", {"parallel.context=4", "parallel.context_parallel_type=ulysses", "parallel.ulysses_size=2"}},
         {"tp2-sp-dp2", {"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=full"}}};
     for (const auto& [layout, parallel] : layouts) {
       std::vector<std::string> overrides = serial;

@@ -322,23 +322,25 @@ TEST(JobFailure, ACutLinkEndsTheJobAcrossHosts) {
 
 namespace {
 
-// `command` (a program of kBin and its arguments) on `ranks` ranks, one of them killed: under
-// mpirun `seconds` in, the newest rank, a process whose command line is the program's with `marker`
-// (an argument nobody else uses; not mpirun's, which a kill would orphan its ranks by, nor the
-// shell's), tried until one is up (a loaded machine starts them late); under env:// rank 1, a
-// second after the job printed `started` (its ranks have met: one killed before would leave the
-// others waiting parallel.timeout_s for it to join). Each job must end by itself, within a
-// minute; under env:// a survivor names `operation` (Gloo's) as the one a peer's closed
-// connection broke.
-void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, const std::string& marker, int seconds,
+// `command` (a program of kBin and its arguments) on `ranks` ranks, one of them killed a second
+// after the job printed `started` (its ranks have met: one killed before would test nothing under
+// mpirun and, under env://, leave the others waiting parallel.timeout_s for it to join). Under
+// mpirun the newest rank, a process whose command line is the program's with `marker` (an
+// argument nobody else uses; not mpirun's, which a kill would orphan its ranks by, nor the
+// shell's); under env:// rank 1. Each job must end by itself, within a minute; under env:// a
+// survivor names `operation` (Gloo's) as the one a peer's closed connection broke.
+void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, const std::string& marker,
                                        const std::string& started, const std::string& operation) {
-  const std::string n = std::to_string(ranks), after = std::to_string(seconds);
+  const std::string n = std::to_string(ranks);
   if (missing_backend(kMpirun).empty()) {
     const std::string rank = "^" + command.substr(0, command.find(' ')) + " .*" + marker;
-    const Timed run = run_timed("timeout 120 bash -c '" + kMpirun + n + " " + command + " & job=$!; sleep " + after +
-                                "; for i in $(seq 150); do pkill -KILL -n -f \"" + rank +
-                                "\" && break; sleep 0.2; done; wait $job'");
+    const std::string said = (scratch_dir() / "said").string();
+    const Timed run = run_timed("timeout 120 bash -c 'set -o pipefail; (" + kMpirun + n + " " + command +
+                                " 2>&1 | tee " + said + ") & job=$!; for i in $(seq 600); do grep -qsF \"" +
+                                started + "\" " + said + " && break; sleep 0.2; done; sleep 1; pkill -KILL -n -f \"" +
+                                rank + "\"; wait $job'");
     expect_ended_in_failure(run, 60);
+    EXPECT_NE(run.result.output.find(started), std::string::npos) << run.result.output;
   }
   if (missing_backend(kEnvLaunch).empty()) {
     const Timed run = run_timed("timeout 120 " + kEnvLaunch + n + " --kill-rank 1 --once-said '" + started +
@@ -357,7 +359,7 @@ void expect_a_killed_peer_ends_the_job(int ranks, const std::string& command, co
 TEST(JobFailure, AKilledPeerEndsTheJob) {
   const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000000",
                                                  "train.log_interval=100000", "train.seed=424242"});
-  expect_a_killed_peer_ends_the_job(2, command.substr(std::string("timeout 120 ").size()), "train.seed=424242", 4,
+  expect_a_killed_peer_ends_the_job(2, command.substr(std::string("timeout 120 ").size()), "train.seed=424242",
                                     "memory on rank 0", "all_reduce");
 }
 
@@ -367,7 +369,7 @@ TEST(JobFailure, AKilledPeerEndsTheJob) {
 TEST(JobFailure, AKilledPeerEndsTheJobInAnAllToAll) {
   const std::string bench = kBin + "/allreduce_bench --op all_to_all --min-bytes 1M --max-bytes 1M --warmup 0 "
                                    "--iters 100000007";
-  expect_a_killed_peer_ends_the_job(3, bench, "iters 100000007", 3, "# allreduce_bench: 3 ranks", "all_to_all");
+  expect_a_killed_peer_ends_the_job(3, bench, "iters 100000007", "# allreduce_bench: 3 ranks", "all_to_all");
 }
 
 // A process of an env:// job whose peers never come ends after parallel.timeout_s (not twice

@@ -328,18 +328,37 @@ TEST(TimeModel, UlyssesPaysForItsAllToAlls) {
   EXPECT_NEAR(cp_comm(4, 8, Recompute::none) / cp_comm(4, 2, Recompute::none), 2.5 / 2.25, 1e-9);
   EXPECT_NEAR(cp_comm(2, 8, Recompute::selective) / two, 1.5, 1e-9);
 
-  // USP, Ulysses in pairs and a ring of 4 across them: at 65536 tokens the ring's transfers hide
-  // behind its blocks, and what shows is the pairs' all-to-alls of a quarter of 2 ranks' tokens.
-  Config usp = config;
-  usp.parallel.context = 8;
-  usp.parallel.ulysses_size = 2;
-  h100.gpus = 8;
-  const PlanRow row = evaluate_layout(usp, resolve_layout(usp, 8), h100);
-  EXPECT_NEAR(row.time.context_comm_s, two / 4, 1e-9 * two);
-  EXPECT_TRUE(std::any_of(row.time.explanation.begin(), row.time.explanation.end(), [](const std::string& line) {
-    return line.find("not overlapped, within groups of 2; ring attention's block transfers across 4 groups") !=
-           std::string::npos;
-  })) << row.time.explanation.front();
+  // USP, Ulysses in pairs and a ring of 4 across them (8 key/value groups, which deal out to
+  // pairs as they are). At 65536 tokens the ring's transfers hide behind its blocks, and what
+  // shows is the pairs' all-to-alls of a quarter of 2 ranks' tokens.
+  auto usp_comm = [&](int64_t c, int64_t ulysses) {
+    Config usp = config;
+    usp.parallel.context = c;
+    usp.parallel.ulysses_size = ulysses;
+    h100.gpus = c;
+    const PlanRow row = evaluate_layout(usp, resolve_layout(usp, c), h100);
+    if (ulysses == 2)
+      EXPECT_TRUE(std::any_of(row.time.explanation.begin(), row.time.explanation.end(), [](const std::string& line) {
+        return line.find("not overlapped, within groups of 2; ring attention's block transfers across 4 groups") !=
+               std::string::npos;
+      }));
+    return row.time.context_comm_s;
+  };
+  EXPECT_NEAR(usp_comm(8, 2), two / 4, 1e-9 * two);
+  // With blocks that take no time nothing hides: the ring of 4 makes 3 x 4 - 2 transfers of what
+  // a ring of 8 (22 transfers) sends each time, beside the pairs' all-to-alls.
+  h100.device.matmul_tflops = h100.device.attention_tflops = 1e15;
+  const double pairs = cp_comm(2, 8, Recompute::none) / 4;
+  config.parallel.context_parallel_type = ContextParallelType::ring;
+  const double ring_of_8 = usp_comm(8, 0);
+  config.parallel.context_parallel_type = ContextParallelType::ulysses;
+  EXPECT_NEAR(usp_comm(8, 2), pairs + ring_of_8 * 10 / 22, 1e-6 * pairs);
+
+  // The search keeps Ulysses groups of at most the asked size, whatever CP it tries (none at CP 1).
+  config.parallel.ulysses_size = 4;
+  EXPECT_EQ(candidate(config, 8, 1, 8, 1, 1, Recompute::none)->ulysses_size, 4);
+  EXPECT_EQ(candidate(config, 8, 1, 2, 1, 1, Recompute::none)->ulysses_size, 2);
+  EXPECT_EQ(candidate(config, 8, 1, 1, 1, 1, Recompute::none)->ulysses_size, 1);
 }
 
 // plan --largest: every strategy's largest model fits, with the strategy's ZeRO stage;

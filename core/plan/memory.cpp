@@ -1,6 +1,7 @@
 #include "core/plan/memory.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/plan/flops.h"
@@ -38,7 +39,10 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
   // their product): 24 for GPT-2. What it does not: the two norms' inputs 4 (LayerNorm and
   // RMSNorm alike keep their input and a statistic per row), the two linear layers' inputs 4 and
   // two dropout masks 2.
-  const double kv = no_scores ? 4 * g / a : 4;
+  // After Ulysses a ring keeps the groups as dealt out: lcm(g / t, u) of a rank's a / t heads.
+  const double kept_groups =
+      layout.ulysses_size > 1 ? double(std::lcm(model.query_groups() / layout.tp_size, layout.ulysses_size)) * t : g;
+  const double kv = no_scores ? 4 * kept_groups / a : 4;
   const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
   const double split = 4 + kv + mlp, replicated = 10;
   if (layout.sequence_parallel) return sbh * (replicated + split + attention_scores) / t;

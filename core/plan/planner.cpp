@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 
 #include "core/error.h"
@@ -25,6 +26,8 @@ std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_s
   Config c = config;
   c.parallel.tensor = tp_size;
   c.parallel.context = cp_size;
+  // Ulysses groups of at most the asked size that divide this CP (a CP of 1 has none).
+  if (c.parallel.ulysses_size > 0) c.parallel.ulysses_size = std::gcd(c.parallel.ulysses_size, cp_size);
   c.parallel.pipeline = pp_size;
   c.parallel.data = 0;
   c.batch.micro_batch_size = micro_batch;
@@ -319,7 +322,8 @@ std::string plan_json(const Plan& plan) {
   auto row_json = [](const PlanRow& r) {
     const auto& l = r.layout;
     JsonLine j;
-    j.add("tensor", l.tp_size).add("context", l.cp_size).add("pipeline", l.pp_size).add("data", l.dp_size)
+    j.add("tensor", l.tp_size).add("context", l.cp_size).add("ulysses", l.ulysses_size).add("pipeline", l.pp_size)
+        .add("data", l.dp_size)
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
         .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)

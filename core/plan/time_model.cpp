@@ -418,7 +418,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                    ? str("ring attention's block transfers", layout.ulysses_size > 1 ? str(" across ", layout.ring_size(), " groups") : "",
                          ", behind block attention where it is longer")
                    : "",
-               overlap_split(M * layers * cp_layer, out.context_comm_s))),
+               layout.cp_size == 1 ? "no context parallelism" : overlap_split(M * layers * cp_layer, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
            str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
                pp_overlapped ? "asynchronous (the fill and drain wait)" : "waited for",

@@ -201,6 +201,12 @@ const std::vector<Field>& schema() {
       field("model.untie_embeddings_and_output_weights", TRIDENT_MEMBER(model.untie_embeddings_and_output_weights),
             any<bool>("true or false")),
       field("model.fused_kernels", TRIDENT_MEMBER(model.fused_kernels), any<bool>("true or false")),
+      field("model.num_moe_experts", TRIDENT_MEMBER(model.num_moe_experts), between(0, kMaxWidth)),
+      field("model.moe_router_topk", TRIDENT_MEMBER(model.moe_router_topk), between(1, kMaxWidth)),
+      field("model.moe_ffn_hidden_size", TRIDENT_MEMBER(model.moe_ffn_hidden_size), between(0, 4 * kMaxWidth)),
+      field("model.moe_layer_freq", TRIDENT_MEMBER(model.moe_layer_freq), between(1, kMaxLayers)),
+      field("model.moe_aux_loss_coeff", TRIDENT_MEMBER(model.moe_aux_loss_coeff), non_negative_number()),
+      field("model.moe_z_loss_coeff", TRIDENT_MEMBER(model.moe_z_loss_coeff), non_negative_number()),
       field("model.block", TRIDENT_MEMBER(model.block),
             Rule<std::string>{"a block's name: transformer, or one the program registers",
                               [](const std::string& v) { return !v.empty(); }}),
@@ -380,6 +386,7 @@ std::string ModelConfig::non_standard_gpt_setting() const {
   if (query_groups() != num_attention_heads) return str("model.num_query_groups=", num_query_groups);
   if (!add_bias_linear) return "model.add_bias_linear=false";
   if (untie_embeddings_and_output_weights) return "model.untie_embeddings_and_output_weights=true";
+  if (num_moe_experts > 0) return str("model.num_moe_experts=", num_moe_experts);
   return "";
 }
 
@@ -441,6 +448,12 @@ void Config::validate() const {
          "model.num_attention_heads = ", m.head_dim(), ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
+  if (m.num_moe_experts > 0 && m.moe_router_topk > m.num_moe_experts)
+    fail("model.moe_router_topk (", m.moe_router_topk, ") must not exceed model.num_moe_experts (",
+         m.num_moe_experts, ")");
+  if (m.num_moe_experts > 0 && m.add_bias_linear)
+    fail("model.num_moe_experts: experts have no biases here (as Mixtral's and Qwen3's); set ",
+         "model.add_bias_linear=false");
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

@@ -93,6 +93,17 @@ struct ModelConfig {
   int64_t num_query_groups = 0;  // key/value heads (grouped-query attention); 0: one per query head
   bool add_bias_linear = true;   // biases on the attention and MLP projections
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
+  // Mixture-of-Experts MLPs (Megatron-Core's names; model/moe.h): none with 0 experts. Layer i is
+  // one when i % moe_layer_freq == 0; a router sends each token to its moe_router_topk experts
+  // (softmax over their logits), each an MLP of model.activation with moe_ffn_hidden_size
+  // (0: the dense ffn) and no biases. The Switch load-balancing loss and the router z-loss join
+  // the objective with their coefficients (0: not computed).
+  int64_t num_moe_experts = 0;
+  int64_t moe_router_topk = 2;
+  int64_t moe_ffn_hidden_size = 0;
+  int64_t moe_layer_freq = 1;
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = 0.0;
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
   // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary
@@ -101,6 +112,11 @@ struct ModelConfig {
   bool fused_kernels = true;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  // Whether layer `layer` (global index) has a Mixture-of-Experts MLP, and each expert's width.
+  bool moe_layer(int64_t layer) const { return num_moe_experts > 0 && layer % moe_layer_freq == 0; }
+  int64_t moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
+  // How many of the num_layers layers are Mixture-of-Experts layers.
+  int64_t moe_layers() const { return num_moe_experts > 0 ? (num_layers + moe_layer_freq - 1) / moe_layer_freq : 0; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   // Rows of the fused QKV projection: the query heads, then one key and one value head per group.

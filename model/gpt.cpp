@@ -143,20 +143,25 @@ BlockImpl::BlockImpl(const BlockContext& context)
   ln_1 = register_module("ln_1", norm(context.config, context.tp));
   attn = register_module("attn", SelfAttention(context.config, context.tp, context.recompute, context.cp, streams_));
   ln_2 = register_module("ln_2", norm(context.config, context.tp));
-  mlp = register_module("mlp", MLP(context.config, context.tp));
+  if (context.config.moe_layer(context.layer))
+    moe = register_module("moe", MoE(context));
+  else
+    mlp = register_module("mlp", MLP(context.config, context.tp));
 }
+
+torch::Tensor BlockImpl::feed_forward(const torch::Tensor& x) { return moe ? moe(x) : mlp(x); }
 
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch::Tensor& positions,
                                         torch::Tensor& keys, torch::Tensor& values) {
   TRIDENT_CHECK(!is_training(), "a cached forward is for inference, in eval mode (no dropout)");
   auto x = input + attn->forward_cached(ln_1(input), positions, keys, values);
-  return x + mlp(ln_2(x));
+  return x + feed_forward(ln_2(x));
 }
 
 torch::Tensor BlockImpl::compute(const torch::Tensor& input, const Documents& documents) {
   const auto [x, normed] =
       ln_2->add_then_forward(input, dropout(attn(ln_1(input), documents), hidden_dropout_, is_training(), *hidden_stream_));
-  return x + dropout(mlp(normed), hidden_dropout_, is_training(), *hidden_stream_);
+  return x + dropout(feed_forward(normed), hidden_dropout_, is_training(), *hidden_stream_);
 }
 
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
@@ -171,6 +176,7 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
     wte = register_module("wte", VocabParallelEmbedding(vocab, h, tp_, tied ? stage_.tied_embedding() : Tied::no));
   if (stage_.embedding && config.position_embedding_type == PositionEmbeddingType::learned)
     wpe = register_module("wpe", PositionEmbedding(config.seq_length, h));
+  declare_moe_losses(config_);  // on every stage, whichever layers it holds: the log's values agree
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
     blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_})));
   if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));

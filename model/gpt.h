@@ -17,6 +17,7 @@
 #include "model/block.h"
 #include "model/dropout.h"
 #include "model/layers.h"
+#include "model/moe.h"
 #include "model/recompute.h"
 #include "model/rotary.h"
 #include "parallel/context_parallel.h"
@@ -108,10 +109,12 @@ class BlockImpl : public TransformerBlock {
                                torch::Tensor& values) override;
   Norm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};  // or, in a Mixture-of-Experts layer (ModelConfig::moe_layer), moe
+  MoE moe{nullptr};
 
  private:
   torch::Tensor compute(const torch::Tensor& x, const Documents& documents) override;
+  torch::Tensor feed_forward(const torch::Tensor& x);  // mlp's or moe's
   double hidden_dropout_;
   RandomStream* hidden_stream_;  // model-parallel with sequence parallelism, else replicated
 };

@@ -121,6 +121,39 @@ TEST(Formulas, GroupedQueryAttentionAndSwigluFlopsByHand) {
   EXPECT_DOUBLE_EQ(flops.six_pd, 6.0 * 7504 * 8);
 }
 
+// Mixtral 8x7B (Mistral AI's release: 46.7 B parameters, 12.9 B active per token): Llama's
+// layer with 8 SwiGLU experts of 14336 and a router of 8 x 4096 instead of its MLP, the top 2
+// active; a 32000-token vocabulary.
+TEST(Formulas, MixtralParameterCountsAreTheReleasedOnes) {
+  ModelConfig m = llama3(32, 4096, 32, 14336);
+  m.num_moe_experts = 8;
+  m.moe_router_topk = 2;
+  EXPECT_EQ(gpt_parameter_count(m, 32000), 46702792704LL);
+  EXPECT_EQ(gpt_active_parameter_count(m, 32000), 12879925248LL);
+  // A dense model's active parameters are all of them.
+  EXPECT_EQ(gpt_active_parameter_count(llama3(32, 4096, 32, 14336), 128256), 8030261248LL);
+}
+
+TEST(Formulas, MixtureOfExpertsFlopsByHand) {
+  // The GQA example above with 4 experts of 10 in every other layer, top 2: layer 0's MLP is
+  // 2 experts' 3 x 2 s h 10 = 15360 and the router's 2 s h 4 = 1024 instead of 30720; layer 1
+  // is dense. 6PD counts the active parameters: layer 0 has 2 x 3 x 16 x 10 + 4 x 16 = 1024
+  // of the MLP's 1920 (7504 - 1920 + 1024 = 6608).
+  ModelConfig m = llama3(2, 16, 4, 40);
+  m.num_query_groups = 2;
+  m.seq_length = 8;
+  m.num_moe_experts = 4;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 10;
+  m.moe_layer_freq = 2;
+  EXPECT_EQ(m.moe_layers(), 1);
+  const IterationFlops flops = iteration_flops(m, 64, 1, Recompute::none);
+  EXPECT_DOUBLE_EQ(flops.model, 3.0 * (47104 + (47104 - 30720 + 15360 + 1024) + 16384));
+  EXPECT_EQ(gpt_parameter_count(m, 64), 7504 - 1920 + 4 * 3 * 16 * 10 + 4 * 16);
+  EXPECT_EQ(gpt_active_parameter_count(m, 64), 6608);
+  EXPECT_DOUBLE_EQ(flops.six_pd, 6.0 * 6608 * 8);
+}
+
 TEST(Formulas, KnownPeaks) {
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", Precision::bf16), 989.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe", Precision::bf16), 756.0);

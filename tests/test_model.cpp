@@ -17,6 +17,7 @@ namespace {
 
 using trident::testing::tiny_llama;
 using trident::testing::tiny_model;
+using trident::testing::tiny_moe;
 
 GPT make(const ModelConfig& m, torch::Dtype dtype = torch::kFloat, uint64_t seed = 7) {
   GPT model(m, m.padded_vocab());
@@ -45,7 +46,7 @@ TEST(Model, ForwardAndBackwardShapes) {
 }
 
 TEST(Model, ParameterCountMatchesFormula) {
-  for (const ModelConfig& m : {tiny_model(), tiny_llama()}) {
+  for (const ModelConfig& m : {tiny_model(), tiny_llama(), tiny_moe()}) {
     GPT model = make(m);
     int64_t count = 0;
     for (const auto& p : model->parameters()) count += p.numel();
@@ -100,7 +101,11 @@ TEST(Model, AttentionIsCausal) {
 }
 
 namespace trident {
-void PrintTo(const ModelConfig& m, std::ostream* out) { *out << (m.non_standard_gpt_setting().empty() ? "GPT-2" : "Llama"); }
+// GPT-2, Llama, or Llama with experts (the families' tests' parameters).
+std::string family_name(const ModelConfig& m) {
+  return m.num_moe_experts > 0 ? "LlamaMoe" : m.non_standard_gpt_setting().empty() ? "Gpt2" : "Llama";
+}
+void PrintTo(const ModelConfig& m, std::ostream* out) { *out << family_name(m); }
 }  // namespace trident
 
 class BothFamilies : public ::testing::TestWithParam<ModelConfig> {};
@@ -229,10 +234,8 @@ TEST_P(BothFamilies, PackedDocumentsEqualSeparateDocumentsInFp64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Model, BothFamilies, ::testing::Values(tiny_model(), tiny_llama()),
-                         [](const ::testing::TestParamInfo<ModelConfig>& info) {
-                           return info.param.non_standard_gpt_setting().empty() ? "Gpt2" : "Llama";
-                         });
+INSTANTIATE_TEST_SUITE_P(Model, BothFamilies, ::testing::Values(tiny_model(), tiny_llama(), tiny_moe()),
+                         [](const ::testing::TestParamInfo<ModelConfig>& info) { return family_name(info.param); });
 
 namespace {
 

@@ -101,7 +101,7 @@ TEST(Memory, EachStageHoldsItsOwnParameters) {
   const ModelConfig& m = config.model;
   const Layout layout = resolve_layout(config, llama3_runs().front().gpus);
   const int64_t vocab = m.padded_vocab(layout.tp_size);
-  const double t = double(layout.tp_size), layer = double(gpt_layer_parameter_count(m)) / t;
+  const double t = double(layout.tp_size), layer = double(gpt_layer_parameter_count(m, 0)) / t;
   const double rows = double(vocab * m.hidden_size) / t;
   EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 0), 7 * layer + rows);
   EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 1), 8 * layer);
@@ -152,7 +152,7 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   const MemoryEstimate three = estimate_memory(m, 256, l, Precision::bf16, false);
   EXPECT_DOUBLE_EQ(three.weights + three.grads + three.optimizer, 18 * plain.parameters / 4);
   EXPECT_DOUBLE_EQ(three.gathered,
-                   2 * (plain.parameters - double((m.num_layers - 2) * gpt_layer_parameter_count(m))));
+                   2 * (plain.parameters - double((m.num_layers - 2) * gpt_layer_parameter_count(m, 0))));
   EXPECT_EQ(two.gathered, 0);
   // 1F1B keeps at most p micro-batches in flight on the first stage, GPipe all M.
   m.num_layers = 8;

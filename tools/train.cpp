@@ -50,10 +50,11 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
   hardware.gpus = launch.world_size;
   hardware.software = build_software();
   std::printf("layout: world %lld = %s, %lld micro-batches\n"
-              "parameters: %s (vocabulary padded to %lld)\n"
+              "parameters: %s%s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",
               (long long)layout.world_size(), describe_axes(layout).c_str(), (long long)layout.micro_batches,
-              si_units(double(gpt_parameter_count(config.model, vocab))).c_str(), (long long)vocab,
+              si_units(double(gpt_parameter_count(config.model, vocab))).c_str(),
+              moe_summary(config.model, vocab).c_str(), (long long)vocab,
               si_units(flops.model).c_str(), si_units(flops.hardware).c_str(),
               si_units(flops.six_pd).c_str());
   const PlanRow row = evaluate_layout(config, layout, hardware);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json_line.h"
 #include "core/logging.h"
+#include "core/plan/flops.h"
 #include "core/plan/memory.h"
 #include "core/plan/time_model.h"
 #include "core/text.h"
@@ -50,7 +51,7 @@ void RunLog::start(const std::string& backend, const torch::Device& device, int6
   log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
                 " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ", m.vocab_size, " padded to ",
                 vocab_, " (multiple of ", m.make_vocab_size_divisible_by, " x TP ", layout_.tp_size,
-                "): ", si_units(double(parameters)), " parameters"));
+                "): ", si_units(double(parameters)), " parameters", moe_summary(m, vocab_)));
   log::info(str("FLOPs per iteration: ", si_units(flops_.model), " (model), ", si_units(flops_.six_pd),
                 " (6PD); peak per device: ",
                 peak_tflops_ > 0 ? si_units(peak_tflops_) + " TFLOP/s"

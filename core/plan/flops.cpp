@@ -2,15 +2,60 @@
 
 #include <utility>
 
+#include "core/error.h"
+#include "core/text.h"
+
 namespace trident {
 
-int64_t gpt_layer_parameter_count(const ModelConfig& model) {
-  const int64_t h = model.hidden_size, f = model.ffn(), qkv = model.qkv_rows();
+namespace {
+
+// One MLP of width f: gate (SwiGLU only), up and down, and their biases if any.
+int64_t mlp_parameter_count(const ModelConfig& model, int64_t f) {
+  const int64_t h = model.hidden_size, bias = model.add_bias_linear ? 1 : 0;
+  return model.activation == Activation::swiglu ? 3 * h * f + bias * (2 * f + h) : 2 * h * f + bias * (f + h);
+}
+
+// Layer `layer` with `experts` of a Mixture-of-Experts layer's counted (all, or the top-k).
+int64_t layer_parameter_count(const ModelConfig& model, int64_t layer, int64_t experts) {
+  const int64_t h = model.hidden_size, qkv = model.qkv_rows();
   const int64_t bias = model.add_bias_linear ? 1 : 0;
   const int64_t attention = h * qkv + h * h + bias * (qkv + h);  // QKV and output projection
-  const int64_t mlp = model.activation == Activation::swiglu ? 3 * h * f + bias * (2 * f + h)  // gate, up, down
-                                                             : 2 * h * f + bias * (f + h);
+  const int64_t mlp = model.moe_layer(layer)
+                          ? experts * mlp_parameter_count(model, model.moe_ffn()) + model.num_moe_experts * h
+                          : mlp_parameter_count(model, model.ffn());
   return attention + mlp + 2 * norm_parameter_count(model);
+}
+
+int64_t parameter_count(const ModelConfig& model, int64_t vocab, int64_t experts) {
+  const int64_t h = model.hidden_size;
+  const int64_t positions = model.position_embedding_type == PositionEmbeddingType::learned ? model.seq_length : 0;
+  const int64_t head = model.untie_embeddings_and_output_weights ? vocab * h : 0;
+  int64_t count = vocab * h + positions * h + head + norm_parameter_count(model);
+  for (int64_t layer = 0; layer < model.num_layers; ++layer) count += layer_parameter_count(model, layer, experts);
+  return count;
+}
+
+}  // namespace
+
+int64_t gpt_layer_parameter_count(const ModelConfig& model, int64_t layer) {
+  return layer_parameter_count(model, layer, model.num_moe_experts);
+}
+
+int64_t active_ffn(const ModelConfig& model, int64_t layer) {
+  return model.moe_layer(layer) ? model.moe_router_topk * model.moe_ffn() : model.ffn();
+}
+
+std::string moe_summary(const ModelConfig& model, int64_t vocab) {
+  if (model.num_moe_experts == 0) return "";
+  return str(", in ", model.moe_layers(), " Mixture-of-Experts layers of ", model.num_moe_experts,
+             " experts of ffn ", model.moe_ffn(), " (top-", model.moe_router_topk, "), ",
+             si_units(double(gpt_active_parameter_count(model, vocab))), " active per token");
+}
+
+double mean_active_ffn(const ModelConfig& model) {
+  double sum = 0;
+  for (int64_t layer = 0; layer < model.num_layers; ++layer) sum += double(active_ffn(model, layer));
+  return sum / double(model.num_layers);
 }
 
 int64_t norm_parameter_count(const ModelConfig& model) {
@@ -18,11 +63,11 @@ int64_t norm_parameter_count(const ModelConfig& model) {
 }
 
 int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab) {
-  const int64_t h = model.hidden_size;
-  const int64_t positions = model.position_embedding_type == PositionEmbeddingType::learned ? model.seq_length : 0;
-  const int64_t head = model.untie_embeddings_and_output_weights ? vocab * h : 0;
-  const int64_t embeddings = vocab * h + positions * h + head;
-  return model.num_layers * gpt_layer_parameter_count(model) + embeddings + norm_parameter_count(model);
+  return parameter_count(model, vocab, model.num_moe_experts);
+}
+
+int64_t gpt_active_parameter_count(const ModelConfig& model, int64_t vocab) {
+  return parameter_count(model, vocab, model.moe_router_topk);
 }
 
 double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, int64_t seq) {
@@ -32,20 +77,24 @@ double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, 
 
 IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
                                Recompute recompute) {
-  const double b = global_batch, s = model.seq_length, h = model.hidden_size, f = model.ffn(),
-               l = model.num_layers, qkv = double(model.qkv_rows());
+  const double b = global_batch, s = model.seq_length, h = model.hidden_size, l = model.num_layers,
+               qkv = double(model.qkv_rows());
   const double mlp_matrices = model.activation == Activation::swiglu ? 3 : 2;
-  const double matrices_forward = b * (2 * s * h * (qkv + h) + mlp_matrices * 2 * s * h * f);
   const double attention_core_forward = b * 4 * s * s * h;
-  const double layer_forward = matrices_forward + attention_core_forward;
+  double layers_forward = 0;
+  for (int64_t layer = 0; layer < model.num_layers; ++layer) {
+    const double router = model.moe_layer(layer) ? 2 * s * h * double(model.num_moe_experts) : 0;
+    layers_forward += b * (2 * s * h * (qkv + h) + mlp_matrices * 2 * s * h * double(active_ffn(model, layer)) + router) +
+                      attention_core_forward;
+  }
   const double logits_forward = b * 2 * s * h * vocab;
 
   IterationFlops out;
-  out.model = 3 * (l * layer_forward + logits_forward);
+  out.model = 3 * (layers_forward + logits_forward);
   out.hardware = out.model;
-  if (recompute == Recompute::full) out.hardware += l * layer_forward;
+  if (recompute == Recompute::full) out.hardware += layers_forward;
   if (recompute == Recompute::selective) out.hardware += l * attention_core_forward;
-  out.six_pd = 6.0 * double(gpt_parameter_count(model, vocab)) * b * s;
+  out.six_pd = 6.0 * double(gpt_active_parameter_count(model, vocab)) * b * s;
   return out;
 }
 

@@ -11,9 +11,20 @@ namespace trident {
 // Exact parameter count of trident's GPT for a vocabulary of `vocab` rows: the token embedding
 // (and an untied head), learned positions if any, the blocks and the final norm.
 int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab);
-// One transformer block's share of it: attention (h x (a + 2g) d for QKV, h x h out), the MLP
-// (2 or, with SwiGLU, 3 h x f matrices), their biases if any and two norms.
-int64_t gpt_layer_parameter_count(const ModelConfig& model);
+// The parameters one token meets: as above with a Mixture-of-Experts layer's top-k experts and
+// its router instead of all its experts (the same as gpt_parameter_count for a dense model).
+int64_t gpt_active_parameter_count(const ModelConfig& model, int64_t vocab);
+// Transformer block `layer`'s share of it: attention (h x (a + 2g) d for QKV, h x h out), the MLP
+// (2 or, with SwiGLU, 3 h x f matrices) or, in a Mixture-of-Experts layer, its experts' (of
+// moe_ffn each) and the router's E x h, their biases if any and two norms.
+int64_t gpt_layer_parameter_count(const ModelConfig& model, int64_t layer);
+// ", in M Mixture-of-Experts layers of E experts of ffn F (top-k), A active per token" for a
+// Mixture-of-Experts model, "" for a dense one: what the logs add to a parameter count.
+std::string moe_summary(const ModelConfig& model, int64_t vocab);
+// The MLP width one token meets in layer `layer`: ffn, or top-k x moe_ffn in a
+// Mixture-of-Experts layer; and its mean over the layers (the estimates' uniform layer).
+int64_t active_ffn(const ModelConfig& model, int64_t layer);
+double mean_active_ffn(const ModelConfig& model);
 // One norm's: weight and bias (LayerNorm) or weight (RMSNorm).
 int64_t norm_parameter_count(const ModelConfig& model);
 
@@ -31,7 +42,8 @@ struct IterationFlops {
 // Per layer and sequence, with ffn f and g key/value groups of head size d: forward =
 // 2 s h (a + 2g) d + 2 s h^2 (QKV and output projections; 8 s h^2 when g = a) + 4 s h f (GELU's
 // two MLP matrices; SwiGLU's three: 6 s h f) + 4 s^2 h (QK^T and attention-times-V); logits
-// 2 s h V; backward = 2x forward. Full recompute adds one
+// 2 s h V; backward = 2x forward. A Mixture-of-Experts layer's MLP counts its top-k experts
+// (f = k x moe_ffn, active_ffn) and its router, 2 s h E; six_pd the active parameters. Full recompute adds one
 // more forward of every layer, selective only the attention core. For f = 4h this is Megatron's
 // 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) and, with full recompute, 96 B s l h^2 (1 + s/(6h) +
 // V/(16 l h)) (Narayanan et al. 2021, appendix; Korthikanti et al. 2022).

@@ -23,7 +23,7 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention) {
   const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
-               g = double(model.query_groups()), f = double(model.ffn()), t = double(layout.tp_size);
+               g = double(model.query_groups()), f = mean_active_ffn(model), t = double(layout.tp_size);
   const double sbh = s * b * h;
   if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   // Ring attention keeps no scores (USP's too: its Ulysses groups meet in a ring); Ulysses'
@@ -51,7 +51,13 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
 
 double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
   const double h = double(model.hidden_size), V = double(vocab);
-  double count = double(stage_layers(layout, model.num_layers, stage) * gpt_layer_parameter_count(model));
+  double count = 0;
+  for (int64_t c = 0; c < layout.virtual_stages; ++c) {
+    const LayerRange layers = chunk_layers(model.num_layers, layout.pp_size * layout.virtual_stages,
+                                           c * layout.pp_size + stage, layout.embedding_and_loss_as_layers);
+    for (int64_t layer = layers.first; layer < layers.first + layers.count; ++layer)
+      count += double(gpt_layer_parameter_count(model, layer));
+  }
   if (stage == 0) {
     const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
     count += V * h + (learned ? double(model.seq_length) * h : 0);
@@ -72,7 +78,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
 
   // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole.
   const StateBytes bytes = state_bytes(precision, optimizer);
-  const double block = double(gpt_layer_parameter_count(model)) / t;
+  // The largest block (a Mixture-of-Experts layer's, when it has more than a dense one's).
+  const double block = double(std::max(gpt_layer_parameter_count(model, 0),
+                                       gpt_layer_parameter_count(model, std::min<int64_t>(1, model.num_layers - 1)))) /
+                       t;
   int64_t most_layers = 0;
   double most_gathered = 0;
   for (int64_t stage = 0; stage < layout.pp_size; ++stage) {

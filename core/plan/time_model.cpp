@@ -45,7 +45,7 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
   l.tokens = l.batch * l.queries;
   l.hidden = double(m.hidden_size);
   l.qkv = double(m.qkv_rows());
-  l.ffn = double(m.ffn());
+  l.ffn = mean_active_ffn(m);  // a Mixture-of-Experts layer multiplies its tokens' top-k experts
   l.gated = m.activation == Activation::swiglu;
   l.heads = double(m.num_attention_heads);
   l.head_dim = double(m.head_dim());
@@ -184,7 +184,7 @@ double memory_seconds(double bytes, const DeviceProfile& d) { return bytes / (d.
 
 std::vector<std::string> efficiency_warnings(const Config& config, const Layout& layout, const DeviceProfile& d) {
   const ModelConfig& m = config.model;
-  const double t = double(layout.tp_size), h = double(m.hidden_size), f = double(m.ffn());
+  const double t = double(layout.tp_size), h = double(m.hidden_size), f = mean_active_ffn(m);
   const double rows = double(layout.micro_batch * (m.seq_length / layout.cp_size));
   const double vocab = double(m.padded_vocab(layout.tp_size)) / t;
   std::vector<std::string> out;

@@ -252,6 +252,7 @@ std::string llama_unheld_setting(const ModelConfig& model) {
   if (model.position_embedding_type != PositionEmbeddingType::rope)
     return str("model.position_embedding_type=", model.position_embedding_type);
   if (model.activation != Activation::swiglu) return str("model.activation=", model.activation);
+  if (model.num_moe_experts > 0) return str("model.num_moe_experts=", model.num_moe_experts);
   return "";
 }
 

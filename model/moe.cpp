@@ -1,0 +1,134 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace trident {
+namespace {
+
+constexpr const char* kLoadBalancing = "moe_load_balancing";
+constexpr const char* kZ = "moe_z";
+
+// The router's precision: at least fp32 (as Megatron-Core's router), fp64 for fp64 models.
+torch::Dtype router_dtype(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+}  // namespace
+
+void declare_moe_losses(const ModelConfig& config) {
+  if (config.num_moe_experts == 0) return;
+  const std::vector<std::string> declared = declared_auxiliary_losses();
+  for (const auto& [name, coefficient] : {std::pair{kLoadBalancing, config.moe_aux_loss_coeff},
+                                          std::pair{kZ, config.moe_z_loss_coeff}})
+    if (coefficient > 0 && std::find(declared.begin(), declared.end(), name) == declared.end())
+      declare_auxiliary_loss(name);
+}
+
+MoEImpl::MoEImpl(const BlockContext& context)
+    : num_experts_(context.config.num_moe_experts),
+      topk_(context.config.moe_router_topk),
+      aux_loss_coeff_(context.config.moe_aux_loss_coeff),
+      z_loss_coeff_(context.config.moe_z_loss_coeff),
+      tp_(context.tp),
+      cp_(context.cp),
+      auxiliary_(context.auxiliary) {
+  const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size();
+  const int64_t f = context.config.moe_ffn() / t;
+  // The router scores this rank's tokens: with sequence parallelism a part of the sequence.
+  router = register_parameter("router", torch::empty({E, h}),
+                              ParameterRole::whole().sequence_parallel_when(tp_.sequence_parallel));
+  if (context.config.activation == Activation::swiglu)
+    gate = register_parameter("gate", torch::empty({E, f, h}), ParameterRole::split(1));
+  up = register_parameter("up", torch::empty({E, f, h}), ParameterRole::split(1));
+  down = register_parameter("down", torch::empty({E, h, f}), ParameterRole::split(2).with_init(Init::residual));
+}
+
+torch::Tensor MoEImpl::experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights) {
+  // Each (token, slot) assignment sorted by expert (stably: tokens in order within an expert),
+  // so that an expert's tokens are one run: gathered, multiplied, weighted and added back.
+  const torch::Tensor assigned = chosen.reshape({-1});
+  const torch::Tensor order = std::get<1>(at::sort(assigned, /*stable=*/true, 0, false));
+  const torch::Tensor token_of = order.div(topk_, "floor");
+  const torch::Tensor counts = at::bincount(assigned, {}, num_experts_).cpu();
+  const torch::Tensor runs = tokens.index_select(0, token_of);
+  std::vector<torch::Tensor> outputs;
+  int64_t start = 0;
+  for (int64_t e = 0; e < num_experts_; ++e) {
+    const int64_t n = counts[e].item<int64_t>();
+    const torch::Tensor x = runs.narrow(0, start, n);
+    start += n;
+    const torch::Tensor hidden = gate.defined() ? at::silu(at::matmul(x, gate[e].t())) * at::matmul(x, up[e].t())
+                                                : at::gelu(at::matmul(x, up[e].t()), "tanh");
+    outputs.push_back(at::matmul(hidden, down[e].t()));
+  }
+  const torch::Tensor weight_of = weights.reshape({-1}).index_select(0, order).unsqueeze(1).to(tokens.scalar_type());
+  const torch::Tensor weighted = torch::cat(outputs) * weight_of;
+  return torch::zeros_like(tokens).index_add(0, token_of, weighted);
+}
+
+torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Tensor& logits,
+                                   const torch::Tensor& chosen) {
+  if (!torch::GradMode::is_enabled() || (aux_loss_coeff_ == 0 && z_loss_coeff_ == 0)) return output;
+  // The micro-batch's tokens are spread over the sequence-parallel ranks (their sums all-reduced,
+  // each rank's gradient its own tokens') and the context-parallel ones (whose gradients are
+  // averaged later: the sum goes back in backward too, so each holds the whole sum's gradient).
+  Communicator& tp = *tp_.group;
+  Communicator& cp = *cp_.group;
+  const double parts = double((tp_.sequence_parallel ? tp.size() : 1) * cp.size());
+  auto over_the_micro_batch = [&](torch::Tensor sum) {
+    if (tp_.sequence_parallel) sum = reduce_from_tensor_parallel(sum, tp);
+    if (cp.size() > 1) sum = reduce_from_tensor_parallel(copy_to_tensor_parallel(sum, cp), cp);
+    return sum;
+  };
+  const double tokens = double(logits.size(0)) * parts;
+  torch::Tensor out = output;
+  if (aux_loss_coeff_ > 0) {
+    const torch::Tensor probability_sums = over_the_micro_batch(logits.softmax(-1).sum(0));
+    torch::Tensor routed = at::bincount(chosen.reshape({-1}), {}, num_experts_).to(logits.scalar_type());
+    {
+      torch::NoGradGuard counts_only;
+      if (tp_.sequence_parallel) tp.all_reduce(routed, ReduceOp::sum);
+      if (cp.size() > 1) cp.all_reduce(routed, ReduceOp::sum);
+    }
+    const torch::Tensor balance =
+        (probability_sums * routed).sum() * (double(num_experts_) / (double(topk_) * tokens * tokens));
+    out = auxiliary_->add(out, kLoadBalancing, balance, aux_loss_coeff_);
+  }
+  if (z_loss_coeff_ > 0) {
+    // A mean over the tokens: the context-parallel ranks' means average as the token loss's do.
+    torch::Tensor z = logits.logsumexp(-1).square().sum().reshape({1});
+    if (tp_.sequence_parallel) z = reduce_from_tensor_parallel(z, tp);
+    const double counted = double(logits.size(0)) * (tp_.sequence_parallel ? tp.size() : 1);
+    out = auxiliary_->add(out, kZ, z.reshape({}) / counted, z_loss_coeff_);
+  }
+  return out;
+}
+
+torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
+  Communicator& tp = *tp_.group;
+  const int64_t b = x.size(0), n = x.size(1), h = x.size(2);
+  const torch::Tensor logits = at::matmul(x.reshape({-1, h}).to(router_dtype(x)), router.to(router_dtype(x)).t());
+  const auto [top_logits, chosen] = logits.topk(topk_, -1);
+  const torch::Tensor weights = top_logits.softmax(-1);
+  // The experts see the tokens of the whole sequence on every tensor-parallel rank.
+  torch::Tensor tokens, routed_to, routed_weights;
+  if (tp_.sequence_parallel) {
+    tokens = gather_from_sequence_parallel(x, tp);
+    routed_weights = gather_from_sequence_parallel(weights.view({b, n, topk_}), tp);
+    torch::NoGradGuard ids;
+    routed_to = gather_from_sequence_parallel(chosen.view({b, n, topk_}), tp);
+  } else {
+    tokens = copy_to_tensor_parallel(x, tp);
+    routed_weights = copy_to_tensor_parallel(weights, tp);
+    routed_to = chosen;
+  }
+  const torch::Tensor partial = experts(tokens.reshape({-1, h}), routed_to.reshape({-1, topk_}),
+                                        routed_weights.reshape({-1, topk_}))
+                                    .view(tokens.sizes());
+  const torch::Tensor out = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
+                                                  : reduce_from_tensor_parallel(partial, tp);
+  return with_losses(out, logits, chosen);
+}
+
+}  // namespace trident

@@ -1,0 +1,61 @@
+// A Mixture-of-Experts MLP (Shazeer et al. 2017; Switch, GShard and Mixtral's routing), the MLP
+// of layers where ModelConfig::moe_layer says so. A router of E x h weights scores each token;
+// its top-k experts by score (k = moe_router_topk) take it, weighted by the softmax over those k
+// scores (Mixtral's renormalised top-k); each expert is an MLP of model.activation and width
+// moe_ffn, without biases; the token's output is the weighted sum.
+//
+// Every rank holds every expert (expert parallelism is not built yet); tensor parallelism splits
+// each expert's width as it splits the dense MLP's: its gate and up rows, its down columns
+//
+//   gate, up [E, f/t, h]    down [E, h, f/t]    router [E, h], whole on every rank
+//
+// so the partial outputs of all experts meet in one all-reduce (or, with sequence parallelism,
+// one reduce-scatter after one all-gather of the tokens and their routing). Dropless: every
+// expert takes all its tokens, one multiply per expert (a loop over experts).
+//
+// Two losses join the objective through the block's auxiliary losses (model/auxiliary_loss.h),
+// each when its coefficient is above zero, over the same tokens as one process would use (the
+// micro-batch's, across sequence- and context-parallel ranks):
+//   moe_load_balancing  E / (k T^2) sum_e (sum over tokens of p_e) (tokens routed to e)
+//                       (Switch/GShard's, as Megatron-Core writes it; p the softmax over all E)
+//   moe_z               mean over tokens of logsumexp(router logits)^2 (ST-MoE's router z-loss)
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+
+#include "model/auxiliary_loss.h"
+#include "model/block.h"
+#include "parallel/context_parallel.h"
+#include "parallel/parameter_role.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trident {
+
+// The two losses' names, declared once per process for a model with experts and coefficients
+// above zero (GPTImpl does it before its first block, on every rank, as every stage must agree).
+void declare_moe_losses(const ModelConfig& config);
+
+class MoEImpl : public ParallelModule {
+ public:
+  explicit MoEImpl(const BlockContext& context);
+  torch::Tensor forward(const torch::Tensor& x);  // [b, s/c(/t with SP), h] -> the same
+  torch::Tensor router, gate, up, down;           // gate: SwiGLU only
+
+ private:
+  // The experts' partial outputs [T, h] for tokens [T, h] routed to `experts` [T, k] with
+  // `weights` [T, k].
+  torch::Tensor experts(const torch::Tensor& tokens, const torch::Tensor& experts, const torch::Tensor& weights);
+  // Both losses for this rank's router logits [T, E] and chosen experts [T, k].
+  torch::Tensor with_losses(const torch::Tensor& output, const torch::Tensor& logits, const torch::Tensor& chosen);
+
+  int64_t num_experts_, topk_;
+  double aux_loss_coeff_, z_loss_coeff_;
+  TensorParallel tp_;
+  ContextParallel cp_;
+  std::shared_ptr<AuxiliaryLosses> auxiliary_;
+};
+TORCH_MODULE(MoE);
+
+}  // namespace trident

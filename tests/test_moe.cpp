@@ -1,0 +1,150 @@
+// The Mixture-of-Experts MLP (model/moe.h): routing and experts against a token-by-token
+// reference, its two losses against their formulas, its keys' errors, and a model with experts
+// trained at every layout equal to one process (fp64).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/config.h"
+#include "core/layout.h"
+#include "model/moe.h"
+#include "train/families/family.h"
+#include "train/layout_check.h"
+#include "tests/helpers.h"
+#include "tests/launchers.h"
+
+using namespace trident;
+using namespace trident::testing;
+
+namespace {
+
+ModelConfig experts_config(Activation activation) {
+  ModelConfig m;
+  m.hidden_size = 8;
+  m.num_moe_experts = 4;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 6;
+  m.activation = activation;
+  m.add_bias_linear = false;
+  m.moe_aux_loss_coeff = 0.5;
+  m.moe_z_loss_coeff = 0.25;
+  return m;
+}
+
+// One process's MoE with normal weights drawn from `seed` (fp64).
+MoE make_moe(const ModelConfig& m, std::shared_ptr<AuxiliaryLosses> auxiliary) {
+  MoE moe(BlockContext{m, TensorParallel{}, Recompute::none, ContextParallel{}, std::make_shared<DropoutStreams>(), 0,
+                       std::move(auxiliary)});
+  torch::manual_seed(7);
+  moe->to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  for (auto& p : moe->parameters()) p.normal_(0, 0.5);
+  return moe;
+}
+
+double declared_value(const torch::Tensor& values, const std::string& name) {
+  const auto names = declared_auxiliary_losses();
+  const auto at = std::find(names.begin(), names.end(), name);
+  EXPECT_NE(at, names.end()) << name;
+  return values[at - names.begin()].item<double>();
+}
+
+}  // namespace
+
+// Each token goes to its two highest-scoring experts, weighted by the softmax over those two
+// scores, each expert an MLP of the model's activation; both activations.
+TEST(MoE, RoutesEachTokenToItsTopExpertsWeightedBySoftmax) {
+  for (Activation activation : {Activation::swiglu, Activation::gelu}) {
+    SCOPED_TRACE(name(activation));
+    const ModelConfig m = experts_config(activation);
+    MoE moe = make_moe(m, std::make_shared<AuxiliaryLosses>());
+    const torch::Tensor x = torch::randn({2, 5, m.hidden_size}, torch::kDouble);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor out = moe(x);
+    const torch::Tensor tokens = x.reshape({-1, m.hidden_size});
+    for (int64_t i = 0; i < tokens.size(0); ++i) {
+      const torch::Tensor t = tokens[i];
+      const auto [scores, chosen] = at::matmul(moe->router, t).topk(2);
+      const torch::Tensor weights = scores.softmax(0);
+      torch::Tensor expected = torch::zeros_like(t);
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t e = chosen[j].item<int64_t>();
+        const torch::Tensor hidden = activation == Activation::swiglu
+                                         ? at::silu(at::matmul(moe->gate[e], t)) * at::matmul(moe->up[e], t)
+                                         : at::gelu(at::matmul(moe->up[e], t), "tanh");
+        expected += weights[j] * at::matmul(moe->down[e], hidden);
+      }
+      EXPECT_TRUE(torch::allclose(out.reshape({-1, m.hidden_size})[i], expected, 1e-12, 1e-12)) << "token " << i;
+    }
+  }
+}
+
+// The load-balancing loss is E / (k T^2) sum_e P_e n_e (P_e the summed softmax probabilities of
+// expert e, n_e the tokens routed to it) and the z-loss the mean squared logsumexp of the
+// logits, each recorded times its coefficient; with gradients only.
+TEST(MoE, AddsTheLoadBalancingAndZLosses) {
+  const ModelConfig m = experts_config(Activation::swiglu);
+  declare_moe_losses(m);
+  auto auxiliary = std::make_shared<AuxiliaryLosses>();
+  MoE moe = make_moe(m, auxiliary);
+  const torch::Tensor x = torch::randn({3, 4, m.hidden_size}, torch::kDouble);
+  auxiliary->begin_iteration(1.0);
+  moe(x).sum().backward();
+  const torch::Tensor logits = at::matmul(x.reshape({-1, m.hidden_size}), moe->router.detach().t());
+  const torch::Tensor routed = at::bincount(std::get<1>(logits.topk(2)).reshape({-1}), {}, 4).to(torch::kDouble);
+  const double T = 12, balance = (logits.softmax(-1).sum(0) * routed).sum().item<double>() * 4 / (2 * T * T);
+  const double z = logits.logsumexp(-1).square().mean().item<double>();
+  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_load_balancing"), 0.5 * balance, 1e-12);
+  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_z"), 0.25 * z, 1e-12);
+  EXPECT_GT(moe->router.grad().abs().sum().item<double>(), 0);
+  // Evaluation adds nothing.
+  auxiliary->begin_iteration(1.0);
+  torch::NoGradGuard no_grad;
+  moe(x);
+  EXPECT_FALSE(auxiliary->values().defined());
+}
+
+TEST(MoE, BadKeysGetOneLineNamingThem) {
+  const std::string tiny = kSource + "/configs/moe-tiny.yaml";
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_router_topk=9"}); })
+                .find("model.moe_router_topk (9) must not exceed model.num_moe_experts (8)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.add_bias_linear=true"}); })
+                .find("model.num_moe_experts: experts have no biases here"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.num_moe_experts=-1"}); }).find("model.num_moe_experts"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"model.moe_ffn_hidden_size=97", "parallel.tensor=2"}), 2); })
+                .find("model.moe_ffn_hidden_size (effective) (97) must be divisible by parallel.tensor"),
+            std::string::npos);
+  // Hugging Face's GPT-2 and Llama hold no experts: export and train.init_from refuse by key.
+  EXPECT_NE(error_of([&] { family_of(Config::load(tiny).model); }).find("model.num_moe_experts=8 is not llama's"),
+            std::string::npos);
+}
+
+// moe-tiny (every other layer with experts here, both losses) trains as one process does with
+// tensor parallelism (with and without sequence parallelism), context and pipeline parallelism,
+// and ZeRO-3 over data parallelism, recomputation included (fp64: losses, auxiliary losses and
+// weights).
+TEST(MoE, TrainsTheSameAtEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/train";
+  check.launcher = kMpirun;
+  check.arguments = {"--config",          kSource + "/configs/moe-tiny.yaml",
+                     "data.type=synthetic", "precision=fp64",
+                     "model.num_layers=2",  "model.moe_layer_freq=2",
+                     "train.iters=3",       "train.log_interval=1",
+                     "train.eval_interval=0"};
+  check.layouts = {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
+                   {"parallel.tensor=2"},
+                   {"parallel.context=2"},
+                   {"parallel.pipeline=2", "recompute=full"},
+                   {"parallel.data=2", "parallel.zero_stage=3"}};
+  check.work_dir = (scratch_dir() / "moe").string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::printf("%s", result.report.c_str());
+}

@@ -379,6 +379,7 @@ int64_t ModelConfig::padded_vocab(int64_t tp_size) const {
 
 std::string ModelConfig::non_standard_gpt_setting() const {
   if (block != "transformer") return str("model.block=", block);
+  if (num_moe_experts > 0) return str("model.num_moe_experts=", num_moe_experts);
   if (normalization != Normalization::layernorm) return str("model.normalization=", normalization);
   if (position_embedding_type != PositionEmbeddingType::learned)
     return str("model.position_embedding_type=", position_embedding_type);
@@ -386,7 +387,6 @@ std::string ModelConfig::non_standard_gpt_setting() const {
   if (query_groups() != num_attention_heads) return str("model.num_query_groups=", num_query_groups);
   if (!add_bias_linear) return "model.add_bias_linear=false";
   if (untie_embeddings_and_output_weights) return "model.untie_embeddings_and_output_weights=true";
-  if (num_moe_experts > 0) return str("model.num_moe_experts=", num_moe_experts);
   return "";
 }
 
@@ -434,6 +434,33 @@ Config Config::load(const std::string& yaml_path, const std::vector<std::string>
   return parse(read_text_file(yaml_path, "config file"), overrides, yaml_path);
 }
 
+namespace {
+
+// The Mixture-of-Experts keys, together: they mean something only with experts, and the experts
+// are the built-in block's, without biases.
+void check_experts(const ModelConfig& m) {
+  if (m.num_moe_experts == 0) {
+    const ModelConfig dense;
+    for (const auto& [key, set] : {std::pair{"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
+                                   std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != 0},
+                                   std::pair{"model.moe_layer_freq", m.moe_layer_freq != dense.moe_layer_freq},
+                                   std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != 0},
+                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != 0}})
+      if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
+    return;
+  }
+  if (m.moe_router_topk > m.num_moe_experts)
+    fail("model.moe_router_topk (", m.moe_router_topk, ") must not exceed model.num_moe_experts (",
+         m.num_moe_experts, ")");
+  if (m.block != "transformer")
+    fail("model.num_moe_experts: experts are the built-in block's MLPs, not model.block=", m.block, "'s");
+  if (m.add_bias_linear)
+    fail("model.num_moe_experts: experts have no biases here (as Mixtral's and Qwen3's); set ",
+         "model.add_bias_linear=false");
+}
+
+}  // namespace
+
 void Config::validate() const {
   const auto& m = model;
   if (m.hidden_size % m.num_attention_heads != 0)
@@ -448,12 +475,7 @@ void Config::validate() const {
          "model.num_attention_heads = ", m.head_dim(), ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
-  if (m.num_moe_experts > 0 && m.moe_router_topk > m.num_moe_experts)
-    fail("model.moe_router_topk (", m.moe_router_topk, ") must not exceed model.num_moe_experts (",
-         m.num_moe_experts, ")");
-  if (m.num_moe_experts > 0 && m.add_bias_linear)
-    fail("model.num_moe_experts: experts have no biases here (as Mixtral's and Qwen3's); set ",
-         "model.add_bias_linear=false");
+  check_experts(m);
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

@@ -95,7 +95,7 @@ struct ModelConfig {
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
   // Mixture-of-Experts MLPs (Megatron-Core's names; model/moe.h): none with 0 experts. Layer i is
   // one when i % moe_layer_freq == 0; a router sends each token to its moe_router_topk experts
-  // (softmax over their logits), each an MLP of model.activation with moe_ffn_hidden_size
+  // (softmax over their scores), each an MLP of model.activation with moe_ffn_hidden_size
   // (0: the dense ffn) and no biases. The Switch load-balancing loss and the router z-loss join
   // the objective with their coefficients (0: not computed).
   int64_t num_moe_experts = 0;

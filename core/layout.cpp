@@ -121,13 +121,18 @@ LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool 
   return {first, std::max<int64_t>(0, end - first)};
 }
 
-int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank) {
-  int64_t layers = 0;
-  for (int64_t c = 0; c < layout.virtual_stages; ++c)
-    layers += chunk_layers(num_layers, layout.pp_size * layout.virtual_stages, c * layout.pp_size + pp_rank,
-                           layout.embedding_and_loss_as_layers)
-                  .count;
+std::vector<int64_t> stage_layer_indices(const Layout& layout, int64_t num_layers, int64_t pp_rank) {
+  std::vector<int64_t> layers;
+  for (int64_t c = 0; c < layout.virtual_stages; ++c) {
+    const LayerRange range = chunk_layers(num_layers, layout.pp_size * layout.virtual_stages,
+                                          c * layout.pp_size + pp_rank, layout.embedding_and_loss_as_layers);
+    for (int64_t layer = range.first; layer < range.first + range.count; ++layer) layers.push_back(layer);
+  }
   return layers;
+}
+
+int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank) {
+  return int64_t(stage_layer_indices(layout, num_layers, pp_rank).size());
 }
 
 std::string describe_axes(const Layout& l) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/process_grid.h"
@@ -94,7 +95,9 @@ struct LayerRange {
 // The slots pipeline chunks share: the layers, and the embedding and loss when they count as layers.
 int64_t layer_slots(int64_t num_layers, bool embedding_and_loss_as_layers);
 LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool embedding_and_loss_as_layers);
-// The layers pipeline stage `pp_rank` holds over its virtual_stages chunks.
+// The layers pipeline stage `pp_rank` holds over its virtual_stages chunks: their global
+// indices, in chunk order, and how many.
+std::vector<int64_t> stage_layer_indices(const Layout& layout, int64_t num_layers, int64_t pp_rank);
 int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank);
 
 // "TP 2 x CP 2 x PP 2 x DP 1" (CP only when there is context parallelism).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/error.h"
+
 namespace trident {
 namespace {
 
@@ -34,6 +36,8 @@ MoEImpl::MoEImpl(const BlockContext& context)
       cp_(context.cp),
       auxiliary_(context.auxiliary) {
   const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size();
+  TRIDENT_CHECK(context.config.moe_ffn() % t == 0, "experts of ffn ", context.config.moe_ffn(), " over ", t,
+                " tensor-parallel ranks");
   const int64_t f = context.config.moe_ffn() / t;
   // The router scores this rank's tokens: with sequence parallelism a part of the sequence.
   router = register_parameter("router", torch::empty({E, h}),
@@ -44,53 +48,57 @@ MoEImpl::MoEImpl(const BlockContext& context)
   down = register_parameter("down", torch::empty({E, h, f}), ParameterRole::split(2).with_init(Init::residual));
 }
 
-torch::Tensor MoEImpl::experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights) {
+MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tensor& chosen,
+                                 const torch::Tensor& weights) {
   // Each (token, slot) assignment sorted by expert (stably: tokens in order within an expert),
-  // so that an expert's tokens are one run: gathered, multiplied, weighted and added back.
+  // so that an expert's tokens are one run. Rows move by permutations only (their gradients
+  // too): no index_add, whose atomic adds on a GPU would sum a token's rows in any order.
+  //
+  //   assignments (token, slot) -> order -> runs [expert 0's | expert 1's | ...] -> multiplies
+  //   -> back through the inverse permutation -> [T, k, h] weighted, summed over k
+  const int64_t T = tokens.size(0), h = tokens.size(1);
   const torch::Tensor assigned = chosen.reshape({-1});
   const torch::Tensor order = std::get<1>(at::sort(assigned, /*stable=*/true, 0, false));
-  const torch::Tensor token_of = order.div(topk_, "floor");
-  const torch::Tensor counts = at::bincount(assigned, {}, num_experts_).cpu();
-  const torch::Tensor runs = tokens.index_select(0, token_of);
+  // The run lengths on the host (one synchronisation per layer), to cut the runs.
+  const torch::Tensor counts = at::bincount(assigned, {}, num_experts_);
+  const torch::Tensor host_counts = counts.cpu();
+  const torch::Tensor runs = tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order);
   std::vector<torch::Tensor> outputs;
   int64_t start = 0;
   for (int64_t e = 0; e < num_experts_; ++e) {
-    const int64_t n = counts[e].item<int64_t>();
+    const int64_t n = host_counts[e].item<int64_t>();
     const torch::Tensor x = runs.narrow(0, start, n);
     start += n;
     const torch::Tensor hidden = gate.defined() ? at::silu(at::matmul(x, gate[e].t())) * at::matmul(x, up[e].t())
                                                 : at::gelu(at::matmul(x, up[e].t()), "tanh");
     outputs.push_back(at::matmul(hidden, down[e].t()));
   }
-  const torch::Tensor weight_of = weights.reshape({-1}).index_select(0, order).unsqueeze(1).to(tokens.scalar_type());
-  const torch::Tensor weighted = torch::cat(outputs) * weight_of;
-  return torch::zeros_like(tokens).index_add(0, token_of, weighted);
+  const torch::Tensor by_assignment = torch::cat(outputs).index_select(0, at::argsort(order)).view({T, topk_, h});
+  return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts};
 }
 
-torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Tensor& logits,
-                                   const torch::Tensor& chosen) {
+torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Tensor& logits, torch::Tensor routed) {
   if (!torch::GradMode::is_enabled() || (aux_loss_coeff_ == 0 && z_loss_coeff_ == 0)) return output;
-  // The micro-batch's tokens are spread over the sequence-parallel ranks (their sums all-reduced,
-  // each rank's gradient its own tokens') and the context-parallel ones (whose gradients are
-  // averaged later: the sum goes back in backward too, so each holds the whole sum's gradient).
+  // The micro-batch's tokens are spread over the sequence-parallel ranks and the
+  // context-parallel ones. Over the first, a sum is all-reduced and each rank's gradient is its
+  // own tokens' (summed over TP with the router's). Over the second, the sum's gradient goes
+  // back to every rank, c times each rank's share, which the average of data- and
+  // context-parallel gradients divides by c again.
   Communicator& tp = *tp_.group;
   Communicator& cp = *cp_.group;
-  const double parts = double((tp_.sequence_parallel ? tp.size() : 1) * cp.size());
+  const double sequence_parts = double(tp_.sequence_parallel ? tp.size() : 1);
   auto over_the_micro_batch = [&](torch::Tensor sum) {
     if (tp_.sequence_parallel) sum = reduce_from_tensor_parallel(sum, tp);
     if (cp.size() > 1) sum = reduce_from_tensor_parallel(copy_to_tensor_parallel(sum, cp), cp);
     return sum;
   };
-  const double tokens = double(logits.size(0)) * parts;
   torch::Tensor out = output;
   if (aux_loss_coeff_ > 0) {
     const torch::Tensor probability_sums = over_the_micro_batch(logits.softmax(-1).sum(0));
-    torch::Tensor routed = at::bincount(chosen.reshape({-1}), {}, num_experts_).to(logits.scalar_type());
-    {
-      torch::NoGradGuard counts_only;
-      if (tp_.sequence_parallel) tp.all_reduce(routed, ReduceOp::sum);
-      if (cp.size() > 1) cp.all_reduce(routed, ReduceOp::sum);
-    }
+    // `routed` counts the tokens of every sequence-parallel rank already (the experts see them all).
+    routed = routed.to(logits.scalar_type());
+    if (cp.size() > 1) cp.all_reduce(routed, ReduceOp::sum);
+    const double tokens = double(logits.size(0)) * sequence_parts * double(cp.size());
     const torch::Tensor balance =
         (probability_sums * routed).sum() * (double(num_experts_) / (double(topk_) * tokens * tokens));
     out = auxiliary_->add(out, kLoadBalancing, balance, aux_loss_coeff_);
@@ -99,8 +107,7 @@ torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Ten
     // A mean over the tokens: the context-parallel ranks' means average as the token loss's do.
     torch::Tensor z = logits.logsumexp(-1).square().sum().reshape({1});
     if (tp_.sequence_parallel) z = reduce_from_tensor_parallel(z, tp);
-    const double counted = double(logits.size(0)) * (tp_.sequence_parallel ? tp.size() : 1);
-    out = auxiliary_->add(out, kZ, z.reshape({}) / counted, z_loss_coeff_);
+    out = auxiliary_->add(out, kZ, z.reshape({}) / (double(logits.size(0)) * sequence_parts), z_loss_coeff_);
   }
   return out;
 }
@@ -116,19 +123,18 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   if (tp_.sequence_parallel) {
     tokens = gather_from_sequence_parallel(x, tp);
     routed_weights = gather_from_sequence_parallel(weights.view({b, n, topk_}), tp);
-    torch::NoGradGuard ids;
-    routed_to = gather_from_sequence_parallel(chosen.view({b, n, topk_}), tp);
+    routed_to = gather_from_sequence_parallel(chosen.view({b, n, topk_}), tp);  // integers: no gradient
   } else {
     tokens = copy_to_tensor_parallel(x, tp);
     routed_weights = copy_to_tensor_parallel(weights, tp);
     routed_to = chosen;
   }
-  const torch::Tensor partial = experts(tokens.reshape({-1, h}), routed_to.reshape({-1, topk_}),
-                                        routed_weights.reshape({-1, topk_}))
-                                    .view(tokens.sizes());
+  const Routed routed = experts(tokens.reshape({-1, h}), routed_to.reshape({-1, topk_}),
+                                routed_weights.reshape({-1, topk_}));
+  const torch::Tensor partial = routed.output.view(tokens.sizes());
   const torch::Tensor out = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                                   : reduce_from_tensor_parallel(partial, tp);
-  return with_losses(out, logits, chosen);
+  return with_losses(out, logits, routed.counts);
 }
 
 }  // namespace trident

@@ -1,7 +1,8 @@
 // A Mixture-of-Experts MLP (Shazeer et al. 2017; Switch, GShard and Mixtral's routing), the MLP
-// of layers where ModelConfig::moe_layer says so. A router of E x h weights scores each token;
-// its top-k experts by score (k = moe_router_topk) take it, weighted by the softmax over those k
-// scores (Mixtral's renormalised top-k); each expert is an MLP of model.activation and width
+// of layers where ModelConfig::moe_layer says so. A router of E x h weights gives each token a
+// score (logit) per expert; its top-k experts by score (k = moe_router_topk) take it, weighted by
+// the softmax over those k scores (Mixtral's renormalised top-k); each expert is an MLP of
+// model.activation and width
 // moe_ffn, without biases; the token's output is the weighted sum.
 //
 // Every rank holds every expert (expert parallelism is not built yet); tensor parallelism splits
@@ -44,11 +45,17 @@ class MoEImpl : public ParallelModule {
   torch::Tensor router, gate, up, down;           // gate: SwiGLU only
 
  private:
-  // The experts' partial outputs [T, h] for tokens [T, h] routed to `experts` [T, k] with
-  // `weights` [T, k].
-  torch::Tensor experts(const torch::Tensor& tokens, const torch::Tensor& experts, const torch::Tensor& weights);
-  // Both losses for this rank's router logits [T, E] and chosen experts [T, k].
-  torch::Tensor with_losses(const torch::Tensor& output, const torch::Tensor& logits, const torch::Tensor& chosen);
+  struct Routed {
+    torch::Tensor output;  // [T, h], this rank's part of the width (summed over TP afterwards)
+    torch::Tensor counts;  // [E] tokens routed to each expert
+  };
+  // The experts' partial outputs for tokens [T, h] routed to the experts `chosen` [T, k] with
+  // `weights` [T, k], and how many went to each. Moves the counts to the host: one
+  // synchronisation per layer on a GPU.
+  Routed experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights);
+  // Both losses for this rank's router logits [T, E] and `routed`, the experts' token counts
+  // over the sequence-parallel ranks' tokens (the experts see them all).
+  torch::Tensor with_losses(const torch::Tensor& output, const torch::Tensor& logits, torch::Tensor routed);
 
   int64_t num_experts_, topk_;
   double aux_loss_coeff_, z_loss_coeff_;

@@ -33,7 +33,7 @@ ModelConfig experts_config(Activation activation) {
   return m;
 }
 
-// One process's MoE with normal weights drawn from `seed` (fp64).
+// One process's MoE with normal weights (fp64).
 MoE make_moe(const ModelConfig& m, std::shared_ptr<AuxiliaryLosses> auxiliary) {
   MoE moe(BlockContext{m, TensorParallel{}, Recompute::none, ContextParallel{}, std::make_shared<DropoutStreams>(), 0,
                        std::move(auxiliary)});
@@ -83,7 +83,8 @@ TEST(MoE, RoutesEachTokenToItsTopExpertsWeightedBySoftmax) {
 
 // The load-balancing loss is E / (k T^2) sum_e P_e n_e (P_e the summed softmax probabilities of
 // expert e, n_e the tokens routed to it) and the z-loss the mean squared logsumexp of the
-// logits, each recorded times its coefficient; with gradients only.
+// logits, each recorded times its coefficient, and their gradients reach the router; with
+// gradients only.
 TEST(MoE, AddsTheLoadBalancingAndZLosses) {
   const ModelConfig m = experts_config(Activation::swiglu);
   declare_moe_losses(m);
@@ -91,14 +92,18 @@ TEST(MoE, AddsTheLoadBalancingAndZLosses) {
   MoE moe = make_moe(m, auxiliary);
   const torch::Tensor x = torch::randn({3, 4, m.hidden_size}, torch::kDouble);
   auxiliary->begin_iteration(1.0);
-  moe(x).sum().backward();
-  const torch::Tensor logits = at::matmul(x.reshape({-1, m.hidden_size}), moe->router.detach().t());
+  (moe(x) * 0).sum().backward();  // the output's own gradient is zero: only the losses train
+  const torch::Tensor router = moe->router.detach().clone().requires_grad_();
+  const torch::Tensor logits = at::matmul(x.reshape({-1, m.hidden_size}), router.t());
   const torch::Tensor routed = at::bincount(std::get<1>(logits.topk(2)).reshape({-1}), {}, 4).to(torch::kDouble);
-  const double T = 12, balance = (logits.softmax(-1).sum(0) * routed).sum().item<double>() * 4 / (2 * T * T);
-  const double z = logits.logsumexp(-1).square().mean().item<double>();
-  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_load_balancing"), 0.5 * balance, 1e-12);
-  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_z"), 0.25 * z, 1e-12);
-  EXPECT_GT(moe->router.grad().abs().sum().item<double>(), 0);
+  const double T = 12;
+  const torch::Tensor balance = (logits.softmax(-1).sum(0) * routed).sum() * 4 / (2 * T * T);
+  const torch::Tensor z = logits.logsumexp(-1).square().mean();
+  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_load_balancing"), 0.5 * balance.item<double>(), 1e-12);
+  EXPECT_NEAR(declared_value(auxiliary->values(), "moe_z"), 0.25 * z.item<double>(), 1e-12);
+  (0.5 * balance + 0.25 * z).backward();
+  EXPECT_TRUE(torch::allclose(moe->router.grad(), router.grad(), 1e-12, 1e-12))
+      << moe->router.grad() << "\n" << router.grad();
   // Evaluation adds nothing.
   auxiliary->begin_iteration(1.0);
   torch::NoGradGuard no_grad;
@@ -116,6 +121,14 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
             std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.num_moe_experts=-1"}); }).find("model.num_moe_experts"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_layer_freq=0"}); }).find("model.moe_layer_freq"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.num_moe_experts=0"}); })
+                .find("model.moe_ffn_hidden_size is set but model.num_moe_experts is 0: there are no experts"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.block=my_block"}); })
+                .find("model.num_moe_experts: experts are the built-in block's MLPs, not model.block=my_block's"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"model.moe_ffn_hidden_size=97", "parallel.tensor=2"}), 2); })
                 .find("model.moe_ffn_hidden_size (effective) (97) must be divisible by parallel.tensor"),
             std::string::npos);
@@ -124,10 +137,10 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
             std::string::npos);
 }
 
-// moe-tiny (every other layer with experts here, both losses) trains as one process does with
-// tensor parallelism (with and without sequence parallelism), context and pipeline parallelism,
-// and ZeRO-3 over data parallelism, recomputation included (fp64: losses, auxiliary losses and
-// weights).
+// moe-tiny (2 layers, both with experts, both losses) trains as one process does with tensor
+// parallelism (with and without sequence parallelism), context parallelism (alone, and with
+// sequence parallelism, where the losses' sums cross both), pipeline parallelism and ZeRO-3
+// over data parallelism, recomputation included (fp64: losses, auxiliary losses and weights).
 TEST(MoE, TrainsTheSameAtEveryLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   LayoutCheck check;
@@ -135,12 +148,13 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
   check.launcher = kMpirun;
   check.arguments = {"--config",          kSource + "/configs/moe-tiny.yaml",
                      "data.type=synthetic", "precision=fp64",
-                     "model.num_layers=2",  "model.moe_layer_freq=2",
+                     "model.num_layers=2",
                      "train.iters=3",       "train.log_interval=1",
                      "train.eval_interval=0"};
   check.layouts = {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
                    {"parallel.tensor=2"},
                    {"parallel.context=2"},
+                   {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
                    {"parallel.pipeline=2", "recompute=full"},
                    {"parallel.data=2", "parallel.zero_stage=3"}};
   check.work_dir = (scratch_dir() / "moe").string();

@@ -48,8 +48,9 @@ void RunLog::start(const std::string& backend, const torch::Device& device, int6
                 ", ", layout_.micro_batches,
                 " micro-batch(es) of ", layout_.micro_batch, " per iteration, ", config_.precision,
                 " on ", device.str()));
-  log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads,
-                " heads, ffn ", m.ffn(), ", seq ", m.seq_length, ", vocab ", m.vocab_size, " padded to ",
+  const std::string ffn = m.moe_layers() < m.num_layers ? str(", ffn ", m.ffn()) : "";  // a dense layer's
+  log::info(str("model: ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_attention_heads, " heads",
+                ffn, ", seq ", m.seq_length, ", vocab ", m.vocab_size, " padded to ",
                 vocab_, " (multiple of ", m.make_vocab_size_divisible_by, " x TP ", layout_.tp_size,
                 "): ", si_units(double(parameters)), " parameters", moe_summary(m, vocab_)));
   log::info(str("FLOPs per iteration: ", si_units(flops_.model), " (model), ", si_units(flops_.six_pd),

@@ -1,7 +1,9 @@
 #include "core/plan/memory.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <vector>
 
 #include "core/error.h"
 #include "core/plan/flops.h"
@@ -45,19 +47,20 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
   const double kv = no_scores ? 4 * kept_groups / a : 4;
   const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
   const double split = 4 + kv + mlp, replicated = 10;
-  if (layout.sequence_parallel) return sbh * (replicated + split + attention_scores) / t;
-  return sbh * (replicated + split / t + attention_scores / t);
+  // A Mixture-of-Experts layer also keeps its k copies of each token sorted by expert and the
+  // experts' k outputs before their weighted sum (2k + 2k), for the whole sequence on every TP
+  // rank, and its router's fp32 input (4): averaged over the layers, as f is.
+  const double experts = double(model.moe_layers()) / double(model.num_layers) *
+                         (4 * double(model.moe_router_topk) + 4);
+  if (layout.sequence_parallel) return sbh * ((replicated + split + attention_scores) / t + experts);
+  return sbh * (replicated + split / t + attention_scores / t + experts);
 }
 
 double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
   const double h = double(model.hidden_size), V = double(vocab);
   double count = 0;
-  for (int64_t c = 0; c < layout.virtual_stages; ++c) {
-    const LayerRange layers = chunk_layers(model.num_layers, layout.pp_size * layout.virtual_stages,
-                                           c * layout.pp_size + stage, layout.embedding_and_loss_as_layers);
-    for (int64_t layer = layers.first; layer < layers.first + layers.count; ++layer)
-      count += double(gpt_layer_parameter_count(model, layer));
-  }
+  for (int64_t layer : stage_layer_indices(layout, model.num_layers, stage))
+    count += double(gpt_layer_parameter_count(model, layer));
   if (stage == 0) {
     const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
     count += V * h + (learned ? double(model.seq_length) * h : 0);
@@ -76,20 +79,22 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(zero.replicas);
   MemoryEstimate out;
 
-  // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole.
+  // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole: all
+  // but its two largest (a Mixture-of-Experts layer's outweighs a dense one's).
   const StateBytes bytes = state_bytes(precision, optimizer);
-  // The largest block (a Mixture-of-Experts layer's, when it has more than a dense one's).
-  const double block = double(std::max(gpt_layer_parameter_count(model, 0),
-                                       gpt_layer_parameter_count(model, std::min<int64_t>(1, model.num_layers - 1)))) /
-                       t;
   int64_t most_layers = 0;
   double most_gathered = 0;
   for (int64_t stage = 0; stage < layout.pp_size; ++stage) {
-    const int64_t layers = stage_layers(layout, model.num_layers, stage);
+    std::vector<double> blocks;
+    for (int64_t layer : stage_layer_indices(layout, model.num_layers, stage))
+      blocks.push_back(double(gpt_layer_parameter_count(model, layer)) / t);
+    std::sort(blocks.begin(), blocks.end(), std::greater<>());
     const double parameters = stage_parameters(model, vocab, layout, stage);
-    most_layers = std::max(most_layers, layers);
+    double not_gathered = 0;
+    for (size_t i = 2; i < blocks.size(); ++i) not_gathered += blocks[i];
+    most_layers = std::max(most_layers, int64_t(blocks.size()));
     out.parameters = std::max(out.parameters, parameters);
-    most_gathered = std::max(most_gathered, parameters - double(layers - std::min<int64_t>(2, layers)) * block);
+    most_gathered = std::max(most_gathered, parameters - not_gathered);
   }
 
   out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);

@@ -46,7 +46,8 @@ struct MemoryEstimate {
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
 // the grouped ones are kept (selective recompute, ring attention). A fused attention kernel
 // (`fused_attention`) keeps no scores either: no 5 a s / h term, K and V as repeated for the
-// query heads (4).
+// query heads (4). Mixture-of-Experts layers count f as their tokens' k experts' width and add
+// their routing copies (4k + 4, not split by TP), both averaged over the layers.
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);
 
 // Parameters on one TP rank of pipeline stage `stage`: its layers (core/layout.h's

@@ -32,12 +32,15 @@ struct StageWork {
 
 struct LayerShape {
   double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
+  // A Mixture-of-Experts layer: each token through `copies` (k) experts of width ffn (the
+  // experts' multiplies as one of k x tokens rows), its router's E scores; 1 and 0 otherwise.
+  double copies = 1, experts = 0;
   bool gated;  // SwiGLU: gate and up multiplies
   bool sequence_parallel;
   bool hidden_dropout, attention_dropout, rotary;
 };
 
-LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
+LayerShape layer_shape(const ModelConfig& m, const Layout& layout, int64_t layer) {
   LayerShape l;
   l.batch = double(layout.micro_batch);
   l.queries = double(m.seq_length / layout.cp_size);
@@ -45,7 +48,11 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
   l.tokens = l.batch * l.queries;
   l.hidden = double(m.hidden_size);
   l.qkv = double(m.qkv_rows());
-  l.ffn = mean_active_ffn(m);  // a Mixture-of-Experts layer multiplies its tokens' top-k experts
+  l.ffn = double(m.moe_layer(layer) ? m.moe_ffn() : m.ffn());
+  if (m.moe_layer(layer)) {
+    l.copies = double(m.moe_router_topk);
+    l.experts = double(m.num_moe_experts);
+  }
   l.gated = m.activation == Activation::swiglu;
   l.heads = double(m.num_attention_heads);
   l.head_dim = double(m.head_dim());
@@ -60,10 +67,11 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout) {
 // A layer's linear multiplies forward over its tokens on one TP rank: QKV (h x (a + 2g) d), the
 // attention projection, the MLP's up (and SwiGLU's gate) and down.
 std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
-  const double rows = l.tokens, h = l.hidden, f = l.ffn, t = l.t;
-  std::vector<GemmShape> out = {GemmShape{rows, l.qkv / t, h}, GemmShape{rows, h, h / t}, GemmShape{rows, f / t, h},
-                                GemmShape{rows, h, f / t}};
-  if (l.gated) out.push_back(GemmShape{rows, f / t, h});
+  const double rows = l.tokens, h = l.hidden, f = l.ffn, t = l.t, routed = rows * l.copies;
+  std::vector<GemmShape> out = {GemmShape{rows, l.qkv / t, h}, GemmShape{rows, h, h / t}, GemmShape{routed, f / t, h},
+                                GemmShape{routed, h, f / t}};
+  if (l.gated) out.push_back(GemmShape{routed, f / t, h});
+  if (l.experts > 0) out.push_back(GemmShape{rows, l.experts, h});  // the router
   return out;
 }
 
@@ -110,7 +118,7 @@ std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d,
 double elementwise_forward(const LayerShape& l, const DeviceProfile& d) {
   const double elements = l.tokens * l.hidden;
   const double replicated = (8 + 12 + (l.hidden_dropout ? 2 : 0)) * elements / (l.sequence_parallel ? l.t : 1);
-  const double activation = (l.gated ? 10 : 4) * l.ffn / l.hidden;
+  const double activation = (l.gated ? 10 : 4) * l.ffn * l.copies / l.hidden;
   const double rotary = l.rotary ? 4 * (l.heads * l.head_dim + (l.qkv - l.heads * l.head_dim) / 2) / l.hidden : 0;
   const double split = (16 + activation + rotary) * elements / l.t;
   return memory_seconds(replicated + split, d);
@@ -130,17 +138,19 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
                      Precision precision, const Software& software, int64_t stage) {
   const bool first = stage == 0, last = stage == layout.pp_size - 1;
   const DeviceProfile d = at_width(device, precision);
-  const LayerShape l = layer_shape(m, layout);
-
-  const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
-  const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
-  double backward = linear_backward(l, d) + attention_backward + 2 * elementwise_forward(l, d);
-  if (layout.recompute == Recompute::full) backward += forward;
-  if (layout.recompute == Recompute::selective) backward += attention_forward;
-
-  const double layers = double(stage_layers(layout, m.num_layers, stage));
-  StageWork work{layers * forward, layers * backward};
-  const double T = l.tokens, h = l.hidden, V = double(vocab) / l.t;
+  StageWork work{0, 0};
+  for (int64_t layer : stage_layer_indices(layout, m.num_layers, stage)) {
+    const LayerShape l = layer_shape(m, layout, layer);
+    const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
+    const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
+    double backward = linear_backward(l, d) + attention_backward + 2 * elementwise_forward(l, d);
+    if (layout.recompute == Recompute::full) backward += forward;
+    if (layout.recompute == Recompute::selective) backward += attention_forward;
+    work.forward += forward;
+    work.backward += backward;
+  }
+  const double T = double(layout.micro_batch * (m.seq_length / layout.cp_size)), h = double(m.hidden_size),
+               V = double(vocab) / double(layout.tp_size);
   if (last) {
     // The logits and softmax in fp32 (or fp64) whatever the model's width.
     const double logits_bytes = 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
@@ -184,21 +194,25 @@ double memory_seconds(double bytes, const DeviceProfile& d) { return bytes / (d.
 
 std::vector<std::string> efficiency_warnings(const Config& config, const Layout& layout, const DeviceProfile& d) {
   const ModelConfig& m = config.model;
-  const double t = double(layout.tp_size), h = double(m.hidden_size), f = mean_active_ffn(m);
+  const double t = double(layout.tp_size), h = double(m.hidden_size);
   const double rows = double(layout.micro_batch * (m.seq_length / layout.cp_size));
   const double vocab = double(m.padded_vocab(layout.tp_size)) / t;
+  const bool dense = m.moe_layers() < m.num_layers, experts = m.moe_layers() > 0;
   std::vector<std::string> out;
-  // The forward multiplies of a layer against the same FLOPs unquantized.
+  // The forward multiplies of the layers against the same FLOPs unquantized.
   double actual = 0, ideal = 0;
-  for (const auto& g : layer_multiplies(layer_shape(m, layout))) {
-    actual += 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
-    ideal += 2 * g.m * g.n * g.k;
-  }
+  for (int64_t layer = 0; layer < m.num_layers; ++layer)
+    for (const auto& g : layer_multiplies(layer_shape(m, layout, layer))) {
+      actual += 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
+      ideal += 2 * g.m * g.n * g.k;
+    }
   const double lost = 1 - ideal / actual;
   if (lost > 0.05)
     out.push_back(str("a layer's multiplies lose ", int(100 * lost + 0.5), "% of their time to tile and wave quantization on ",
                       d.name, " (", d.tile_m, " x ", d.tile_n, " tiles, ", d.sms, " SMs): rows ", rows,
-                      " (micro-batch x sequence), hidden ", h / t, " and FFN ", f / t, " per TP rank"));
+                      " (micro-batch x sequence), hidden ", h / t,
+                      dense ? str(" and FFN ", double(m.ffn()) / t) : std::string(),
+                      experts ? str(" and experts' FFN ", double(m.moe_ffn()) / t) : std::string(), " per TP rank"));
   auto aligned = [&](const char* what, double value) {
     const double a = double(d.alignment);
     if (std::fmod(value, a) != 0)
@@ -207,7 +221,8 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
                         int(100 * (1 - value / (std::ceil(value / a) * a)) + 0.5), "% slower or fall back to slower kernels"));
   };
   aligned("hidden size per TP rank", h / t);
-  aligned("FFN size per TP rank", f / t);
+  if (dense) aligned("FFN size per TP rank", double(m.ffn()) / t);
+  if (experts) aligned("experts' FFN size per TP rank", double(m.moe_ffn()) / t);
   aligned("head size", double(m.head_dim()));
   aligned("vocabulary per TP rank", vocab);
   aligned("micro-batch x sequence per CP rank", rows);
@@ -258,10 +273,13 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // reduce-scatters it cuts into pieces), a layer's collectives hide behind its multiplies but
   // for one piece in t each.
   const bool tp_overlapped = software.overlap_tensor_comm && sp;
-  const LayerShape shape = layer_shape(m, layout);
   const DeviceProfile at_precision = at_width(d, config.precision);
-  const double multiplies = linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) +
-                            linear_backward(shape, at_precision);
+  double multiplies = 0;  // a layer's, the layers' mean
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+    const LayerShape shape = layer_shape(m, layout, layer);
+    multiplies += linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) + linear_backward(shape, at_precision);
+  }
+  multiplies /= double(m.num_layers);
   const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 
   // Context parallelism's two levels (Layout::context_grid): Ulysses within groups of u ranks,

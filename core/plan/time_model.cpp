@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -40,7 +41,8 @@ struct LayerShape {
   bool hidden_dropout, attention_dropout, rotary;
 };
 
-LayerShape layer_shape(const ModelConfig& m, const Layout& layout, int64_t layer) {
+// A dense layer's shape, or with `experts` a Mixture-of-Experts layer's.
+LayerShape layer_shape(const ModelConfig& m, const Layout& layout, bool experts) {
   LayerShape l;
   l.batch = double(layout.micro_batch);
   l.queries = double(m.seq_length / layout.cp_size);
@@ -48,8 +50,8 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, int64_t layer
   l.tokens = l.batch * l.queries;
   l.hidden = double(m.hidden_size);
   l.qkv = double(m.qkv_rows());
-  l.ffn = double(m.moe_layer(layer) ? m.moe_ffn() : m.ffn());
-  if (m.moe_layer(layer)) {
+  l.ffn = double(experts ? m.moe_ffn() : m.ffn());
+  if (experts) {
     l.copies = double(m.moe_router_topk);
     l.experts = double(m.num_moe_experts);
   }
@@ -62,6 +64,16 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, int64_t layer
   l.attention_dropout = m.attention_dropout > 0;
   l.rotary = m.position_embedding_type == PositionEmbeddingType::rope;
   return l;
+}
+
+// The kinds of layer `count` layers hold, `with_experts` of them Mixture-of-Experts layers:
+// each shape once, with how many layers it stands for (the estimates price each kind once).
+std::vector<std::pair<LayerShape, double>> layer_kinds(const ModelConfig& m, const Layout& layout, int64_t count,
+                                                       int64_t with_experts) {
+  std::vector<std::pair<LayerShape, double>> kinds;
+  if (count > with_experts) kinds.emplace_back(layer_shape(m, layout, false), double(count - with_experts));
+  if (with_experts > 0) kinds.emplace_back(layer_shape(m, layout, true), double(with_experts));
+  return kinds;
 }
 
 // A layer's linear multiplies forward over its tokens on one TP rank: QKV (h x (a + 2g) d), the
@@ -138,16 +150,17 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
                      Precision precision, const Software& software, int64_t stage) {
   const bool first = stage == 0, last = stage == layout.pp_size - 1;
   const DeviceProfile d = at_width(device, precision);
+  const std::vector<int64_t> layers = stage_layer_indices(layout, m.num_layers, stage);
+  const int64_t with_experts = std::count_if(layers.begin(), layers.end(), [&](int64_t i) { return m.moe_layer(i); });
   StageWork work{0, 0};
-  for (int64_t layer : stage_layer_indices(layout, m.num_layers, stage)) {
-    const LayerShape l = layer_shape(m, layout, layer);
+  for (const auto& [l, count] : layer_kinds(m, layout, int64_t(layers.size()), with_experts)) {
     const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
     const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
     double backward = linear_backward(l, d) + attention_backward + 2 * elementwise_forward(l, d);
     if (layout.recompute == Recompute::full) backward += forward;
     if (layout.recompute == Recompute::selective) backward += attention_forward;
-    work.forward += forward;
-    work.backward += backward;
+    work.forward += count * forward;
+    work.backward += count * backward;
   }
   const double T = double(layout.micro_batch * (m.seq_length / layout.cp_size)), h = double(m.hidden_size),
                V = double(vocab) / double(layout.tp_size);
@@ -201,10 +214,10 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
   std::vector<std::string> out;
   // The forward multiplies of the layers against the same FLOPs unquantized.
   double actual = 0, ideal = 0;
-  for (int64_t layer = 0; layer < m.num_layers; ++layer)
-    for (const auto& g : layer_multiplies(layer_shape(m, layout, layer))) {
-      actual += 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
-      ideal += 2 * g.m * g.n * g.k;
+  for (const auto& [shape, count] : layer_kinds(m, layout, m.num_layers, m.moe_layers()))
+    for (const auto& g : layer_multiplies(shape)) {
+      actual += count * 2 * g.m * g.n * g.k / quantization_efficiency(g, d);
+      ideal += count * 2 * g.m * g.n * g.k;
     }
   const double lost = 1 - ideal / actual;
   if (lost > 0.05)
@@ -275,10 +288,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const bool tp_overlapped = software.overlap_tensor_comm && sp;
   const DeviceProfile at_precision = at_width(d, config.precision);
   double multiplies = 0;  // a layer's, the layers' mean
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
-    const LayerShape shape = layer_shape(m, layout, layer);
-    multiplies += linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) + linear_backward(shape, at_precision);
-  }
+  for (const auto& [shape, count] : layer_kinds(m, layout, m.num_layers, m.moe_layers()))
+    multiplies += count * (linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) +
+                           linear_backward(shape, at_precision));
   multiplies /= double(m.num_layers);
   const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
 

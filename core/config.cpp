@@ -442,10 +442,10 @@ void check_experts(const ModelConfig& m) {
   if (m.num_moe_experts == 0) {
     const ModelConfig dense;
     for (const auto& [key, set] : {std::pair{"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
-                                   std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != 0},
+                                   std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != dense.moe_ffn_hidden_size},
                                    std::pair{"model.moe_layer_freq", m.moe_layer_freq != dense.moe_layer_freq},
-                                   std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != 0},
-                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != 0}})
+                                   std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
+                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff}})
       if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }

@@ -130,10 +130,7 @@ MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) : fused_ke
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  const bool fused = fused::applies(x, fused_kernels_);
-  if (gate) return down(fused ? fused::swiglu(gate(x), up(x)) : at::silu(gate(x)) * up(x));
-  const auto h = up(x);  // GPT-2's tanh approximation of GELU, as Megatron uses
-  return down(fused ? fused::gelu(h) : at::gelu(h, "tanh"));
+  return down(mlp_activation(gate ? gate(x) : torch::Tensor(), up(x), fused_kernels_));
 }
 
 BlockImpl::BlockImpl(const BlockContext& context)

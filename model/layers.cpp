@@ -61,6 +61,12 @@ PositionEmbeddingImpl::PositionEmbeddingImpl(int64_t positions, int64_t hidden) 
   weight = register_parameter("weight", torch::empty({positions, hidden}), ParameterRole::whole());
 }
 
+torch::Tensor mlp_activation(const torch::Tensor& gate, const torch::Tensor& up, bool fused_kernels) {
+  const bool fused = fused::applies(up, fused_kernels);
+  if (gate.defined()) return fused ? fused::swiglu(gate, up) : at::silu(gate) * up;
+  return fused ? fused::gelu(up) : at::gelu(up, "tanh");
+}
+
 torch::Tensor PositionEmbeddingImpl::forward(const torch::Tensor& positions) {
   return torch::embedding(weight, positions);
 }

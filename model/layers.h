@@ -1,5 +1,6 @@
 // The model's layers that tensor parallelism does not split, with their roles: every TP rank
-// holds them whole (parallel/parameter_role.h).
+// holds them whole (parallel/parameter_role.h); and the MLP's activation, which the dense MLP
+// and the experts share.
 #pragma once
 
 #include "core/config.h"
@@ -37,5 +38,10 @@ class PositionEmbeddingImpl : public ParallelModule {
   torch::Tensor weight;  // [positions, hidden]
 };
 TORCH_MODULE(PositionEmbedding);
+
+// The MLP's activation of its up projection `up`: GELU's tanh approximation (as Megatron uses),
+// or with a `gate` projection (SwiGLU) silu(gate) * up. On CUDA with `fused_kernels`
+// (model.fused_kernels), model/fused_kernels.h's kernels.
+torch::Tensor mlp_activation(const torch::Tensor& gate, const torch::Tensor& up, bool fused_kernels);
 
 }  // namespace trident

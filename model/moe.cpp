@@ -32,6 +32,7 @@ MoEImpl::MoEImpl(const BlockContext& context)
       topk_(context.config.moe_router_topk),
       aux_loss_coeff_(context.config.moe_aux_loss_coeff),
       z_loss_coeff_(context.config.moe_z_loss_coeff),
+      fused_kernels_(context.config.fused_kernels),
       tp_(context.tp),
       cp_(context.cp),
       auxiliary_(context.auxiliary) {
@@ -69,9 +70,8 @@ MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tenso
     const int64_t n = host_counts[e].item<int64_t>();
     const torch::Tensor x = runs.narrow(0, start, n);
     start += n;
-    const torch::Tensor hidden = gate.defined() ? at::silu(at::matmul(x, gate[e].t())) * at::matmul(x, up[e].t())
-                                                : at::gelu(at::matmul(x, up[e].t()), "tanh");
-    outputs.push_back(at::matmul(hidden, down[e].t()));
+    const torch::Tensor gated = gate.defined() ? at::matmul(x, gate[e].t()) : torch::Tensor();
+    outputs.push_back(at::matmul(mlp_activation(gated, at::matmul(x, up[e].t()), fused_kernels_), down[e].t()));
   }
   const torch::Tensor by_assignment = torch::cat(outputs).index_select(0, at::argsort(order)).view({T, topk_, h});
   return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts};

@@ -28,6 +28,7 @@
 
 #include "model/auxiliary_loss.h"
 #include "model/block.h"
+#include "model/layers.h"
 #include "parallel/context_parallel.h"
 #include "parallel/parameter_role.h"
 #include "parallel/tensor_parallel.h"
@@ -59,6 +60,7 @@ class MoEImpl : public ParallelModule {
 
   int64_t num_experts_, topk_;
   double aux_loss_coeff_, z_loss_coeff_;
+  bool fused_kernels_;
   TensorParallel tp_;
   ContextParallel cp_;
   std::shared_ptr<AuxiliaryLosses> auxiliary_;

@@ -221,6 +221,7 @@ const std::vector<Field>& schema() {
       field("parallel.data", TRIDENT_MEMBER(parallel.data),
             Rule<int64_t>{"a positive integer or 0 (auto)",
                           [](const int64_t& v) { return v >= 0; }}),
+      field("parallel.expert", TRIDENT_MEMBER(parallel.expert), between(1, kMaxWidth)),
       field("parallel.virtual_stages", TRIDENT_MEMBER(parallel.virtual_stages), at_least(1)),
       field("parallel.embedding_and_loss_as_layers", TRIDENT_MEMBER(parallel.embedding_and_loss_as_layers),
             any<bool>("true or false")),

@@ -138,6 +138,10 @@ struct ParallelConfig {
   // them. A divisor of `context`; the groups then meet in a ring (parallel/context_attention.h).
   int64_t ulysses_size = 0;
   int64_t data = 0;     // 0 means "auto": world_size / (tensor * context * pipeline)
+  // Ranks that split the experts of a Mixture-of-Experts layer (expert parallelism), carved from
+  // the data- and context-parallel ranks as Megatron does: a divisor of data x context and of
+  // model.num_moe_experts (core/layout.h's expert_grid).
+  int64_t expert = 1;
   int64_t virtual_stages = 1;
   // The embedding and the loss take one layer's place each when the layers are dealt to the
   // pipeline's chunks (core/layout.h's chunk_layers).

@@ -76,6 +76,16 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
     return str("parallel.data=", p.data, " but world size ", world_size, " / (parallel.tensor * ",
                "parallel.context * parallel.pipeline) gives ", dp_size, "; set parallel.data=0 (auto) or launch ",
                p.data * model_parallel, " processes");
+  // Expert parallelism carves its groups from the data- and context-parallel ranks of a stage.
+  if (p.expert > 1 && m.num_moe_experts == 0)
+    return str("parallel.expert=", p.expert, " splits the experts of a Mixture-of-Experts model, but ",
+               "model.num_moe_experts is 0; leave it 1");
+  if (m.num_moe_experts % p.expert != 0)
+    return str("model.num_moe_experts (", m.num_moe_experts, ") must be divisible by parallel.expert (", p.expert,
+               "): each expert-parallel rank holds as many experts");
+  if ((dp_size * p.context) % p.expert != 0)
+    return str("parallel.expert (", p.expert, ") must divide the data- and context-parallel ranks (", dp_size,
+               " x ", p.context, " = ", dp_size * p.context, "), from which its groups are carved");
   const int64_t per_step = b.micro_batch_size * dp_size;
   if (b.global_batch_size % per_step != 0)
     return str("batch.global_batch_size (", b.global_batch_size, ") must be a multiple of ",
@@ -91,6 +101,7 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   out.ulysses_size = ulysses_size;
   out.pp_size = p.pipeline;
   out.dp_size = dp_size;
+  out.ep_size = p.expert;
   out.virtual_stages = p.virtual_stages;
   out.embedding_and_loss_as_layers = p.embedding_and_loss_as_layers;
   out.sequence_parallel = p.sequence_parallel && p.tensor > 1;
@@ -141,7 +152,8 @@ std::string describe_axes(const Layout& l) {
                          : l.ring_size() == 1  ? str(" x CP ", l.cp_size, " (ulysses)")
                                                : str(" x CP ", l.cp_size, " (ulysses ", l.ulysses_size, " x ring ",
                                                      l.ring_size(), ")");
-  return str("TP ", l.tp_size, cp, " x PP ", l.pp_size, " x DP ", l.dp_size);
+  return str("TP ", l.tp_size, cp, " x PP ", l.pp_size, " x DP ", l.dp_size,
+             l.ep_size > 1 ? str(" (experts: EP ", l.ep_size, " x EDP ", l.expert_replicas(), ")") : "");
 }
 
 Layout resolve_layout(const Config& config, int64_t world_size) {

@@ -2,9 +2,10 @@
 // one description the trainer, the memory and time estimates and the planner share, and
 // resolve_layout is the one function that builds it from a config.
 //
-// Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size; the grid's
-// axes "tp", "cp", "dp", "pp" (grid()); a rank's coordinates tp, cp, dp, pp; its groups
-// tp_group(), dp_group(), pp_group() and the context-parallel layers' shared_cp_group()
+// Vocabulary, one spelling per axis: sizes are tp_size, cp_size, dp_size, pp_size (and ep_size
+// for the experts); the grid's axes "tp", "cp", "dp", "pp" (grid(); "ep", "edp" in
+// expert_grid()); a rank's coordinates tp, cp, dp, pp; its groups tp_group(), dp_group(),
+// pp_group(), ep_group() and the context-parallel layers' shared_cp_group()
 // (parallel/comm/process_groups.h).
 #pragma once
 
@@ -42,12 +43,19 @@ struct TensorParallelPlace {
   int64_t rank = 0, size = 1;
 };
 
+// A rank's place along expert parallelism: it holds experts [rank, rank + 1) x E / size.
+struct ExpertParallelPlace {
+  int64_t rank = 0, size = 1;
+};
+
 struct Layout {
   int64_t tp_size = 1, cp_size = 1, dp_size = 1, pp_size = 1;
   // How attention crosses the cp_size ranks: Ulysses' all-to-alls within groups of ulysses_size
   // consecutive ones (1: none, ring attention alone), ring attention across the groups (none when
   // ulysses_size is cp_size).
   int64_t ulysses_size = 1;
+  // Ranks that split the experts, carved from the cp_size x dp_size ranks (expert_grid()).
+  int64_t ep_size = 1;
   int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B)
   bool embedding_and_loss_as_layers = false;  // in the layers' split (chunk_layers)
   bool sequence_parallel = false;  // asked for and tp_size > 1
@@ -73,7 +81,17 @@ struct Layout {
     return grid().view({"cp"}, {{"ulysses", ulysses_size}, {"ring", ring_size()}});
   }
   int64_t ring_size() const { return cp_size / ulysses_size; }
+  // The same ranks as experts see them (Megatron's expert layout, with expert TP = TP): the
+  // context- and data-parallel ranks of a stage factored as expert-parallel ranks ("ep", fastest)
+  // times the expert-data-parallel ranks that hold copies of the same experts ("edp"):
+  //   tp 1, cp 1, dp 4, ep 2:   dp ranks [0 1 2 3]   ep groups {0,1} {2,3}, edp groups {0,2} {1,3}
+  ProcessGrid expert_grid() const {
+    return grid().view({"cp", "dp"}, {{"ep", ep_size}, {"edp", expert_replicas()}});
+  }
+  int64_t expert_replicas() const { return cp_size * dp_size / ep_size; }
   ZeroSharding zero() const { return {zero_stage, dp_size * cp_size}; }
+  // What the ZeRO stage shards of the experts: over their copies, the expert-data-parallel ranks.
+  ZeroSharding expert_zero() const { return {zero_stage, expert_replicas()}; }
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).
   int64_t local_sequence(int64_t seq_length) const {
@@ -100,7 +118,8 @@ LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool 
 std::vector<int64_t> stage_layer_indices(const Layout& layout, int64_t num_layers, int64_t pp_rank);
 int64_t stage_layers(const Layout& layout, int64_t num_layers, int64_t pp_rank);
 
-// "TP 2 x CP 2 x PP 2 x DP 1" (CP only when there is context parallelism).
+// "TP 2 x CP 2 x PP 2 x DP 1" (CP only when there is context parallelism; the experts' EP and
+// EDP when there is expert parallelism).
 std::string describe_axes(const Layout& layout);
 
 // The layout `config` asks for on `world_size` ranks. Throws Error naming the keys at fault when

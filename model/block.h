@@ -18,6 +18,7 @@
 #include "model/auxiliary_loss.h"
 #include "model/dropout.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/parameter_role.h"
 #include "parallel/tensor_parallel.h"
 
@@ -44,6 +45,7 @@ struct BlockContext {
   std::shared_ptr<DropoutStreams> streams;
   int64_t layer;
   std::shared_ptr<AuxiliaryLosses> auxiliary;
+  ExpertParallel ep = {};  // the Mixture-of-Experts MLP's group (model/moe.h)
 };
 
 // The base of every block: [b, s/c(/t with SP), h] -> the same shape. With recompute=full the

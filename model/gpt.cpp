@@ -162,8 +162,8 @@ torch::Tensor BlockImpl::compute(const torch::Tensor& input, const Documents& do
 }
 
 GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, Stage stage,
-                 Recompute recompute, ContextParallel cp)
-    : config_(config), tp_(std::move(tp)), stage_(stage), cp_(std::move(cp)) {
+                 Recompute recompute, ContextParallel cp, ExpertParallel ep)
+    : config_(config), tp_(std::move(tp)), stage_(stage), cp_(std::move(cp)), ep_(std::move(ep)) {
   TRIDENT_CHECK(config.query_groups() % tp_.group->size() == 0, "model.num_query_groups (", config.query_groups(),
                 ") must be divisible by the tensor-parallel size ", tp_.group->size());
   if (stage_.num_layers < 0) stage_.num_layers = config.num_layers - stage_.first_layer;
@@ -175,7 +175,7 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
     wpe = register_module("wpe", PositionEmbedding(config.seq_length, h));
   declare_moe_losses(config_);  // on every stage, whichever layers it holds: the log's values agree
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_})));
+    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_, ep_})));
   if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));
   if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }
@@ -259,7 +259,7 @@ std::vector<int64_t> GPTImpl::parameter_units() const {
 void GPTImpl::initialize(uint64_t seed) {
   const double std = config_.init_method_std;
   initialize_parameters(*this, seed, std, std / std::sqrt(2.0 * double(config_.num_layers)),
-                        tp_.group->rank(), tp_.group->size());
+                        {tp_.group->rank(), tp_.group->size()}, {ep_.group->rank(), ep_.group->size()});
   seed_ = seed;
   begin_iteration(0);
 }

@@ -147,7 +147,7 @@ class GPTImpl : public torch::nn::Module {
   // With context parallelism every sequence arrives as this rank's chunks of it
   // (parallel/context_parallel.h), the positions are theirs.
   GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp = {}, Stage stage = {},
-          Recompute recompute = Recompute::none, ContextParallel cp = {});
+          Recompute recompute = Recompute::none, ContextParallel cp = {}, ExpertParallel ep = {});
 
   // Tokens [b, s/c] int64 on the first stage, else the previous stage's activations
   // [b, s/c(/t with SP), h] -> logits [b, s/c, vocab / t] on the last stage (this rank's
@@ -179,7 +179,7 @@ class GPTImpl : public torch::nn::Module {
   std::vector<int64_t> parameter_units() const;
   int64_t rest_unit() const { return -1 - stage_.first_layer; }
   // From now on forward gathers the weights through `weights` unit by unit (ZeRO-3).
-  void gather_weights_through(std::shared_ptr<ShardedParameters> weights) { gathered_ = std::move(weights); }
+  void gather_weights_through(std::shared_ptr<UnitWeights> weights) { gathered_ = std::move(weights); }
 
   const TensorParallel& tensor_parallel() const { return tp_; }
   const Stage& stage() const { return stage_; }
@@ -203,10 +203,11 @@ class GPTImpl : public torch::nn::Module {
   TensorParallel tp_;
   Stage stage_;
   ContextParallel cp_;
+  ExpertParallel ep_;
   uint64_t seed_ = 0;
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
   std::shared_ptr<AuxiliaryLosses> auxiliary_ = std::make_shared<AuxiliaryLosses>();
-  std::shared_ptr<ShardedParameters> gathered_;  // ZeRO-3
+  std::shared_ptr<UnitWeights> gathered_;  // ZeRO-3
 };
 TORCH_MODULE(GPT);
 

@@ -22,7 +22,7 @@ torch::Tensor init_normal(const std::string& name, torch::IntArrayRef full_shape
 }
 
 void initialize_parameters(torch::nn::Module& module, uint64_t seed, double std, double residual_std,
-                           int64_t tp_rank, int64_t tp_size) {
+                           TensorParallelPlace tp, ExpertParallelPlace ep) {
   torch::NoGradGuard no_grad;
   for (auto& p : parameters_with_roles(module)) {
     const ParameterRole& role = p.role;
@@ -32,10 +32,13 @@ void initialize_parameters(torch::nn::Module& module, uint64_t seed, double std,
       p.tensor.fill_(1.0);
     } else {
       std::vector<int64_t> full(p.tensor.sizes().begin(), p.tensor.sizes().end());
-      if (!role.replicated()) full[size_t(role.partition_dim)] *= tp_size;
-      auto whole = init_normal(p.name, full, role.init == Init::residual ? residual_std : std, seed);
-      const int64_t dim = role.partition_dim, part = role.replicated() ? 0 : p.tensor.size(dim);
-      p.tensor.copy_(role.replicated() ? whole : whole.narrow(dim, tp_rank * part, part));
+      if (!role.replicated()) full[size_t(role.partition_dim)] *= tp.size;
+      if (role.expert) full[0] *= ep.size;
+      torch::Tensor part = init_normal(p.name, full, role.init == Init::residual ? residual_std : std, seed);
+      if (role.expert) part = part.narrow(0, ep.rank * p.tensor.size(0), p.tensor.size(0));
+      const int64_t dim = role.partition_dim;
+      if (!role.replicated()) part = part.narrow(dim, tp.rank * p.tensor.size(dim), p.tensor.size(dim));
+      p.tensor.copy_(part);
     }
   }
 }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/layout.h"
+
 namespace trident {
 
 // N(0, std) of shape `full_shape` in float64, from a generator keyed by (seed, name).
@@ -16,8 +18,9 @@ torch::Tensor init_normal(const std::string& name, torch::IntArrayRef full_shape
 
 // Sets every parameter of `module` as its role says (parallel/parameter_role.h): zeros, ones,
 // or N(0, std) (N(0, residual_std) for Init::residual) drawn whole and sliced to this rank's
-// part along the role's partition dimension, for rank `tp_rank` of `tp_size`.
+// part along the role's partition dimension, for tensor-parallel place `tp`, and its experts'
+// along dimension 0 for expert-parallel place `ep`: every layout starts from the same weights.
 void initialize_parameters(torch::nn::Module& module, uint64_t seed, double std, double residual_std,
-                           int64_t tp_rank, int64_t tp_size);
+                           TensorParallelPlace tp, ExpertParallelPlace ep);
 
 }  // namespace trident

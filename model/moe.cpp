@@ -35,45 +35,53 @@ MoEImpl::MoEImpl(const BlockContext& context)
       fused_kernels_(context.config.fused_kernels),
       tp_(context.tp),
       cp_(context.cp),
+      ep_(context.ep),
       auxiliary_(context.auxiliary) {
-  const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size();
-  TRIDENT_CHECK(context.config.moe_ffn() % t == 0, "experts of ffn ", context.config.moe_ffn(), " over ", t,
-                " tensor-parallel ranks");
-  const int64_t f = context.config.moe_ffn() / t;
+  const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size(), ep = ep_.group->size();
+  TRIDENT_CHECK(context.config.moe_ffn() % t == 0 && E % ep == 0, E, " experts of ffn ", context.config.moe_ffn(),
+                " over ", t, " tensor-parallel and ", ep, " expert-parallel ranks");
+  const int64_t f = context.config.moe_ffn() / t, local = E / ep;
   // The router scores this rank's tokens: with sequence parallelism a part of the sequence.
   router = register_parameter("router", torch::empty({E, h}),
                               ParameterRole::whole().sequence_parallel_when(tp_.sequence_parallel));
   if (context.config.activation == Activation::swiglu)
-    gate = register_parameter("gate", torch::empty({E, f, h}), ParameterRole::split(1));
-  up = register_parameter("up", torch::empty({E, f, h}), ParameterRole::split(1));
-  down = register_parameter("down", torch::empty({E, h, f}), ParameterRole::split(2).with_init(Init::residual));
+    gate = register_parameter("gate", torch::empty({local, f, h}), ParameterRole::split(1).of_experts());
+  up = register_parameter("up", torch::empty({local, f, h}), ParameterRole::split(1).of_experts());
+  down = register_parameter("down", torch::empty({local, h, f}),
+                            ParameterRole::split(2).of_experts().with_init(Init::residual));
 }
 
 MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tensor& chosen,
                                  const torch::Tensor& weights) {
   // Each (token, slot) assignment sorted by expert (stably: tokens in order within an expert),
-  // so that an expert's tokens are one run. Rows move by permutations only (their gradients
-  // too): no index_add, whose atomic adds on a GPU would sum a token's rows in any order.
+  // so that an expert's tokens are one run, and the runs of each expert-parallel rank's experts
+  // are contiguous. Rows move by permutations only (their gradients too): no index_add, whose
+  // atomic adds on a GPU would sum a token's rows in any order.
   //
-  //   assignments (token, slot) -> order -> runs [expert 0's | expert 1's | ...] -> multiplies
-  //   -> back through the inverse permutation -> [T, k, h] weighted, summed over k
+  //   assignments (token, slot) -> order -> runs [expert 0's | expert 1's | ...] -> dispatched to
+  //   the ranks holding the experts -> multiplies -> combined back -> through the inverse
+  //   permutation -> [T, k, h] weighted, summed over k
   const int64_t T = tokens.size(0), h = tokens.size(1);
   const torch::Tensor assigned = chosen.reshape({-1});
   const torch::Tensor order = std::get<1>(at::sort(assigned, /*stable=*/true, 0, false));
-  // The run lengths on the host (one synchronisation per layer), to cut the runs.
   const torch::Tensor counts = at::bincount(assigned, {}, num_experts_);
-  const torch::Tensor host_counts = counts.cpu();
-  const torch::Tensor runs = tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order);
+  // The run lengths on the host (one synchronisation per layer), to cut the runs.
+  const ExpertDispatch dispatch(counts, *ep_.group);
+  const torch::Tensor runs = dispatch.dispatch(
+      tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order));
   std::vector<torch::Tensor> outputs;
   int64_t start = 0;
-  for (int64_t e = 0; e < num_experts_; ++e) {
-    const int64_t n = host_counts[e].item<int64_t>();
+  for (size_t e = 0; e < dispatch.local_counts().size(); ++e) {
+    const int64_t n = dispatch.local_counts()[e];
     const torch::Tensor x = runs.narrow(0, start, n);
     start += n;
-    const torch::Tensor gated = gate.defined() ? at::matmul(x, gate[e].t()) : torch::Tensor();
-    outputs.push_back(at::matmul(mlp_activation(gated, at::matmul(x, up[e].t()), fused_kernels_), down[e].t()));
+    const int64_t expert = int64_t(e);
+    const torch::Tensor gated = gate.defined() ? at::matmul(x, gate[expert].t()) : torch::Tensor();
+    outputs.push_back(
+        at::matmul(mlp_activation(gated, at::matmul(x, up[expert].t()), fused_kernels_), down[expert].t()));
   }
-  const torch::Tensor by_assignment = torch::cat(outputs).index_select(0, at::argsort(order)).view({T, topk_, h});
+  const torch::Tensor by_assignment =
+      dispatch.combine(torch::cat(outputs)).index_select(0, at::argsort(order)).view({T, topk_, h});
   return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts};
 }
 

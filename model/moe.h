@@ -5,14 +5,18 @@
 // model.activation and width
 // moe_ffn, without biases; the token's output is the weighted sum.
 //
-// Every rank holds every expert (expert parallelism is not built yet); tensor parallelism splits
-// each expert's width as it splits the dense MLP's: its gate and up rows, its down columns
+// Expert parallelism deals the experts out to the ep ranks of the expert-parallel group, E / ep
+// consecutive ones each (parallel/expert_parallel.h moves the tokens to them and back), and
+// tensor parallelism splits each expert's width as it splits the dense MLP's: its gate and up
+// rows, its down columns
 //
-//   gate, up [E, f/t, h]    down [E, h, f/t]    router [E, h], whole on every rank
+//   gate, up [E/ep, f/t, h]    down [E/ep, h, f/t]    router [E, h], whole on every rank
 //
 // so the partial outputs of all experts meet in one all-reduce (or, with sequence parallelism,
-// one reduce-scatter after one all-gather of the tokens and their routing). Dropless: every
-// expert takes all its tokens, one multiply per expert (a loop over experts).
+// one reduce-scatter after one all-gather of the tokens and their routing). Each
+// tensor-parallel rank exchanges the same tokens with its expert-parallel peers of the same
+// tensor-parallel rank (Megatron's expert TP = TP). Dropless: every expert takes all its tokens,
+// one multiply per expert (a loop over experts).
 //
 // Two losses join the objective through the block's auxiliary losses (model/auxiliary_loss.h),
 // each when its coefficient is above zero, over the same tokens as one process would use (the
@@ -30,6 +34,7 @@
 #include "model/block.h"
 #include "model/layers.h"
 #include "parallel/context_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/parameter_role.h"
 #include "parallel/tensor_parallel.h"
 
@@ -51,8 +56,8 @@ class MoEImpl : public ParallelModule {
     torch::Tensor counts;  // [E] tokens routed to each expert
   };
   // The experts' partial outputs for tokens [T, h] routed to the experts `chosen` [T, k] with
-  // `weights` [T, k], and how many went to each. Moves the counts to the host: one
-  // synchronisation per layer on a GPU.
+  // `weights` [T, k], and how many went to each (of this rank's tokens). Moves the counts to the
+  // host: one synchronisation per layer on a GPU. Collective over the expert-parallel group.
   Routed experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights);
   // Both losses for this rank's router logits [T, E] and `routed`, the experts' token counts
   // over the sequence-parallel ranks' tokens (the experts see them all).
@@ -63,6 +68,7 @@ class MoEImpl : public ParallelModule {
   bool fused_kernels_;
   TensorParallel tp_;
   ContextParallel cp_;
+  ExpertParallel ep_;
   std::shared_ptr<AuxiliaryLosses> auxiliary_;
 };
 TORCH_MODULE(MoE);

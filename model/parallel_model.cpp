@@ -4,12 +4,6 @@
 
 namespace trident {
 
-std::vector<ParameterRole> ParallelModel::roles() const {
-  std::vector<ParameterRole> out;
-  for (const auto& param : params) out.push_back(param.role);
-  return out;
-}
-
 ParallelModel build_parallel_model(const Config& config, const Layout& layout, const ProcessGroups& groups,
                                    int64_t vocab, torch::Dtype dtype, const torch::Device& device) {
   const int64_t p = layout.pp_size, v = layout.virtual_stages;
@@ -20,7 +14,8 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
                         chunk_layers(config.model.num_layers, p * v, c * p + groups.coordinates().pp,
                                      layout.embedding_and_loss_as_layers)),
               layout.recompute,
-              ContextParallel{groups.shared_cp_group(), groups.shared_ulysses_group(), groups.shared_ring_group()});
+              ContextParallel{groups.shared_cp_group(), groups.shared_ulysses_group(), groups.shared_ring_group()},
+              ExpertParallel{groups.shared_ep_group()});
     chunk->to(dtype);
     chunk->initialize(config.train.seed);
     chunk->to(device);

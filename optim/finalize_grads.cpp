@@ -1,6 +1,6 @@
 #include "optim/finalize_grads.h"
 
-#include "optim/zero.h"
+#include "optim/parameter_groups.h"
 #include "parallel/comm/process_groups.h"
 
 namespace trident {
@@ -10,12 +10,14 @@ namespace {
 // in one all-reduce. Every member holds the same pieces (same roles at the same places), so all
 // skip or all take part.
 template <typename Which>
-void all_reduce_grads(ZeroOptimizer& optimizer, const std::vector<ParameterRole>& roles, Which which,
-                      Communicator& group) {
+void all_reduce_grads(ParameterGroups& optimizer, Which which, Communicator& group) {
   if (group.size() == 1) return;
-  std::vector<bool> picked;
-  for (const auto& role : roles) picked.push_back(which(role));
-  std::vector<torch::Tensor> pieces = optimizer.grad_pieces(picked);
+  std::vector<torch::Tensor> pieces;
+  for (auto& g : optimizer.groups()) {
+    std::vector<bool> picked;
+    for (const auto& p : g.params) picked.push_back(which(p.role));
+    for (auto& piece : g.optimizer->grad_pieces(picked)) pieces.push_back(piece);
+  }
   if (pieces.empty()) return;
   auto flat = torch::cat(pieces);
   group.all_reduce(flat, ReduceOp::sum);
@@ -28,20 +30,25 @@ void all_reduce_grads(ZeroOptimizer& optimizer, const std::vector<ParameterRole>
 
 }  // namespace
 
-torch::Tensor finalize_grads(ZeroOptimizer& optimizer, const ProcessGroups& groups,
-                             const std::vector<ParameterRole>& roles) {
-  optimizer.grads().finish();
-  all_reduce_grads(optimizer, roles, [](const ParameterRole& r) { return r.sequence_parallel; },
-                   groups.tp_group());
-  all_reduce_grads(optimizer, roles, [](const ParameterRole& r) { return r.tied != Tied::no; },
-                   groups.embedding_group());
-  // Each rank counts what no other rank counts; the sum runs over the model-parallel group, and
-  // over the data-parallel ranks too when their shards differ (ZeRO).
+torch::Tensor finalize_grads(ParameterGroups& optimizer, const ProcessGroups& groups) {
+  optimizer.finish_grads();
+  all_reduce_grads(optimizer, [](const ParameterRole& r) { return r.sequence_parallel; }, groups.tp_group());
+  all_reduce_grads(optimizer, [](const ParameterRole& r) { return r.tied != Tied::no; }, groups.embedding_group());
+  // Each rank counts what no other rank counts, and the sum runs over the model-parallel group
+  // when every replica holds the same (and so counts the same). Otherwise, when ZeRO shards a
+  // group or the experts are split over ranks outside the model-parallel group, it runs over the
+  // world, and a group's copies count on its first replica only unless it is sharded.
   const int tp = groups.coordinates().tp;
-  std::vector<bool> counted;
-  for (const auto& role : roles) counted.push_back(role.counted_in_norm(tp));
-  auto total = optimizer.grad_square_sum(counted).reshape({1}).contiguous();
-  (optimizer.sharded() ? groups.world() : groups.mp_group()).all_reduce(total, ReduceOp::sum);
+  const bool over_world = optimizer.sharded() || groups.ep_group().size() > 1;
+  torch::Tensor total;
+  for (const auto& g : optimizer.groups()) {
+    const bool copies_count = !over_world || g.optimizer->sharded() || g.replicas->rank() == 0;
+    std::vector<bool> counted;
+    for (const auto& p : g.params) counted.push_back(copies_count && p.role.counted_in_norm(tp));
+    const torch::Tensor squares = g.optimizer->grad_square_sum(counted).reshape({1});
+    total = total.defined() ? total + squares : squares.contiguous();
+  }
+  (over_world ? groups.world() : groups.mp_group()).all_reduce(total, ReduceOp::sum);
   return total.reshape({}).sqrt();
 }
 

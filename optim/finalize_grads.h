@@ -4,21 +4,16 @@
 
 #include <torch/types.h>
 
-#include <vector>
-
-#include "parallel/parameter_role.h"
-
 namespace trident {
 
 class ProcessGroups;
-class ZeroOptimizer;
+class ParameterGroups;
 
-// Waits for the data-parallel reductions, sums over the TP group the gradients of
+// Waits for each group's data-parallel reductions, sums over the TP group the gradients of
 // sequence-parallel parameters and over the embedding group those of the tied embedding, and
-// returns the global gradient norm (an fp64 scalar on the device, not read by the host): each
-// element counted once over TP x PP (and over DP when ZeRO shards the gradients).
-// `roles` in model order, the optimizer's parameters'.
-torch::Tensor finalize_grads(ZeroOptimizer& optimizer, const ProcessGroups& groups,
-                             const std::vector<ParameterRole>& roles);
+// returns the global gradient norm over every group (an fp64 scalar on the device, not read by
+// the host): each element counted once over TP x PP, over the expert-parallel ranks' experts,
+// and over the replicas where ZeRO shards the gradients.
+torch::Tensor finalize_grads(ParameterGroups& optimizer, const ProcessGroups& groups);
 
 }  // namespace trident

@@ -10,10 +10,10 @@ torch::Tensor ParallelModule::register_parameter(const std::string& name, torch:
   return torch::nn::Module::register_parameter(name, std::move(tensor));
 }
 
-int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank) {
+int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank, int64_t ep_size) {
   int64_t count = 0;
   for (const auto& param : params)
-    if (param.role.counted_in_norm(tp_rank)) count += param.tensor.numel();
+    if (param.role.counted_in_norm(tp_rank)) count += param.tensor.numel() * (param.role.expert ? ep_size : 1);
   return count;
 }
 

@@ -35,6 +35,10 @@ struct ParameterRole {
   // Its split dimension is padded to a multiple of the TP size (the vocabulary), so layouts
   // differ in its length: a checkpoint may hold more or fewer of its rows than this layout has.
   bool layout_padded = false;
+  // Stacked experts [E / ep, ...] (model/moe.h): expert parallelism splits dimension 0, and the
+  // expert-data-parallel ranks hold copies (their gradients reduced, and ZeRO sharding them, over
+  // that group rather than over the data- and context-parallel one).
+  bool expert = false;
 
   // Built by name at the layers: ParameterRole::split(0).with_init(Init::residual).
   static ParameterRole split(int64_t dim) {
@@ -48,6 +52,7 @@ struct ParameterRole {
   ParameterRole sequence_parallel_when(bool on) const { return with(&ParameterRole::sequence_parallel, on); }
   ParameterRole tied_as(Tied value) const { return with(&ParameterRole::tied, value); }
   ParameterRole padded_for_layout() const { return with(&ParameterRole::layout_padded, true); }
+  ParameterRole of_experts() const { return with(&ParameterRole::expert, true); }
 
   bool replicated() const { return partition_dim < 0; }
   // Whether this rank counts the parameter in the global gradient norm, so that every element
@@ -89,11 +94,13 @@ struct RoledParameter {
 struct PlacedParameters {
   const std::vector<RoledParameter>& params;
   TensorParallelPlace tp;
+  ExpertParallelPlace ep = {};
 };
 
 // The elements of `params` this rank counts so that, summed over one replica's ranks (the
-// model-parallel group), every element of the model counts once (ParameterRole::counted_in_norm).
-int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank);
+// model-parallel group), every element of the model counts once (ParameterRole::counted_in_norm):
+// its experts count `ep_size` times, as the expert-parallel ranks hold as many others.
+int64_t counted_elements(const std::vector<RoledParameter>& params, int tp_rank, int64_t ep_size);
 
 // Every parameter of `module` (in named_parameters() order) with its role. Throws Error naming a
 // parameter whose layer declared no role, and how to give it one.

@@ -20,7 +20,7 @@ void set_storage_bytes(const torch::Tensor& t, int64_t bytes) {
 // An identity in forward; in backward, where it stands in the graph, it gathers a unit again
 // (at the unit's output: before the unit's backward) or frees it (at its input: after).
 struct UnitBoundary : public torch::autograd::Function<UnitBoundary> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, ShardedParameters* weights, int64_t unit,
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, UnitWeights* weights, int64_t unit,
                                bool gather, std::optional<int64_t> prefetch, const torch::Tensor& x) {
     ctx->saved_data["weights"] = reinterpret_cast<int64_t>(weights);
     ctx->saved_data["unit"] = unit;
@@ -31,7 +31,7 @@ struct UnitBoundary : public torch::autograd::Function<UnitBoundary> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* weights = reinterpret_cast<ShardedParameters*>(ctx->saved_data["weights"].toInt());
+    auto* weights = reinterpret_cast<UnitWeights*>(ctx->saved_data["weights"].toInt());
     const int64_t unit = ctx->saved_data["unit"].toInt();
     if (ctx->saved_data["gather"].toBool()) {
       weights->acquire(unit);
@@ -128,7 +128,29 @@ void ShardedParameters::free(Bucket& bucket) {
   bucket.state = State::freed;
 }
 
-torch::Tensor gathered_call(ShardedParameters& weights, int64_t unit, std::optional<int64_t> next,
+void ShardedGroups::acquire(int64_t unit) {
+  for (auto& group : groups_) group->acquire(unit);
+}
+
+void ShardedGroups::prefetch(int64_t unit) {
+  for (auto& group : groups_) group->prefetch(unit);
+}
+
+void ShardedGroups::release(int64_t unit) {
+  for (auto& group : groups_) group->release(unit);
+}
+
+void ShardedGroups::acquire_all() {
+  for (auto& group : groups_) group->acquire_all();
+}
+
+int64_t ShardedGroups::gathered_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& group : groups_) bytes += group->gathered_bytes();
+  return bytes;
+}
+
+torch::Tensor gathered_call(UnitWeights& weights, int64_t unit, std::optional<int64_t> next,
                             std::optional<int64_t> previous,
                             const std::function<torch::Tensor(const torch::Tensor&)>& function,
                             const torch::Tensor& input) {

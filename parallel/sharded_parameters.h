@@ -33,7 +33,27 @@
 
 namespace trident {
 
-class ShardedParameters : public FlatParameters {
+// What gathers a model's units: one parameter group's shards (ShardedParameters), or every
+// group's together (ShardedGroups: a block's dense weights and its experts' are sharded over
+// different ranks, optim/parameter_groups.h).
+class UnitWeights {
+ public:
+  virtual ~UnitWeights() = default;
+  // Gathers the unit's weights into its parameters (waiting for a prefetch in flight).
+  // Units this holder does not hold are ignored, here and below.
+  virtual void acquire(int64_t unit) = 0;
+  // Starts gathering the unit in the background.
+  virtual void prefetch(int64_t unit) = 0;
+  // Frees the unit's gathered weights.
+  virtual void release(int64_t unit) = 0;
+  // Gathers every unit, to read the whole weights (e.g. after training, as FSDP's
+  // summon_full_params); publish() or release() frees them again.
+  virtual void acquire_all() = 0;
+  // Bytes of gathered weights held now.
+  virtual int64_t gathered_bytes() const = 0;
+};
+
+class ShardedParameters : public FlatParameters, public UnitWeights {
  public:
   // `params` in model order, of one dtype and device, as `flat` places them (one bucket holds
   // parameters of one unit only); `units` gives each parameter's unit. Copies this rank's
@@ -48,19 +68,12 @@ class ShardedParameters : public FlatParameters {
   int64_t bytes() const override;
   torch::TensorOptions options() const override { return shard_.options(); }
 
-  // Gathers the unit's weights into its parameters (waiting for a prefetch in flight).
-  // Units this rank does not hold are ignored, here and below.
-  void acquire(int64_t unit);
-  // Starts gathering the unit in the background.
-  void prefetch(int64_t unit);
-  // Frees the unit's gathered weights.
-  void release(int64_t unit);
-  // Gathers every unit, to read the whole weights (e.g. after training, as FSDP's
-  // summon_full_params); publish() or release() frees them again.
-  void acquire_all();
-
-  // Bytes of gathered weights held now, and the most held at once since the last reset.
-  int64_t gathered_bytes() const { return gathered_bytes_; }
+  void acquire(int64_t unit) override;
+  void prefetch(int64_t unit) override;
+  void release(int64_t unit) override;
+  void acquire_all() override;
+  int64_t gathered_bytes() const override { return gathered_bytes_; }
+  // The most bytes held gathered at once since the last reset.
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   void reset_peak() { peak_gathered_bytes_ = gathered_bytes_; }
 
@@ -84,10 +97,24 @@ class ShardedParameters : public FlatParameters {
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
 };
 
+// Several parameter groups' sharded weights, gathered and freed together unit by unit.
+class ShardedGroups : public UnitWeights {
+ public:
+  explicit ShardedGroups(std::vector<std::shared_ptr<ShardedParameters>> groups) : groups_(std::move(groups)) {}
+  void acquire(int64_t unit) override;
+  void prefetch(int64_t unit) override;
+  void release(int64_t unit) override;
+  void acquire_all() override;
+  int64_t gathered_bytes() const override;
+
+ private:
+  std::vector<std::shared_ptr<ShardedParameters>> groups_;
+};
+
 // Runs `function` on `input` with the unit's weights gathered for its forward and gathered
 // again for its backward (when autograd records it), prefetching the unit computed after it
 // in each direction: `next` in forward, `previous` in backward.
-torch::Tensor gathered_call(ShardedParameters& weights, int64_t unit, std::optional<int64_t> next,
+torch::Tensor gathered_call(UnitWeights& weights, int64_t unit, std::optional<int64_t> next,
                             std::optional<int64_t> previous,
                             const std::function<torch::Tensor(const torch::Tensor&)>& function,
                             const torch::Tensor& input);

@@ -1,34 +1,12 @@
 #include "parallel/ulysses_attention.h"
 
-#include <torch/autograd.h>
-
 #include <numeric>
 
 #include "core/error.h"
+#include "parallel/all_to_all.h"
 
 namespace trident {
 namespace {
-
-torch::Tensor exchanged(const torch::Tensor& parts, Communicator& group) {
-  const torch::Tensor in = parts.contiguous();
-  torch::Tensor out = torch::empty_like(in);
-  group.all_to_all(out, in);
-  return out;
-}
-
-// An all-to-all of equal parts along the first dimension. Its gradient is the same all-to-all
-// of the output's gradient: part i came from rank i, so the gradient of part i goes back to it.
-struct AllToAll : public torch::autograd::Function<AllToAll> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& parts, Communicator* group) {
-    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
-    return exchanged(parts, *group);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* group = reinterpret_cast<Communicator*>(ctx->saved_data["group"].toInt());
-    return {exchanged(grads[0], *group), torch::Tensor()};
-  }
-};
 
 // This rank's chunks of every head [b, heads, s/c, d] -> whole sequences of its share of the
 // heads [b, heads/c, s, d]. Received part i holds rank i's chunks i and 2c-1-i: the first halves
@@ -38,7 +16,7 @@ struct AllToAll : public torch::autograd::Function<AllToAll> {
 torch::Tensor whole_sequences_of_my_heads(const torch::Tensor& x, Communicator& group) {
   const int64_t c = group.size(), b = x.size(0), heads = x.size(1), n = x.size(2), d = x.size(3);
   const torch::Tensor parts = x.reshape({b, c, heads / c, n, d}).transpose(0, 1);  // part j: rank j's heads
-  const torch::Tensor held = AllToAll::apply(parts, &group).view({c, b, heads / c, 2, n / 2, d});
+  const torch::Tensor held = exchange_rows(parts, group).view({c, b, heads / c, 2, n / 2, d});
   const torch::Tensor chunks = torch::cat({held.select(3, 0), held.select(3, 1).flip(0)}, 0);  // [2c, b, h/c, n/2, d]
   return chunks.permute({1, 2, 0, 3, 4}).reshape({b, heads / c, c * n, d});
 }
@@ -50,7 +28,7 @@ torch::Tensor my_chunks_of_every_head(const torch::Tensor& x, Communicator& grou
   const torch::Tensor chunks = x.reshape({b, my_heads, 2 * c, s / (2 * c), d}).permute({2, 0, 1, 3, 4});
   const torch::Tensor parts =
       torch::stack({chunks.narrow(0, 0, c), chunks.narrow(0, c, c).flip(0)}, 3).reshape({c, b, my_heads, s / c, d});
-  const torch::Tensor held = AllToAll::apply(parts, &group);  // part i: rank i's heads, my chunks
+  const torch::Tensor held = exchange_rows(parts, group);  // part i: rank i's heads, my chunks
   return held.transpose(0, 1).reshape({b, c * my_heads, s / c, d});
 }
 

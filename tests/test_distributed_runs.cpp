@@ -14,17 +14,13 @@
 #include "core/config.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
+#include "tests/run_comparison.h"
 #include "train/checkpoint/checkpoint.h"
 
 using namespace trident;
 using namespace trident::testing;
 
 namespace {
-
-struct RunResult {
-  std::vector<double> losses;
-  std::map<std::string, torch::Tensor> params;
-};
 
 // The runs' length, and where the resume tests stop and start again.
 constexpr int kIters = 4, kStopAt = 2;
@@ -35,15 +31,6 @@ std::vector<std::string> model_overrides(const std::string& data) {
           "model.make_vocab_size_divisible_by=64",  // 256 at TP 1, 2 and 4 alike
           "optimizer.lr=3e-3",       "optimizer.warmup_iters=2",     str("train.iters=", kIters),
           "train.eval_interval=0",   "data.valid_fraction=0"};
-}
-
-// The loss of every iteration in a metrics file (as printed: equal files give equal vectors).
-std::vector<double> read_losses(const std::filesystem::path& metrics) {
-  std::vector<double> losses;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);)
-    losses.push_back(std::stod(line.substr(line.find("\"loss\": ") + 8)));
-  return losses;
 }
 
 // The `train` command line for `launcher` ("" for one process) and these overrides.
@@ -92,31 +79,6 @@ RunResult train(const std::string& launcher, const std::filesystem::path& dir,
                             " train.metrics_file=" + (dir / "metrics.jsonl").string());
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return read_run(dir);
-}
-
-// fp64 runs must agree to rounding (1e-10 relative, loss and every parameter tensor). fp32
-// runs: the loss of every step and the whole model to 1e-5 relative; single tensors to 1e-4,
-// because AdamW's m / sqrt(v) turns last-bit differences of near-zero gradients into larger
-// relative changes of small tensors (biases after a few steps).
-void expect_equal_runs(const RunResult& serial, const RunResult& parallel, bool fp64) {
-  const double tolerance = fp64 ? 1e-10 : 1e-5;
-  const double tensor_tolerance = fp64 ? 1e-10 : 1e-4;
-  ASSERT_EQ(parallel.losses.size(), serial.losses.size());
-  for (size_t i = 0; i < serial.losses.size(); ++i)
-    EXPECT_NEAR(parallel.losses[i], serial.losses[i], tolerance * std::abs(serial.losses[i]))
-        << "step " << i;
-  double difference = 0, norm = 0, worst_tensor = 0;
-  for (const auto& [name, value] : serial.params) {
-    const auto delta = (parallel.params.at(name) - value).norm().item<double>();
-    const double size = value.norm().item<double>();
-    EXPECT_LT(delta / size, tensor_tolerance) << name;
-    worst_tensor = std::max(worst_tensor, delta / size);
-    difference += delta * delta;
-    norm += size * size;
-  }
-  EXPECT_LT(std::sqrt(difference / norm), tolerance);
-  std::printf("relative parameter difference: model %.3g, worst tensor %.3g\n",
-              std::sqrt(difference / norm), worst_tensor);
 }
 
 // The four single-process runs the layouts are compared with (fp32 and fp64, GPT-2's and Llama's

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
+#include <tuple>
 
 #include "core/config.h"
 #include "core/layout.h"
@@ -14,6 +16,8 @@
 #include "train/layout_check.h"
 #include "tests/helpers.h"
 #include "tests/launchers.h"
+#include "tests/run_comparison.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace trident;
 using namespace trident::testing;
@@ -161,4 +165,107 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
   const LayoutCheckResult result = check_layouts(check);
   EXPECT_TRUE(result.equal) << result.report;
   std::printf("%s", result.report.c_str());
+}
+
+// Expert parallelism (the experts dealt out over ranks carved from data x context parallelism,
+// tokens moved by all-to-all) trains as one process does: EP 2 and EP 4 over data parallelism,
+// ZeRO 1-3 (at EP 2 x DP 4 the experts' optimizer state is sharded over their two copies),
+// recomputation, EP 2 x TP 2 (sequence parallel) x PP 2, EP carved from context parallelism, and
+// the interleaved schedule (fp64: losses, auxiliary losses and weights, from checkpoints written
+// by every expert-parallel rank).
+TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/train";
+  check.launcher = kMpirun;
+  check.arguments = {"--config",           kSource + "/configs/moe-tiny.yaml",
+                     "data.type=synthetic", "precision=fp64",
+                     "batch.micro_batch_size=2",
+                     "train.iters=3",       "train.log_interval=1",
+                     "train.eval_interval=0"};
+  check.layouts = {{"parallel.data=2", "parallel.expert=2"},
+                   {"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=1"},
+                   {"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=2", "recompute=full"},
+                   {"parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"},
+                   {"parallel.data=2", "parallel.expert=2", "parallel.tensor=2", "parallel.sequence_parallel=true",
+                    "parallel.pipeline=2"},
+                   {"parallel.context=2", "parallel.expert=2"},
+                   {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
+                    "parallel.schedule=interleaved_1f1b"}};
+  check.work_dir = (scratch_dir() / "ep").string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::printf("%s", result.report.c_str());
+}
+
+// A checkpoint saved at EP 2 x DP 2 (ZeRO-1) resumes at EP 4 x DP 4 (ZeRO-2) and in one process,
+// each continuing the single process's straight run (fp64): the experts' weights and optimizer
+// state are stored as pieces of the whole [E, ...] tensors, which any expert-parallel degree
+// reads back.
+TEST(MoE, CheckpointsResumeAtAnotherExpertParallelDegree) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = scratch_dir();
+  constexpr int kIters = 4, kStopAt = 2;
+  auto train = [&](const std::string& launcher, const std::filesystem::path& run, int iters,
+                   const std::vector<std::string>& layout) {
+    std::string command = "timeout 300 " + launcher + kBin + "/train --config " + kSource + "/configs/moe-tiny.yaml";
+    for (const std::string& setting :
+         {std::string("data.type=synthetic"), std::string("precision=fp64"), std::string("batch.micro_batch_size=2"),
+          str("train.iters=", iters), str("optimizer.decay_iters=", kIters), std::string("train.eval_interval=0"),
+          std::string("train.log_interval=1"), "train.checkpoint_dir=" + (run / "ckpt").string(),
+          "train.metrics_file=" + (run / "metrics.jsonl").string()})
+      command += " " + setting;
+    for (const auto& setting : layout) command += " " + setting;
+    const CommandResult r = run_command(command);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  auto result = [&](const std::filesystem::path& run, std::vector<double> before) {
+    for (double loss : read_losses(run / "metrics.jsonl")) before.push_back(loss);
+    return RunResult{before, read_global_weights(CheckpointStore((run / "ckpt").string()).path(kIters))};
+  };
+  train("", dir / "straight", kIters, {});
+  const RunResult straight = result(dir / "straight", {});
+  ASSERT_EQ(straight.losses.size(), size_t(kIters));
+  train(kMpirun + "4 ", dir / "saved", kStopAt, {"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=1"});
+  const std::vector<double> first = read_losses(dir / "saved" / "metrics.jsonl");
+  ASSERT_EQ(first.size(), size_t(kStopAt));
+  for (const auto& [name, launcher, layout] :
+       {std::tuple{"ep4-dp4-zero2", kMpirun + "4 ",
+                   std::vector<std::string>{"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=2"}},
+        std::tuple{"one-process", std::string(), std::vector<std::string>{}}}) {
+    SCOPED_TRACE(name);
+    const auto run = dir / name;
+    std::filesystem::create_directories(run);
+    std::filesystem::copy(dir / "saved" / "ckpt", run / "ckpt", std::filesystem::copy_options::recursive);
+    const std::string output = train(launcher, run, kIters, layout);
+    EXPECT_NE(output.find("resumed from"), std::string::npos);
+    expect_equal_runs(straight, result(run, first), /*fp64=*/true);
+    // The memory estimate knows the experts' share and their sharding: each state as measured.
+    const std::regex state(R"((weights|grads|optimizer) ([0-9.]+ [KMG]?i?B) \(([0-9.]+ [KMG]?i?B)\))");
+    int states = 0;
+    for (std::sregex_iterator it(output.begin(), output.end(), state), end; it != end; ++it, ++states)
+      EXPECT_EQ((*it)[2].str(), (*it)[3].str()) << (*it)[0].str();
+    EXPECT_EQ(states, 3) << output;
+  }
+}
+
+TEST(MoE, ExpertParallelKeysGetOneLineNamingThem) {
+  const std::string tiny = kSource + "/configs/moe-tiny.yaml";
+  EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"parallel.expert=3"}), 3); })
+                .find("model.num_moe_experts (8) must be divisible by parallel.expert (3)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"parallel.expert=4", "parallel.tensor=2"}), 4); })
+                .find("parallel.expert (4) must divide the data- and context-parallel ranks (2 x 1 = 2)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              resolve_layout(Config::load(kSource + "/configs/gpt-tiny.yaml", {"parallel.expert=2"}), 2);
+            }).find("parallel.expert=2 splits the experts of a Mixture-of-Experts model, but model.num_moe_experts is 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"parallel.expert=0"}); }).find("parallel.expert"), std::string::npos);
+  // The expert grid: EP 2 x EDP 2 over DP 4, and the layout says so.
+  const Layout layout = resolve_layout(Config::load(tiny, {"parallel.expert=2", "batch.micro_batch_size=2"}), 4);
+  EXPECT_EQ(layout.expert_grid().groups({"ep"}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(layout.expert_grid().groups({"edp"}), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(describe_axes(layout), "TP 1 x PP 1 x DP 4 (experts: EP 2 x EDP 2)");
 }

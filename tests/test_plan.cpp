@@ -134,6 +134,26 @@ TEST(Memory, ContextParallelDividesTheTokensAndDropsTheScores) {
   EXPECT_DOUBLE_EQ(estimate_memory(m, 256, zero, Precision::bf16, false).optimizer, by_dp / 2);
 }
 
+// Expert parallelism: a rank holds E / ep of the experts, and ZeRO shards their states over the
+// DP x CP / ep copies, the dense parameters' over DP x CP.
+TEST(Memory, ExpertParallelDividesTheExpertsAndShardsThemOverTheirCopies) {
+  const ModelConfig m = trident::testing::tiny_moe();
+  Layout l;
+  l.dp_size = 8;
+  l.zero_stage = 1;
+  const HeldParameters all = stage_held_parameters(m, 256, l, 0);
+  l.ep_size = 4;
+  const HeldParameters quarter = stage_held_parameters(m, 256, l, 0);
+  EXPECT_DOUBLE_EQ(all.experts, double(gpt_layer_expert_parameter_count(m, 0)));  // the first layer's
+  EXPECT_GT(all.experts, 0);
+  EXPECT_DOUBLE_EQ(quarter.experts, all.experts / 4);
+  EXPECT_DOUBLE_EQ(quarter.dense, all.dense);
+  const MemoryEstimate estimate = estimate_memory(m, 256, l, Precision::bf16, false);
+  EXPECT_DOUBLE_EQ(estimate.parameters, quarter.total());
+  EXPECT_DOUBLE_EQ(estimate.optimizer, 12 * (quarter.dense / 8 + quarter.experts / 2));
+  EXPECT_DOUBLE_EQ(estimate.weights, 2 * quarter.total());
+}
+
 TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   ModelConfig m;
   Layout l;
@@ -302,6 +322,32 @@ TEST(Plan, LongSequencesUseContextParallelism) {
 // Ulysses' context-parallel time is its all-to-alls, none hidden: (c - 1) / c of q, k, v and the
 // output per pass, keys and values as the groups dealt out (Llama 3 8B's 8 of 32 heads; 2 groups
 // over 4 ranks travel as 4), a pass forward and one backward, and one more with recomputation.
+// Expert parallelism pays four all-to-alls per Mixture-of-Experts layer (six with full
+// recompute), each of the k copies of a rank's tokens less the share that stays, and nothing
+// without it.
+TEST(TimeModel, ExpertParallelPaysForItsAllToAlls) {
+  const Config config = Config::load(kSource + "/configs/moe-tiny.yaml",
+                                     {"batch.global_batch_size=64", "batch.micro_batch_size=1", "precision=bf16"});
+  Hardware h100;
+  h100.device = h100_profile();
+  h100.gpus = 8;
+  auto ep_comm = [&](int64_t ep, Recompute recompute) {
+    Config varied = config;
+    varied.parallel.expert = ep;
+    varied.recompute = recompute;
+    const PlanRow row = evaluate_layout(varied, resolve_layout(varied, 8), h100);
+    EXPECT_TRUE(std::any_of(row.time.explanation.begin(), row.time.explanation.end(), [&](const std::string& line) {
+      return line.find(ep == 1 ? "no expert parallelism" : "all-to-alls of each token's 2 copies") != std::string::npos;
+    }));
+    return row.time.expert_comm_s;
+  };
+  EXPECT_EQ(ep_comm(1, Recompute::none), 0);
+  const double two = ep_comm(2, Recompute::none);
+  ASSERT_GT(two, 0);
+  EXPECT_NEAR(ep_comm(8, Recompute::none) / two, (7.0 / 8) / (1.0 / 2), 1e-9);
+  EXPECT_NEAR(ep_comm(2, Recompute::full) / two, 1.5, 1e-9);
+}
+
 TEST(TimeModel, UlyssesPaysForItsAllToAlls) {
   Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
                                {"model.seq_length=65536", "batch.global_batch_size=8", "batch.micro_batch_size=1",
@@ -568,8 +614,8 @@ TEST(TimeModel, TermsFollowTheLayout) {
   const Layout own = resolve_layout(config, 512);
   const PlanRow row = evaluate_layout(config, own, a100);
   const IterationTime& t = row.time;
-  EXPECT_DOUBLE_EQ(row.seconds(), t.compute_s + t.bubble_s + t.tensor_comm_s + t.context_comm_s + t.data_comm_s +
-                                      t.pipeline_comm_s + t.optimizer_s);
+  EXPECT_DOUBLE_EQ(row.seconds(), t.compute_s + t.bubble_s + t.tensor_comm_s + t.context_comm_s + t.expert_comm_s +
+                                      t.data_comm_s + t.pipeline_comm_s + t.optimizer_s);
   EXPECT_NEAR(t.bubble_s / (t.compute_s + t.tensor_comm_s), double(own.pp_size - 1) / double(own.micro_batches), 1e-9);
   Layout none = own;
   none.recompute = Recompute::none;

@@ -14,7 +14,7 @@
 #include "core/fault_injection.h"
 #include "core/plan/memory.h"
 #include "core/text.h"
-#include "optim/zero.h"
+#include "optim/parameter_groups.h"
 #include "parallel/comm/communicator.h"
 #include "tests/helpers.h"
 #include "train/checkpoint/checkpoint.h"
@@ -272,8 +272,9 @@ TEST(ZeroThree, GathersTwoBlocksAtATimeAndFreesThem) {
   const auto dir = scratch_dir();
   const Config config = small_config(write_corpus(dir), {"model.num_layers=4", "parallel.zero_stage=3", "train.iters=1"});
   Trainer trainer(config);
-  const auto sharded = trainer.optimizer().sharded_weights();
+  const auto sharded = trainer.optimizer().groups().front().optimizer->sharded_weights();  // the dense group
   ASSERT_TRUE(sharded);
+  ASSERT_EQ(trainer.optimizer().groups().size(), 1u);
   GPT& model = trainer.model();
   // Bytes of the module's parameters whose storage is held.
   auto held_by = [](const torch::nn::Module& module) {

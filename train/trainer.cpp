@@ -15,7 +15,7 @@
 #include "optim/loss_scaler.h"
 #include "train/auxiliary_values.h"
 #include "optim/lr_schedule.h"
-#include "optim/zero.h"
+#include "optim/parameter_groups.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
 #include "parallel/comm/process_groups.h"
@@ -69,8 +69,7 @@ Trainer::PendingStep Trainer::run_step() {
     chunk->begin_iteration(iteration_ + 1);
   }
   const double lr = learning_rate(config_.optimizer, iteration_ + 1, config_.train.iters);
-  DataParallelGrads& grads = optimizer_->grads();
-  grads.zero();
+  optimizer_->zero_grads();
 
   // What each micro-batch back-propagates, in this one place: its mean loss / M, so that the M
   // micro-batches add up to this rank's mean (the average over the data- and context-parallel
@@ -90,8 +89,8 @@ Trainer::PendingStep Trainer::run_step() {
         loss_sum += out.detach().to(torch::kDouble) / divisor;
         return out * (loss_scale / divisor);
       },
-      [&] { grads.arm(); });
-  const torch::Tensor grad_norm = finalize_grads(*optimizer_, *groups_, model_.roles()) / loss_scale;
+      [&] { optimizer_->arm_grads(); });
+  const torch::Tensor grad_norm = finalize_grads(*optimizer_, *groups_) / loss_scale;
   // The loss lives on the last stage; the sum over the pipeline brings it to every rank.
   groups_->pp_group().all_reduce(loss_sum, ReduceOp::sum);
   groups_->dp_cp_group().all_reduce(loss_sum, ReduceOp::avg);
@@ -195,7 +194,7 @@ CheckpointRequest Trainer::checkpoint_request() const {
                                   optimizer_->steps(),  scaler_->state(),
                                   loss_guard_.history(), loss_guard_.unhealthy_losses(),
                                   loss_guard_.first_unhealthy()};
-  return {{model_.params, groups_->tp_place()}, *optimizer_, progress, config_, last_loss_};
+  return {{model_.params, groups_->tp_place(), groups_->ep_place()}, *optimizer_, progress, config_, last_loss_};
 }
 
 void Trainer::save_checkpoint() {

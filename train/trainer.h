@@ -25,7 +25,7 @@ namespace trident {
 struct GPTData;
 class CheckpointStore;
 struct CheckpointRequest;
-class ZeroOptimizer;
+class ParameterGroups;
 class LossScaler;
 class ProcessGroups;
 class Communicator;
@@ -80,7 +80,7 @@ class Trainer {
   int64_t padded_vocab() const { return vocab_; }
   // The model's parameters as built (a program's own blocks' included), each counted once.
   int64_t parameter_count() const { return parameter_count_; }
-  const ZeroOptimizer& optimizer() const { return *optimizer_; }
+  const ParameterGroups& optimizer() const { return *optimizer_; }
 
  private:
   // Both public constructors: `source` given for data.type=program.
@@ -112,7 +112,7 @@ class Trainer {
   std::unique_ptr<CheckpointSaving> saving_;  // with checkpoints_
   ParallelModel model_;
   std::unique_ptr<StageForward> forward_;
-  std::unique_ptr<ZeroOptimizer> optimizer_;
+  std::unique_ptr<ParameterGroups> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
   std::optional<RunLog> log_;  // once the device, and so its peak, is known
   int64_t iteration_ = 0;

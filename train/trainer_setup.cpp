@@ -10,7 +10,7 @@
 #include "core/plan/planner.h"
 #include "core/text.h"
 #include "optim/loss_scaler.h"
-#include "optim/zero.h"
+#include "optim/parameter_groups.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
 #include "parallel/comm/flight_recorder.h"
@@ -95,16 +95,16 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       checkpoints_ = std::make_unique<CheckpointStore>(config_.train.checkpoint_dir);
       saving_ = std::make_unique<CheckpointSaving>(*checkpoints_, *cpu_world_, *groups_, hooks_);
       // The ranks that will write find out now, not after the run, if they cannot.
-      if (writes_checkpoint_files(*groups_, layout_.zero().sharded()))
+      if (writes_checkpoint_files(*groups_, layout_))
         checkpoints_->probe_writable(groups_->world().rank());
       resume = find_resume_point(*checkpoints_, config_);
     }
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
     // Before ZeRO-3 takes the weights into its shards.
-    parameter_count_ = counted_elements(model_.params, groups_->coordinates().tp);
+    parameter_count_ = counted_elements(model_.params, groups_->coordinates().tp, layout_.ep_size);
     forward_ = std::make_unique<StageForward>(config_, layout_, *groups_, device_, dtype_, *data_, model_.chunks, hooks_,
                                               iteration_);
-    const PlacedParameters local{model_.params, groups_->tp_place()};
+    const PlacedParameters local{model_.params, groups_->tp_place(), groups_->ep_place()};
     // The weights are final before the optimizer takes them over into its flat buffer.
     if (resume)
       read_weights(resume->folder, local);
@@ -117,9 +117,9 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     zero.offload = layout_.offload;
     zero.units = model_.units;
-    // Replicated weights have copies on every data- and context-parallel rank: their gradients
-    // are averaged over both, and ZeRO shards over both.
-    optimizer_ = std::make_unique<ZeroOptimizer>(model_.params, groups_->dp_cp_group(), config_.optimizer, zero);
+    // Each parameter group's optimizer over the ranks holding its copies: the data- and
+    // context-parallel ranks for dense weights, the expert-data-parallel ones for experts.
+    optimizer_ = std::make_unique<ParameterGroups>(model_.params, *groups_, layout_, config_.optimizer, zero);
     if (auto sharded = optimizer_->sharded_weights())
       for (auto& chunk : model_.chunks) chunk->gather_weights_through(sharded);
     scaler_ = std::make_unique<LossScaler>(config_.loss_scale, config_.precision);

@@ -41,6 +41,10 @@ int64_t gpt_layer_parameter_count(const ModelConfig& model, int64_t layer) {
   return layer_parameter_count(model, layer, model.num_moe_experts);
 }
 
+int64_t gpt_layer_expert_parameter_count(const ModelConfig& model, int64_t layer) {
+  return model.moe_layer(layer) ? model.num_moe_experts * mlp_parameter_count(model, model.moe_ffn()) : 0;
+}
+
 int64_t active_ffn(const ModelConfig& model, int64_t layer) {
   return model.moe_layer(layer) ? model.moe_router_topk * model.moe_ffn() : model.ffn();
 }

@@ -18,6 +18,9 @@ int64_t gpt_active_parameter_count(const ModelConfig& model, int64_t vocab);
 // (2 or, with SwiGLU, 3 h x f matrices) or, in a Mixture-of-Experts layer, its experts' (of
 // moe_ffn each) and the router's E x h, their biases if any and two norms.
 int64_t gpt_layer_parameter_count(const ModelConfig& model, int64_t layer);
+// Of it, the experts' weights (all E experts' MLPs; 0 in a dense layer): what expert
+// parallelism splits.
+int64_t gpt_layer_expert_parameter_count(const ModelConfig& model, int64_t layer);
 // ", in M Mixture-of-Experts layers of E experts of ffn F (top-k), A active per token" for a
 // Mixture-of-Experts model, "" for a dense one: what the logs add to a parameter count.
 std::string moe_summary(const ModelConfig& model, int64_t vocab);

@@ -56,11 +56,48 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
   return sbh * (replicated + split / t + attention_scores / t + experts);
 }
 
-double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
+namespace {
+
+// Layer `layer`'s parameters on one rank: over TP, its experts over TP x EP.
+HeldParameters layer_held_parameters(const ModelConfig& model, const Layout& layout, int64_t layer) {
+  const double experts = double(gpt_layer_expert_parameter_count(model, layer));
+  const double t = double(layout.tp_size);
+  return {(double(gpt_layer_parameter_count(model, layer)) - experts) / t, experts / (t * double(layout.ep_size))};
+}
+
+// Bytes of one parameter group's states for `count` parameters a rank holds, sharded as `zero` says.
+struct GroupStates {
+  double weights = 0, grads = 0, optimizer = 0, host = 0;
+};
+GroupStates group_states(double count, const ZeroSharding& zero, const StateBytes& bytes, Precision precision,
+                         bool offload) {
+  const double d = double(zero.replicas);
+  GroupStates out;
+  out.weights = count * bytes.weights / (zero.shards_weights() ? d : 1);
+  // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
+  out.grads = count * bytes.grads * (zero.shards_grads() ? 1 / d : zero.reduce_scatters() ? 1 + 1 / d : 1);
+  out.optimizer = count * bytes.optimizer / (zero.reduce_scatters() ? d : 1);
+  if (offload) {
+    // Main weights exist on the host even when the model trains in their precision.
+    const double main_copy = mixed(precision) ? 0 : bytes.weights;
+    const double host_grads = bytes.grads / (zero.reduce_scatters() ? d : 1);
+    out.host = out.optimizer + count * (main_copy / (zero.reduce_scatters() ? d : 1) + host_grads);
+    out.optimizer = 0;
+  }
+  return out;
+}
+
+}  // namespace
+
+HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
   const double h = double(model.hidden_size), V = double(vocab);
-  double count = 0;
-  for (int64_t layer : stage_layer_indices(layout, model.num_layers, stage))
-    count += double(gpt_layer_parameter_count(model, layer));
+  HeldParameters held;
+  for (int64_t layer : stage_layer_indices(layout, model.num_layers, stage)) {
+    const HeldParameters in_layer = layer_held_parameters(model, layout, layer);
+    held.dense += in_layer.dense;
+    held.experts += in_layer.experts;
+  }
+  double count = 0;  // the embeddings, final norm and head, split over TP
   if (stage == 0) {
     const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
     count += V * h + (learned ? double(model.seq_length) * h : 0);
@@ -69,14 +106,20 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
     const bool own_head = model.untie_embeddings_and_output_weights || layout.pp_size > 1;
     count += double(norm_parameter_count(model)) + (own_head ? V * h : 0);
   }
-  return count / double(layout.tp_size);
+  held.dense += count / double(layout.tp_size);
+  return held;
+}
+
+double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
+  return stage_held_parameters(model, vocab, layout, stage).total();
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, bool fused_attention, const std::string& optimizer) {
-  // ZeRO shards over every rank that holds a copy of the weights: data x context parallel.
+  // ZeRO shards over every rank that holds a copy of the weights: data x context parallel, and
+  // for the experts their expert-data-parallel copies.
   const ZeroSharding zero = layout.zero();
-  const double t = double(layout.tp_size), p = double(layout.pp_size), d = double(zero.replicas);
+  const double t = double(layout.tp_size), p = double(layout.pp_size);
   MemoryEstimate out;
 
   // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole: all
@@ -84,31 +127,28 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const StateBytes bytes = state_bytes(precision, optimizer);
   int64_t most_layers = 0;
   double most_gathered = 0;
+  HeldParameters busiest;
   for (int64_t stage = 0; stage < layout.pp_size; ++stage) {
     std::vector<double> blocks;
     for (int64_t layer : stage_layer_indices(layout, model.num_layers, stage))
-      blocks.push_back(double(gpt_layer_parameter_count(model, layer)) / t);
+      blocks.push_back(layer_held_parameters(model, layout, layer).total());
     std::sort(blocks.begin(), blocks.end(), std::greater<>());
-    const double parameters = stage_parameters(model, vocab, layout, stage);
+    const HeldParameters held = stage_held_parameters(model, vocab, layout, stage);
     double not_gathered = 0;
     for (size_t i = 2; i < blocks.size(); ++i) not_gathered += blocks[i];
     most_layers = std::max(most_layers, int64_t(blocks.size()));
-    out.parameters = std::max(out.parameters, parameters);
-    most_gathered = std::max(most_gathered, parameters - not_gathered);
+    if (held.total() > busiest.total()) busiest = held;
+    most_gathered = std::max(most_gathered, held.total() - not_gathered);
   }
+  out.parameters = busiest.total();
 
-  out.weights = out.parameters * bytes.weights / (zero.shards_weights() ? d : 1);
+  const GroupStates dense = group_states(busiest.dense, zero, bytes, precision, layout.offload);
+  const GroupStates experts = group_states(busiest.experts, layout.expert_zero(), bytes, precision, layout.offload);
+  out.weights = dense.weights + experts.weights;
   if (zero.shards_weights()) out.gathered = most_gathered * bytes.weights;
-  // Stage 1 keeps the whole gradient buffer and the reduce-scatter's 1/d slice beside it.
-  out.grads = out.parameters * bytes.grads * (zero.shards_grads() ? 1 / d : zero.reduce_scatters() ? 1 + 1 / d : 1);
-  out.optimizer = out.parameters * bytes.optimizer / (zero.reduce_scatters() ? d : 1);
-  if (layout.offload) {
-    // Main weights exist on the host even when the model trains in their precision.
-    const double main_copy = mixed(precision) ? 0 : bytes.weights;
-    const double host_grads = bytes.grads / (zero.reduce_scatters() ? d : 1);
-    out.host = out.optimizer + out.parameters * (main_copy / (zero.reduce_scatters() ? d : 1) + host_grads);
-    out.optimizer = 0;
-  }
+  out.grads = dense.grads + experts.grads;
+  out.optimizer = dense.optimizer + experts.optimizer;
+  out.host = dense.host + experts.host;
 
   double in_flight = double(std::min(layout.pp_size, layout.micro_batches));
   if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);

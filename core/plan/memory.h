@@ -50,9 +50,16 @@ struct MemoryEstimate {
 // their routing copies (4k + 4, not split by TP), both averaged over the layers.
 double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);
 
-// Parameters on one TP rank of pipeline stage `stage`: its layers (core/layout.h's
-// stage_layers), the embedding (and learned positions) on the first, the final norm and the head
-// (untied, or the tied embedding's copy when p > 1) on the last; split over TP.
+// Parameters on one rank of pipeline stage `stage`: its layers (core/layout.h's stage_layers),
+// the embedding (and learned positions) on the first, the final norm and the head (untied, or
+// the tied embedding's copy when p > 1) on the last; split over TP, and the experts over EP as
+// well. Dense and experts apart, as ZeRO shards them over different ranks
+// (optim/parameter_groups.h).
+struct HeldParameters {
+  double dense = 0, experts = 0;
+  double total() const { return dense + experts; }
+};
+HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);
 double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);
 
 // The busiest rank: the most parameters any stage holds, and, as under 1F1B on the first stage,
@@ -61,7 +68,8 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // the loss count as layers: the stages with most layers hold fewer micro-batches).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
 // counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
-// measured). ZeRO shards over the data- and context-parallel ranks (d c); ZeRO-3 gathers the
+// measured). ZeRO shards over the data- and context-parallel ranks (d c), the experts over their
+// d c / ep copies; ZeRO-3 gathers the
 // stage's embeddings and final LayerNorm for the whole iteration and two blocks at a time (the
 // one computing and the next, prefetched: parallel/sharded_parameters.h). With offload the
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not

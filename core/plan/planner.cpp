@@ -281,11 +281,11 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
 std::string describe_row(const PlanRow& r) {
   const auto& m = r.memory;
   const auto& t = r.time;
-  char time[320];
+  char time[384];
   std::snprintf(time, sizeof time,
-                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + CP %.3g + DP %.3g + "
-                "PP %.3g + optimizer %.3g + offload %.3g; %.3g TFLOPS per GPU (%.3g with recomputation)",
-                r.seconds(), t.compute_s, t.bubble_s, t.tensor_comm_s, t.context_comm_s, t.data_comm_s,
+                "iteration time (estimate): %.3g s = compute %.3g + bubble %.3g + TP %.3g + CP %.3g + EP %.3g + "
+                "DP %.3g + PP %.3g + optimizer %.3g + offload %.3g; %.3g TFLOPS per GPU (%.3g with recomputation)",
+                r.seconds(), t.compute_s, t.bubble_s, t.tensor_comm_s, t.context_comm_s, t.expert_comm_s, t.data_comm_s,
                 t.pipeline_comm_s, t.optimizer_s, r.offload_s, r.tflops_per_gpu, r.hardware_tflops_per_gpu);
   const std::string gathered = m.gathered > 0 ? str(" + ", binary_bytes(m.gathered), " gathered") : "";
   const std::string host = m.host > 0 ? str(", host ", binary_bytes(m.host)) : "";
@@ -323,7 +323,7 @@ std::string plan_json(const Plan& plan) {
     const auto& l = r.layout;
     JsonLine j;
     j.add("tensor", l.tp_size).add("context", l.cp_size).add("ulysses", l.ulysses_size).add("pipeline", l.pp_size)
-        .add("data", l.dp_size)
+        .add("data", l.dp_size).add("expert", l.ep_size)
         .add("micro_batch", l.micro_batch).add("micro_batches", l.micro_batches)
         .add("sequence_parallel", int64_t(l.sequence_parallel)).add("recompute", std::string(name(l.recompute)))
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
@@ -332,6 +332,7 @@ std::string plan_json(const Plan& plan) {
         .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
         .add("iteration_s", r.seconds()).add("compute_s", r.time.compute_s).add("bubble_s", r.time.bubble_s)
         .add("tensor_comm_s", r.time.tensor_comm_s).add("context_comm_s", r.time.context_comm_s)
+        .add("expert_comm_s", r.time.expert_comm_s)
         .add("data_comm_s", r.time.data_comm_s).add("pipeline_comm_s", r.time.pipeline_comm_s)
         .add("optimizer_s", r.time.optimizer_s).add("offload_s", r.offload_s)
         .add("tflops_per_gpu", r.tflops_per_gpu).add("hardware_tflops_per_gpu", r.hardware_tflops_per_gpu);

@@ -330,6 +330,19 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     cp_exposed += (3 * r - 2) * std::max(0.0, transfer_s - block_s);
   }
 
+  // Expert parallelism: a Mixture-of-Experts layer's k copies of each token a TP rank holds (all
+  // of the TP group's tokens: the experts see them all) cross to the ranks of their experts and
+  // back, forward and backward (and forward again with full recompute); each rank sends
+  // (ep - 1) / ep of them and waits (parallel/expert_parallel.h). Counted as the layers' mean.
+  double ep_layer = 0;
+  if (layout.ep_size > 1 && m.moe_layers() > 0) {
+    const double ep = double(layout.ep_size);
+    const bool ep_inside_node = layout.expert_grid().extent({"ep"}) <= d.gpus_per_node;
+    const double pass_s = double(m.moe_router_topk) * activation_bytes * (ep - 1) / ep /
+                          ((ep_inside_node ? intra : inter) * 1e9);
+    ep_layer = pass_s * (full_recompute ? 6 : 4) * double(m.moe_layers()) / double(m.num_layers);
+  }
+
   // The slowest stage sets the pace: the first (embedding), the last (logits and loss) or a middle
   // one, which holds more layers when the embedding and the loss count as layers; each with its
   // compute and its layers' tensor- and context-parallel communication.
@@ -347,7 +360,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
     if (mixed(config.precision) && !software.fused_gradient_accumulation)
       candidate.work.backward += memory_seconds(10 * stage_parameters(m, vocab, layout, stage), d);
-    const double seconds = candidate.compute() + candidate.layers * (tp_exposed + cp_exposed);
+    const double seconds = candidate.compute() + candidate.layers * (tp_exposed + cp_exposed + ep_layer);
     if (seconds > stage_mb) slowest = candidate, stage_mb = seconds;
   }
   const StageWork& work = slowest.work;
@@ -355,6 +368,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   out.compute_s = M * compute_mb;
   out.tensor_comm_s = M * layers * tp_exposed;
   out.context_comm_s = M * layers * cp_exposed;
+  out.expert_comm_s = M * layers * ep_layer;
   out.bubble_s = (p - 1) / v * stage_mb;
 
   double pp_total = 0;
@@ -464,6 +478,15 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
            layout.offload ? std::string("on the host (offload)") : str("42 bytes x ", si_units(shard), " parameters through memory")),
       line("total", out.seconds(), str(si_units(gpus), " GPUs, software ", software.name)),
   };
+  // A model with experts says what expert parallelism costs, after the context's line.
+  if (m.num_moe_experts > 0)
+    out.explanation.insert(
+        out.explanation.begin() + 4,
+        line("ep-comm", out.expert_comm_s,
+             layout.ep_size == 1 ? std::string("no expert parallelism")
+                                 : str("all-to-alls of each token's ", m.moe_router_topk, " copies to the experts over EP ",
+                                       layout.ep_size, " and back, forward and backward, in ", m.moe_layers(), " of ",
+                                       m.num_layers, " layers, not overlapped")));
   return out;
 }
 

@@ -100,10 +100,11 @@ const Software* software_named(const std::string& name);
 std::string describe_software(const Software& software);
 
 struct IterationTime {
-  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, data_comm_s = 0,
+  double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, expert_comm_s = 0, data_comm_s = 0,
          pipeline_comm_s = 0, optimizer_s = 0;
   double seconds() const {
-    return compute_s + bubble_s + tensor_comm_s + context_comm_s + data_comm_s + pipeline_comm_s + optimizer_s;
+    return compute_s + bubble_s + tensor_comm_s + context_comm_s + expert_comm_s + data_comm_s + pipeline_comm_s +
+           optimizer_s;
   }
   // "name  seconds  what it counts", one line per term, for plan --explain.
   std::vector<std::string> explanation;

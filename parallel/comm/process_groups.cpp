@@ -60,6 +60,14 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   pp_ = split(grid, {"pp"}, "pipeline");
   embedding_ = split_as(*world_, embedding_groups(grid), "embedding");
   mp_ = split(grid, {"tp", "pp"}, "model-parallel");  // one replica's ranks
+  if (layout.ep_size == 1) {
+    ep_ = make_self_communicator();
+    edp_ = dp_cp_;
+  } else {
+    const ProcessGrid experts = layout.expert_grid();
+    ep_ = split(experts, {"ep"}, "expert-parallel");
+    edp_ = split(experts, {"edp"}, "expert-data-parallel");
+  }
 }
 
 std::shared_ptr<Communicator> ProcessGroups::split(const ProcessGrid& grid, const std::vector<std::string>& axes,

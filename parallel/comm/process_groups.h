@@ -50,6 +50,12 @@ class ProcessGroups {
   Communicator& pp_group() const { return *pp_; }
   Communicator& embedding_group() const { return *embedding_; }
   Communicator& mp_group() const { return *mp_; }
+  // The experts' groups (Layout::expert_grid()): the ranks that split a stage's experts, and
+  // those holding copies of the same experts (over which their gradients are reduced and ZeRO
+  // shards them). Without expert parallelism, a group of one and the data-and-context group.
+  Communicator& ep_group() const { return *ep_; }
+  Communicator& edp_group() const { return *edp_; }
+  std::shared_ptr<Communicator> shared_ep_group() const { return ep_; }
   // Shared ownership for layers that keep their group (tensor- and context-parallel layers).
   std::shared_ptr<Communicator> shared_tp_group() const { return tp_; }
   std::shared_ptr<Communicator> shared_cp_group() const { return cp_; }
@@ -58,11 +64,12 @@ class ProcessGroups {
 
   const GridCoordinates& coordinates() const { return coordinates_; }
   TensorParallelPlace tp_place() const { return {coordinates_.tp, layout_.tp_size}; }
+  ExpertParallelPlace ep_place() const { return {ep_->rank(), layout_.ep_size}; }
 
  private:
   Layout layout_;
   GridCoordinates coordinates_;
-  std::shared_ptr<Communicator> world_, tp_, cp_, ulysses_, ring_, dp_, dp_cp_, pp_, embedding_, mp_;
+  std::shared_ptr<Communicator> world_, tp_, cp_, ulysses_, ring_, dp_, dp_cp_, pp_, embedding_, mp_, ep_, edp_;
 };
 
 }  // namespace trident

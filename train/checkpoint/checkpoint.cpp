@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/layout.h"
-#include "optim/zero.h"
+#include "optim/parameter_groups.h"
 #include "parallel/comm/failure.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/checkpoint/tensors.h"
@@ -68,8 +68,13 @@ FileRecord write_text(const fs::path& path, const std::string& text) {
 // Whether this rank stores the parameter: each element of the model once per checkpoint.
 bool stores(const ParameterRole& role, int64_t tp_rank) { return role.tied != Tied::copy && (!role.replicated() || tp_rank == 0); }
 
+// A piece of the part at `place`: elements [offset, offset + numel) of this rank's tensor, which
+// for a run of experts is a run of the part's elements (PartPlace).
 TensorPiece piece_of(const RoledParameter& p, StateKind kind, const PartPlace& place, int64_t offset, int64_t numel) {
-  return {p.name, kind, place.dim, place.part, place.parts, p.tensor.sizes().vec(), offset, numel, "", ""};
+  std::vector<int64_t> part_shape = p.tensor.sizes().vec();
+  part_shape[0] *= place.expert_parts;
+  const int64_t before = place.expert_part * p.tensor.numel();
+  return {p.name, kind, place.dim, place.part, place.parts, part_shape, before + offset, numel, "", ""};
 }
 
 }  // namespace
@@ -233,23 +238,31 @@ std::string model_file(int64_t tp_rank, int64_t pp_rank) { return str("model_tp"
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank) {
   return str("optimizer_tp", tp_rank, "_pp", pp_rank, "_dp", dp_rank, ".safetensors");
 }
+std::string experts_file(int64_t tp_rank, int64_t pp_rank, int64_t ep_rank) {
+  return str("experts_tp", tp_rank, "_pp", pp_rank, "_ep", ep_rank, ".safetensors");
+}
+std::string experts_optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t ep_rank, int64_t edp_rank) {
+  return str("experts_optimizer_tp", tp_rank, "_pp", pp_rank, "_ep", ep_rank, "_dp", edp_rank, ".safetensors");
+}
 
 namespace {
 
-std::vector<StoredPiece> model_pieces(const PlacedParameters& local) {
+std::vector<StoredPiece> model_pieces(const PlacedParameters& local, const ParameterGroup& group) {
   std::vector<StoredPiece> pieces;
-  for (const auto& p : local.params)
+  for (const auto& p : group.params)
     if (stores(p.role, local.tp.rank))
-      pieces.push_back({piece_of(p, StateKind::weight, part_place(p.role, local.tp), 0, p.tensor.numel()), p.tensor});
+      pieces.push_back(
+          {piece_of(p, StateKind::weight, part_place(p.role, local.tp, local.ep), 0, p.tensor.numel()), p.tensor});
   return pieces;
 }
 
-std::vector<StoredPiece> optimizer_pieces(const PlacedParameters& local, const ZeroOptimizer& optimizer) {
+std::vector<StoredPiece> optimizer_pieces(const PlacedParameters& local, const ParameterGroup& group) {
+  const ZeroOptimizer& optimizer = *group.optimizer;
   std::vector<StoredPiece> pieces;
   for (const auto& s : optimizer.state_pieces()) {
-    const RoledParameter& p = local.params[s.param];
+    const RoledParameter& p = group.params[s.param];
     if (!stores(p.role, local.tp.rank)) continue;
-    const PartPlace place = part_place(p.role, local.tp);
+    const PartPlace place = part_place(p.role, local.tp, local.ep);
     if (optimizer.sharded_weights()) pieces.push_back({piece_of(p, StateKind::weight, place, s.offset, s.numel), s.weight});
     // Main parameters that are the weights themselves are stored once, as weights.
     if (optimizer.separate_main()) pieces.push_back({piece_of(p, StateKind::main, place, s.offset, s.numel), s.main});
@@ -277,17 +290,22 @@ FileRecord write_shared_state(const std::string& folder, const TrainingProgress&
 }  // namespace
 
 RankShare rank_share(const ProcessGroups& groups, const CheckpointRequest& request) {
-  const ZeroOptimizer& optimizer = request.optimizer;
   const int64_t pp_rank = groups.coordinates().pp;
+  const int64_t tp_rank = request.local.tp.rank, ep_rank = request.local.ep.rank;
   RankShare share;
   share.rank = groups.world().rank();
-  if (!writes_checkpoint_files(groups, optimizer.sharded())) return share;
-  const int shard = groups.dp_cp_group().rank();  // 0: the first copy of this part of the model
-  const int64_t tp_rank = request.local.tp.rank;
-  if (shard == 0 && !optimizer.sharded_weights())
-    share.files.emplace_back(model_file(tp_rank, pp_rank), model_pieces(request.local));
-  if (shard == 0 || optimizer.sharded())
-    share.files.emplace_back(optimizer_file(tp_rank, pp_rank, shard), optimizer_pieces(request.local, optimizer));
+  for (const ParameterGroup& group : request.optimizer.groups()) {
+    const ZeroOptimizer& optimizer = *group.optimizer;
+    const int shard = group.replicas->rank();  // 0: the first copy of this part of the model
+    const bool experts = group.name == "experts";
+    if (shard == 0 && !optimizer.sharded_weights())
+      share.files.emplace_back(experts ? experts_file(tp_rank, pp_rank, ep_rank) : model_file(tp_rank, pp_rank),
+                               model_pieces(request.local, group));
+    if (shard == 0 || optimizer.sharded())
+      share.files.emplace_back(experts ? experts_optimizer_file(tp_rank, pp_rank, ep_rank, shard)
+                                       : optimizer_file(tp_rank, pp_rank, shard),
+                               optimizer_pieces(request.local, group));
+  }
   if (share.rank == 0) share.shared.emplace(request.progress, request.config);
   return share;
 }
@@ -367,8 +385,9 @@ std::string recovery_advice(const CheckpointStore& store, int64_t first_bad) {
                       "longer warm-up");
 }
 
-bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer) {
-  return groups.world().rank() == 0 || groups.dp_cp_group().rank() == 0 || sharded_optimizer;
+bool writes_checkpoint_files(const ProcessGroups& groups, const Layout& layout) {
+  return groups.world().rank() == 0 || groups.dp_cp_group().rank() == 0 || layout.zero().sharded() ||
+         (layout.ep_size > 1 && (groups.edp_group().rank() == 0 || layout.expert_zero().sharded()));
 }
 
 void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, const ProcessGroups& groups,
@@ -452,29 +471,30 @@ void read_weights(const std::string& folder, const PlacedParameters& local) {
   const CheckpointTensors saved(folder);
   for (const auto& p : local.params) {
     torch::Tensor part = p.tensor;
-    saved.read_part(p.name, StateKind::weight, part_place(p.role, local.tp), part);
+    saved.read_part(p.name, StateKind::weight, part_place(p.role, local.tp, local.ep), part);
   }
 }
 
 void read_optimizer_state(const std::string& folder, const PlacedParameters& local, const TrainingProgress& progress,
-                          ZeroOptimizer& optimizer) {
+                          ParameterGroups& optimizer) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
   // Per piece, the parameter's state in this rank's shape; rows the saving layout did not have
   // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
   // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
-  for (auto& piece : optimizer.state_pieces()) {
-    const RoledParameter& p = local.params[piece.param];
-    auto read = [&](StateKind kind, torch::Tensor& target) {
-      auto value = torch::zeros(p.tensor.sizes(), target.options());
-      if (kind == StateKind::main) value.view({-1}).narrow(0, piece.offset, piece.numel).copy_(piece.weight);
-      saved.read_part(p.name, kind, part_place(p.role, local.tp), value);
-      target.copy_(value.view({-1}).narrow(0, piece.offset, piece.numel));
-    };
-    if (optimizer.separate_main()) read(StateKind::main, piece.main);
-    read(StateKind::exp_avg, piece.exp_avg);
-    read(StateKind::exp_avg_sq, piece.exp_avg_sq);
-  }
+  for (ParameterGroup& group : optimizer.groups())
+    for (auto& piece : group.optimizer->state_pieces()) {
+      const RoledParameter& p = group.params[piece.param];
+      auto read = [&](StateKind kind, torch::Tensor& target) {
+        auto value = torch::zeros(p.tensor.sizes(), target.options());
+        if (kind == StateKind::main) value.view({-1}).narrow(0, piece.offset, piece.numel).copy_(piece.weight);
+        saved.read_part(p.name, kind, part_place(p.role, local.tp, local.ep), value);
+        target.copy_(value.view({-1}).narrow(0, piece.offset, piece.numel));
+      };
+      if (group.optimizer->separate_main()) read(StateKind::main, piece.main);
+      read(StateKind::exp_avg, piece.exp_avg);
+      read(StateKind::exp_avg_sq, piece.exp_avg_sq);
+    }
   optimizer.restore_steps(progress.optimizer_steps);
 }
 

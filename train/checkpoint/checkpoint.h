@@ -24,7 +24,7 @@
 namespace trident {
 
 class Communicator;
-class ZeroOptimizer;
+class ParameterGroups;
 
 class CheckpointStore {
  public:
@@ -115,14 +115,14 @@ std::optional<ResumePoint> find_resume_point(const CheckpointStore& store, const
 std::string recovery_advice(const CheckpointStore& store, int64_t first_bad);
 
 // Whether this rank writes files when a checkpoint is saved: world rank 0, the first
-// data-parallel replica, and every rank when ZeRO shards the optimizer.
-bool writes_checkpoint_files(const ProcessGroups& groups, bool sharded_optimizer);
+// data-parallel replica (of the experts too), and every rank when ZeRO shards the optimizer.
+bool writes_checkpoint_files(const ProcessGroups& groups, const Layout& layout);
 
 // What a rank saves: its parameters and optimizer state, how far the run got, the config it ran
 // with and the training loss of the saved iteration (the manifest records it).
 struct CheckpointRequest {
   PlacedParameters local;
-  const ZeroOptimizer& optimizer;
+  const ParameterGroups& optimizer;
   TrainingProgress progress;
   const Config& config;
   double loss = 0;
@@ -146,10 +146,17 @@ void save_checkpoint(const CheckpointStore& store, Communicator& cpu_world, cons
 //    of the data x context-parallel group holds (every rank under ZeRO, else the first), by the
 //    same rule; at ZeRO-3, where no rank holds whole weights, also its shard of the weights
 //    (and no model_ files);
+//  - with experts (optim/parameter_groups.h), their weights and optimizer state by the same rules
+//    over their own copies: experts_tp<t>_pp<p>_ep<e>.safetensors and
+//    experts_optimizer_tp<t>_pp<p>_ep<e>_dp<d>.safetensors, for expert-parallel rank e and rank
+//    d of the expert-data-parallel group; each piece a run of the whole [E, ...] tensor's
+//    tensor-parallel part, so any expert-parallel degree reads them;
 //  - progress.yaml (TrainingProgress and the full config), from rank 0. No random state: the
 //    dropout masks follow from the seed and the iteration (model/dropout.h).
 std::string model_file(int64_t tp_rank, int64_t pp_rank);
 std::string optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t dp_rank);
+std::string experts_file(int64_t tp_rank, int64_t pp_rank, int64_t ep_rank);
+std::string experts_optimizer_file(int64_t tp_rank, int64_t pp_rank, int64_t ep_rank, int64_t edp_rank);
 
 // One rank's part of a checkpoint, taken on the main thread and written on any thread: the
 // tensors of each file it writes (model_/optimizer_ files above) and, on rank 0, the run's
@@ -193,7 +200,7 @@ void read_weights(const std::string& folder, const PlacedParameters& local);
 // Loads the main parameters and AdamW moments this rank holds, whatever layout and ZeRO stage
 // saved them, and the step count. Local: publish() the optimizer after it.
 void read_optimizer_state(const std::string& folder, const PlacedParameters& local, const TrainingProgress& progress,
-                          ZeroOptimizer& optimizer);
+                          ParameterGroups& optimizer);
 
 // Every weight of a checkpoint, whole (the padded vocabulary included), by global name: for
 // export, generation and tests.

@@ -103,18 +103,28 @@ void CheckpointTensors::read_part(const std::string& name, StateKind kind, const
                                   torch::Tensor& local) const {
   const TensorPiece& first = pieces_of(name, kind).front();
   const bool same_split = first.dim == place.dim && first.parts == place.parts;
+  PartPlace experts_only;  // within the saved part, only the experts remain to be cut
+  experts_only.expert_part = place.expert_part;
+  experts_only.expert_parts = place.expert_parts;
   place_part(same_split ? saved_part(name, kind, place.part) : global(name, kind),
-             same_split ? PartPlace{} : place, local, describe(name, kind));
+             same_split ? experts_only : place, local, describe(name, kind));
 }
 
-void place_part(const torch::Tensor& global, const PartPlace& place, torch::Tensor& local, const std::string& what) {
+void place_part(const torch::Tensor& whole, const PartPlace& place, torch::Tensor& local, const std::string& what) {
   torch::NoGradGuard no_grad;
   const int64_t dim = place.dim;
   const auto mismatch = [&] {
-    fail(what, ": the checkpoint holds ", shape_text(global.sizes()), ", which does not fit this model's ",
-         shape_text(local.sizes()), dim < 0 ? "" : str(" (part ", place.part, " of ", place.parts, " along dimension ", dim, ")"));
+    fail(what, ": the checkpoint holds ", shape_text(whole.sizes()), ", which does not fit this model's ",
+         shape_text(local.sizes()), dim < 0 ? "" : str(" (part ", place.part, " of ", place.parts, " along dimension ", dim, ")"),
+         place.expert_parts == 1 ? "" : str(" (experts ", place.expert_part, " of ", place.expert_parts, ")"));
   };
-  if (global.dim() != local.dim()) mismatch();
+  if (whole.dim() != local.dim()) mismatch();
+  TRIDENT_CHECK(place.expert_parts == 1 || dim != 0, "experts split along tensor parallelism's dimension");
+  torch::Tensor global = whole;
+  if (place.expert_parts > 1) {
+    if (global.size(0) != place.expert_parts * local.size(0)) mismatch();
+    global = global.narrow(0, place.expert_part * local.size(0), local.size(0));
+  }
   if (dim < 0) {
     if (global.sizes() != local.sizes()) mismatch();
     local.copy_(global);  // to local's dtype and device
@@ -128,9 +138,14 @@ void place_part(const torch::Tensor& global, const PartPlace& place, torch::Tens
   if (available > 0) local.narrow(dim, 0, available).copy_(global.narrow(dim, begin, available));
 }
 
-PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp) {
-  if (role.replicated()) return {};
-  return {role.partition_dim, tp.rank, tp.size, role.layout_padded};
+PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp, const ExpertParallelPlace& ep) {
+  PartPlace place;
+  if (!role.replicated()) place = {role.partition_dim, tp.rank, tp.size, role.layout_padded};
+  if (role.expert) {
+    place.expert_part = ep.rank;
+    place.expert_parts = ep.size;
+  }
+  return place;
 }
 
 void place_parameters(const std::map<std::string, torch::Tensor>& weights, const PlacedParameters& local,
@@ -139,7 +154,7 @@ void place_parameters(const std::map<std::string, torch::Tensor>& weights, const
     const auto found = weights.find(p.name);
     if (found == weights.end()) fail(source, " has no weight '", p.name, "'");
     torch::Tensor part = p.tensor;
-    place_part(found->second, part_place(p.role, local.tp), part, str(source, ": '", p.name, "'"));
+    place_part(found->second, part_place(p.role, local.tp, local.ep), part, str(source, ": '", p.name, "'"));
   }
 }
 

@@ -30,10 +30,14 @@ FileRecord write_pieces(const std::string& folder, const std::string& file, std:
 
 // Where a rank's tensor sits in the global one: part `part` of `parts` along `dim` (-1: whole).
 // `padded`: dim is padded to a multiple that depends on the layout (the vocabulary).
+// Stacked experts are moreover part `expert_part` of `expert_parts` along dimension 0 of that
+// part: a contiguous run of its elements, so a checkpoint stores them as pieces of the
+// tensor-parallel part and any expert-parallel layout reads them back.
 struct PartPlace {
   int64_t dim = -1;
   int64_t part = 0, parts = 1;
   bool padded = false;
+  int64_t expert_part = 0, expert_parts = 1;
 };
 
 class CheckpointTensors {
@@ -67,8 +71,8 @@ class CheckpointTensors {
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;  // verified, opened
 };
 
-// Where a parameter of `role` sits on the tensor-parallel place `tp`.
-PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp);
+// Where a parameter of `role` sits on the tensor-parallel place `tp` and expert-parallel `ep`.
+PartPlace part_place(const ParameterRole& role, const TensorParallelPlace& tp, const ExpertParallelPlace& ep);
 
 // Copies into `local` its part of `global`. Shapes must fit, except along a padded dim: rows
 // global lacks (padding of a layout with more TP ranks) are left as they are, rows past this

@@ -207,6 +207,8 @@ const std::vector<Field>& schema() {
       field("model.moe_layer_freq", TRIDENT_MEMBER(model.moe_layer_freq), between(1, kMaxLayers)),
       field("model.moe_aux_loss_coeff", TRIDENT_MEMBER(model.moe_aux_loss_coeff), non_negative_number()),
       field("model.moe_z_loss_coeff", TRIDENT_MEMBER(model.moe_z_loss_coeff), non_negative_number()),
+      field("model.moe_expert_capacity_factor", TRIDENT_MEMBER(model.moe_expert_capacity_factor),
+            non_negative_number()),
       field("model.block", TRIDENT_MEMBER(model.block),
             Rule<std::string>{"a block's name: transformer, or one the program registers",
                               [](const std::string& v) { return !v.empty(); }}),
@@ -446,7 +448,9 @@ void check_experts(const ModelConfig& m) {
                                    std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != dense.moe_ffn_hidden_size},
                                    std::pair{"model.moe_layer_freq", m.moe_layer_freq != dense.moe_layer_freq},
                                    std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
-                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff}})
+                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff},
+                                   std::pair{"model.moe_expert_capacity_factor",
+                                             m.moe_expert_capacity_factor != dense.moe_expert_capacity_factor}})
       if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }

@@ -97,13 +97,17 @@ struct ModelConfig {
   // one when i % moe_layer_freq == 0; a router sends each token to its moe_router_topk experts
   // (softmax over their scores), each an MLP of model.activation with moe_ffn_hidden_size
   // (0: the dense ffn) and no biases. The Switch load-balancing loss and the router z-loss join
-  // the objective with their coefficients (0: not computed).
+  // the objective with their coefficients (0: not computed). Dropless unless
+  // moe_expert_capacity_factor is above 0: then each expert takes at most
+  // ceil(factor x tokens x topk / experts) of a micro-batch's assignments, its most probable ones,
+  // and drops the rest (their outputs are zero; the residual carries the token on).
   int64_t num_moe_experts = 0;
   int64_t moe_router_topk = 2;
   int64_t moe_ffn_hidden_size = 0;
   int64_t moe_layer_freq = 1;
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
+  double moe_expert_capacity_factor = 0.0;
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
   // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary

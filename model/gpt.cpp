@@ -174,8 +174,10 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
   if (stage_.embedding && config.position_embedding_type == PositionEmbeddingType::learned)
     wpe = register_module("wpe", PositionEmbedding(config.seq_length, h));
   declare_moe_losses(config_);  // on every stage, whichever layers it holds: the log's values agree
+  if (config.num_moe_experts > 0)
+    expert_load_ = std::make_shared<ExpertLoad>(config.num_layers, config.num_moe_experts);
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_, ep_})));
+    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_, ep_, expert_load_})));
   if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));
   if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }

@@ -185,6 +185,8 @@ class GPTImpl : public torch::nn::Module {
   const Stage& stage() const { return stage_; }
   // What this chunk's blocks added to the objective besides the token loss.
   AuxiliaryLosses& auxiliary_losses() { return *auxiliary_; }
+  // Where its Mixture-of-Experts layers record their load (null for a model without experts).
+  ExpertLoad* expert_load() { return expert_load_.get(); }
 
   VocabParallelEmbedding wte{nullptr};  // on the first stage; on the last too when tied to the head
   PositionEmbedding wpe{nullptr};        // learned positions only
@@ -207,6 +209,7 @@ class GPTImpl : public torch::nn::Module {
   uint64_t seed_ = 0;
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
   std::shared_ptr<AuxiliaryLosses> auxiliary_ = std::make_shared<AuxiliaryLosses>();
+  std::shared_ptr<ExpertLoad> expert_load_;
   std::shared_ptr<UnitWeights> gathered_;  // ZeRO-3
 };
 TORCH_MODULE(GPT);

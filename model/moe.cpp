@@ -1,6 +1,7 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
@@ -14,6 +15,27 @@ constexpr const char* kZ = "moe_z";
 // The router's precision: at least fp32 (as Megatron-Core's router), fp64 for fp64 models.
 torch::Dtype router_dtype(const torch::Tensor& x) {
   return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+// Which of the assignments `chosen` [n, k] a capacity of `capacity` per expert keeps: each
+// expert's `capacity` most probable ones (`probability` [n, k]; ties to the earlier token), as
+// a boolean [n, k].
+//
+//   sorted by probability, then stably by expert:  [e0: p .9 .7 .2 | e1: p .8 .3]
+//   place in the expert's run:                      [     0  1  2  |      0  1 ]   capacity 2:
+//   kept:                                           [     1  1  0  |      1  1 ]
+torch::Tensor within_capacity(const torch::Tensor& chosen, const torch::Tensor& probability, int64_t experts,
+                              int64_t capacity) {
+  const torch::Tensor assigned = chosen.reshape({-1});
+  const torch::Tensor by_probability =
+      std::get<1>(at::sort(probability.reshape({-1}), /*stable=*/true, 0, /*descending=*/true));
+  const torch::Tensor order = by_probability.index_select(
+      0, std::get<1>(at::sort(assigned.index_select(0, by_probability), /*stable=*/true, 0, false)));
+  const torch::Tensor counts = at::bincount(assigned, {}, experts);
+  const torch::Tensor run_starts = counts.cumsum(0) - counts;
+  const torch::Tensor sorted = assigned.index_select(0, order);
+  const torch::Tensor place = torch::arange(assigned.size(0), assigned.options()) - run_starts.index_select(0, sorted);
+  return torch::empty_like(assigned, assigned.options().dtype(torch::kBool)).index_put_({order}, place < capacity).view(chosen.sizes());
 }
 
 }  // namespace
@@ -32,11 +54,14 @@ MoEImpl::MoEImpl(const BlockContext& context)
       topk_(context.config.moe_router_topk),
       aux_loss_coeff_(context.config.moe_aux_loss_coeff),
       z_loss_coeff_(context.config.moe_z_loss_coeff),
+      capacity_factor_(context.config.moe_expert_capacity_factor),
+      layer_(context.layer),
       fused_kernels_(context.config.fused_kernels),
       tp_(context.tp),
       cp_(context.cp),
       ep_(context.ep),
-      auxiliary_(context.auxiliary) {
+      auxiliary_(context.auxiliary),
+      load_(context.expert_load) {
   const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size(), ep = ep_.group->size();
   TRIDENT_CHECK(context.config.moe_ffn() % t == 0 && E % ep == 0, E, " experts of ffn ", context.config.moe_ffn(),
                 " over ", t, " tensor-parallel and ", ep, " expert-parallel ranks");
@@ -61,14 +86,16 @@ MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tenso
   //   assignments (token, slot) -> order -> runs [expert 0's | expert 1's | ...] -> dispatched to
   //   the ranks holding the experts -> multiplies -> combined back -> through the inverse
   //   permutation -> [T, k, h] weighted, summed over k
+  // Dropped assignments (expert E) sort last and go nowhere; their outputs are zero.
   const int64_t T = tokens.size(0), h = tokens.size(1);
   const torch::Tensor assigned = chosen.reshape({-1});
   const torch::Tensor order = std::get<1>(at::sort(assigned, /*stable=*/true, 0, false));
-  const torch::Tensor counts = at::bincount(assigned, {}, num_experts_);
+  const torch::Tensor counts = at::bincount(assigned, {}, num_experts_ + 1);
   // The run lengths on the host (one synchronisation per layer), to cut the runs.
-  const ExpertDispatch dispatch(counts, *ep_.group);
+  const ExpertDispatch dispatch(counts.narrow(0, 0, num_experts_), *ep_.group);
+  const int64_t kept = dispatch.sent_rows();
   const torch::Tensor runs = dispatch.dispatch(
-      tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order));
+      tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order).narrow(0, 0, kept));
   std::vector<torch::Tensor> outputs;
   int64_t start = 0;
   for (size_t e = 0; e < dispatch.local_counts().size(); ++e) {
@@ -80,9 +107,10 @@ MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tenso
     outputs.push_back(
         at::matmul(mlp_activation(gated, at::matmul(x, up[expert].t()), fused_kernels_), down[expert].t()));
   }
-  const torch::Tensor by_assignment =
-      dispatch.combine(torch::cat(outputs)).index_select(0, at::argsort(order)).view({T, topk_, h});
-  return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts};
+  torch::Tensor combined = dispatch.combine(torch::cat(outputs));
+  if (kept < T * topk_) combined = torch::cat({combined, torch::zeros({T * topk_ - kept, h}, combined.options())});
+  const torch::Tensor by_assignment = combined.index_select(0, at::argsort(order)).view({T, topk_, h});
+  return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts[num_experts_]};
 }
 
 torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Tensor& logits, torch::Tensor routed) {
@@ -137,12 +165,38 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
     routed_weights = copy_to_tensor_parallel(weights, tp);
     routed_to = chosen;
   }
-  const Routed routed = experts(tokens.reshape({-1, h}), routed_to.reshape({-1, topk_}),
-                                routed_weights.reshape({-1, topk_}));
+  routed_to = routed_to.reshape({-1, topk_});
+  const torch::Tensor counts = at::bincount(routed_to.reshape({-1}), {}, num_experts_);
+  if (capacity_factor_ > 0) {
+    const torch::Tensor probability = logits.softmax(-1).gather(-1, chosen).detach();
+    const torch::Tensor routed_probability = tp_.sequence_parallel
+                                                 ? gather_from_sequence_parallel(probability.view({b, n, topk_}), tp)
+                                                 : probability;
+    routed_to = routed_to.masked_fill(
+        kept_assignments(routed_to, routed_probability.reshape({-1, topk_})).logical_not(), num_experts_);
+  }
+  const Routed routed = experts(tokens.reshape({-1, h}), routed_to, routed_weights.reshape({-1, topk_}));
+  if (load_ && torch::GradMode::is_enabled()) load_->record(layer_, counts, routed.dropped);
   const torch::Tensor partial = routed.output.view(tokens.sizes());
   const torch::Tensor out = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                                   : reduce_from_tensor_parallel(partial, tp);
-  return with_losses(out, logits, routed.counts);
+  return with_losses(out, logits, counts);
+}
+
+torch::Tensor MoEImpl::kept_assignments(const torch::Tensor& chosen, const torch::Tensor& probability) {
+  // Over the micro-batch's tokens, which the context-parallel ranks share: each rank's choices
+  // gathered, kept or dropped together, this rank's part taken back.
+  Communicator& cp = *cp_.group;
+  torch::Tensor all_chosen = chosen, all_probability = probability;
+  if (cp.size() > 1) {
+    all_chosen = torch::empty({chosen.size(0) * cp.size(), topk_}, chosen.options());
+    all_probability = torch::empty({chosen.size(0) * cp.size(), topk_}, probability.options());
+    cp.all_gather(all_chosen, chosen.contiguous());
+    cp.all_gather(all_probability, probability.contiguous());
+  }
+  const int64_t capacity = int64_t(std::ceil(capacity_factor_ * double(all_chosen.numel()) / double(num_experts_)));
+  return within_capacity(all_chosen, all_probability, num_experts_, capacity)
+      .narrow(0, chosen.size(0) * cp.rank(), chosen.size(0));
 }
 
 }  // namespace trident

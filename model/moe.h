@@ -16,7 +16,11 @@
 // one reduce-scatter after one all-gather of the tokens and their routing). Each
 // tensor-parallel rank exchanges the same tokens with its expert-parallel peers of the same
 // tensor-parallel rank (Megatron's expert TP = TP). Dropless: every expert takes all its tokens,
-// one multiply per expert (a loop over experts).
+// one multiply per expert (a loop over experts), unless model.moe_expert_capacity_factor caps
+// each expert at ceil(factor x T x k / E) of a micro-batch's T tokens' assignments, its most
+// probable ones by the router's softmax over all E (Switch's and GShard's capacity, Megatron's
+// "probs" drop policy), decided over the whole micro-batch whichever ranks hold its tokens.
+// Each layer records its load per expert and what it dropped (model/expert_load.h).
 //
 // Two losses join the objective through the block's auxiliary losses (model/auxiliary_loss.h),
 // each when its coefficient is above zero, over the same tokens as one process would use (the
@@ -32,6 +36,7 @@
 
 #include "model/auxiliary_loss.h"
 #include "model/block.h"
+#include "model/expert_load.h"
 #include "model/layers.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -52,24 +57,30 @@ class MoEImpl : public ParallelModule {
 
  private:
   struct Routed {
-    torch::Tensor output;  // [T, h], this rank's part of the width (summed over TP afterwards)
-    torch::Tensor counts;  // [E] tokens routed to each expert
+    torch::Tensor output;   // [T, h], this rank's part of the width (summed over TP afterwards)
+    torch::Tensor dropped;  // assignments no expert took (over capacity)
   };
-  // The experts' partial outputs for tokens [T, h] routed to the experts `chosen` [T, k] with
-  // `weights` [T, k], and how many went to each (of this rank's tokens). Moves the counts to the
-  // host: one synchronisation per layer on a GPU. Collective over the expert-parallel group.
+  // The experts' partial outputs for tokens [T, h] routed to the experts `chosen` [T, k] (E for
+  // an assignment dropped) with `weights` [T, k]. Moves the counts to the host: one
+  // synchronisation per layer on a GPU. Collective over the expert-parallel group.
   Routed experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights);
+  // Which of `chosen` [T, k] with their routing probabilities the capacity keeps: decided over
+  // the micro-batch's tokens (across the context-parallel ranks), as one process would.
+  torch::Tensor kept_assignments(const torch::Tensor& chosen, const torch::Tensor& probability);
   // Both losses for this rank's router logits [T, E] and `routed`, the experts' token counts
   // over the sequence-parallel ranks' tokens (the experts see them all).
   torch::Tensor with_losses(const torch::Tensor& output, const torch::Tensor& logits, torch::Tensor routed);
 
   int64_t num_experts_, topk_;
   double aux_loss_coeff_, z_loss_coeff_;
+  double capacity_factor_;  // 0: dropless
+  int64_t layer_;
   bool fused_kernels_;
   TensorParallel tp_;
   ContextParallel cp_;
   ExpertParallel ep_;
   std::shared_ptr<AuxiliaryLosses> auxiliary_;
+  std::shared_ptr<ExpertLoad> load_;  // null: not recorded
 };
 TORCH_MODULE(MoE);
 

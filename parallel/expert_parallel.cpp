@@ -14,6 +14,7 @@ ExpertDispatch::ExpertDispatch(const torch::Tensor& counts, Communicator& group)
   if (ep == 1) {
     const torch::Tensor host = counts.to(torch::kCPU, torch::kLong);
     local_counts_.assign(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + experts);
+    sent_total_ = std::accumulate(local_counts_.begin(), local_counts_.end(), int64_t(0));
     return;
   }
   // Row i * local + l of `arrived`: what rank i sends to this rank's expert l.
@@ -29,6 +30,7 @@ ExpertDispatch::ExpertDispatch(const torch::Tensor& counts, Communicator& group)
     received_.push_back(std::accumulate(from + rank * local, from + (rank + 1) * local, int64_t(0)));
     for (int64_t l = 0; l < local; ++l) local_counts_[size_t(l)] += from[rank * local + l];
   }
+  sent_total_ = std::accumulate(sent_.begin(), sent_.end(), int64_t(0));
   // Where each received run starts, then the rows in expert-major order.
   std::vector<int64_t> start(size_t(ep * local));
   std::exclusive_scan(from, from + ep * local, start.begin(), int64_t(0));

@@ -45,11 +45,14 @@ class ExpertDispatch {
   torch::Tensor combine(const torch::Tensor& outputs) const;
   // Rows each of this rank's experts takes, in order.
   const std::vector<int64_t>& local_counts() const { return local_counts_; }
+  // Rows this rank sends (its assignments, summed over the experts).
+  int64_t sent_rows() const { return sent_total_; }
 
  private:
   Communicator& group_;
   std::vector<int64_t> sent_, received_;  // rows to and from each rank
   std::vector<int64_t> local_counts_;
+  int64_t sent_total_ = 0;
   torch::Tensor by_expert_, by_source_;   // the regrouping permutation and its inverse (ep > 1)
 };
 

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/layout.h"
 #include "model/moe.h"
+#include "train/expert_balance.h"
 #include "train/families/family.h"
 #include "train/layout_check.h"
 #include "tests/helpers.h"
@@ -115,6 +116,76 @@ TEST(MoE, AddsTheLoadBalancingAndZLosses) {
   EXPECT_FALSE(auxiliary->values().defined());
 }
 
+// With a capacity factor each expert takes at most ceil(factor x T x k / E) of the micro-batch's
+// assignments, its most probable ones by the softmax over all experts; a dropped assignment adds
+// nothing to its token's output. The load records what the router chose and what was dropped.
+TEST(MoE, ACapacityDropsEachExpertsLeastProbableAssignments) {
+  ModelConfig m = experts_config(Activation::swiglu);
+  m.moe_expert_capacity_factor = 0.5;  // 12 tokens x 2 / 4 experts x 0.5: 3 assignments an expert
+  m.moe_aux_loss_coeff = 0;
+  m.moe_z_loss_coeff = 0;
+  auto load = std::make_shared<ExpertLoad>(1, 4);
+  MoE moe(BlockContext{m, TensorParallel{}, Recompute::none, ContextParallel{}, std::make_shared<DropoutStreams>(), 0,
+                       std::make_shared<AuxiliaryLosses>(), ExpertParallel{}, load});
+  torch::manual_seed(7);
+  moe->to(torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : moe->parameters()) p.normal_(0, 0.5);
+  }
+  const torch::Tensor x = torch::randn({2, 6, m.hidden_size}, torch::kDouble);
+  load->begin_iteration();
+  const torch::Tensor out = moe(x);
+  const torch::Tensor tokens = x.reshape({-1, m.hidden_size});
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = at::matmul(tokens, moe->router.t());
+  const auto [scores, chosen] = logits.topk(2);
+  const torch::Tensor probability = logits.softmax(-1);
+  // An assignment is kept when fewer than 3 of its expert's assignments are more probable.
+  auto kept = [&](int64_t token, int64_t slot) {
+    const int64_t e = chosen[token][slot].item<int64_t>();
+    const double p = probability[token][e].item<double>();
+    int64_t more_probable = 0;
+    for (int64_t t = 0; t < tokens.size(0); ++t)
+      for (int64_t j = 0; j < 2; ++j)
+        if (chosen[t][j].item<int64_t>() == e && probability[t][e].item<double>() > p) ++more_probable;
+    return more_probable < 3;
+  };
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < tokens.size(0); ++i) {
+    const torch::Tensor weights = scores[i].softmax(0);
+    torch::Tensor expected = torch::zeros({m.hidden_size}, torch::kDouble);
+    for (int64_t j = 0; j < 2; ++j) {
+      if (!kept(i, j)) {
+        ++dropped;
+        continue;
+      }
+      const int64_t e = chosen[i][j].item<int64_t>();
+      const torch::Tensor t = tokens[i];
+      expected += weights[j] * at::matmul(moe->down[e], at::silu(at::matmul(moe->gate[e], t)) * at::matmul(moe->up[e], t));
+    }
+    EXPECT_TRUE(torch::allclose(out.reshape({-1, m.hidden_size})[i], expected, 1e-12, 1e-12)) << "token " << i;
+  }
+  EXPECT_GT(dropped, 0);
+  const torch::Tensor routed = at::bincount(chosen.reshape({-1}), {}, 4).to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(load->counts()[0].narrow(0, 0, 4), routed));
+  EXPECT_EQ(load->counts()[0][4].item<double>(), double(dropped));
+}
+
+// The log's expert balance: the worst layer's most loaded expert over the mean, and what was
+// dropped; layers without tokens (dense ones) do not count.
+TEST(MoE, BalanceIsTheWorstLayersMostLoadedExpertOverTheMean) {
+  const torch::Tensor counts = torch::tensor({3.0, 1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0, 1.0},
+                                             torch::kDouble).view({3, 4});
+  const auto values = expert_balance_values(counts, /*capacity=*/true);
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0].first, "load_imbalance");
+  EXPECT_DOUBLE_EQ(values[0].second, 3.0 / (4.0 / 3));
+  EXPECT_EQ(values[1].first, "dropped");
+  EXPECT_EQ(values[1].second, 3.0);
+  EXPECT_EQ(expert_balance_values(counts, /*capacity=*/false).size(), 1u);
+}
+
 TEST(MoE, BadKeysGetOneLineNamingThem) {
   const std::string tiny = kSource + "/configs/moe-tiny.yaml";
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_router_topk=9"}); })
@@ -126,6 +197,13 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.num_moe_experts=-1"}); }).find("model.num_moe_experts"),
             std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_layer_freq=0"}); }).find("model.moe_layer_freq"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_expert_capacity_factor=-1"}); })
+                .find("model.moe_expert_capacity_factor"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Config::load(kSource + "/configs/gpt-tiny.yaml", {"model.moe_expert_capacity_factor=1.25"});
+            }).find("model.moe_expert_capacity_factor is set but model.num_moe_experts is 0"),
             std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.num_moe_experts=0"}); })
                 .find("model.moe_ffn_hidden_size is set but model.num_moe_experts is 0: there are no experts"),
@@ -193,6 +271,30 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
                    {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
                     "parallel.schedule=interleaved_1f1b"}};
   check.work_dir = (scratch_dir() / "ep").string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::printf("%s", result.report.c_str());
+}
+
+// A capacity decides over the micro-batch's tokens whichever ranks hold them, so dropping trains
+// as one process does too: over context parallelism (the choices gathered), sequence
+// parallelism, expert parallelism and pipeline stages; the experts' load and the dropped count
+// (moe/ values) are compared with the single process's as well.
+TEST(MoE, WithACapacityTrainsTheSameAtEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/train";
+  check.launcher = kMpirun;
+  check.arguments = {"--config",           kSource + "/configs/moe-tiny.yaml",
+                     "data.type=synthetic", "precision=fp64",
+                     "model.num_layers=2",  "model.moe_expert_capacity_factor=1.0",
+                     "batch.micro_batch_size=2",
+                     "train.iters=3",       "train.log_interval=1",
+                     "train.eval_interval=0"};
+  check.layouts = {{"parallel.context=2"},
+                   {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
+                   {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}};
+  check.work_dir = (scratch_dir() / "capacity").string();
   const LayoutCheckResult result = check_layouts(check);
   EXPECT_TRUE(result.equal) << result.report;
   std::printf("%s", result.report.c_str());

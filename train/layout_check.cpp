@@ -19,7 +19,7 @@ namespace {
 
 struct Run {
   std::vector<double> losses;     // per iteration
-  std::vector<double> auxiliary;  // per iteration, its aux/<name> values in the file's order
+  std::vector<double> auxiliary;  // per iteration, its aux/<name> and moe/<name> values in the file's order
   std::map<std::string, torch::Tensor> weights;
   Precision precision = Precision::fp32;
 };
@@ -76,7 +76,7 @@ Run read_run(const std::filesystem::path& dir) {
       const auto json = nlohmann::json::parse(line);
       result.losses.push_back(json.at("loss").get<double>());
       for (const auto& [key, value] : json.items())
-        if (key.rfind("aux/", 0) == 0) result.auxiliary.push_back(value.get<double>());
+        if (key.rfind("aux/", 0) == 0 || key.rfind("moe/", 0) == 0) result.auxiliary.push_back(value.get<double>());
     } catch (const nlohmann::json::exception& e) {
       fail("LayoutCheck: line ", result.losses.size() + 1, " of ", file.string(), " gives no loss: ", e.what());
     }

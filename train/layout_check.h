@@ -1,8 +1,8 @@
 // The proof trident gives its own model, for a program's: a model trains the same at any
 // parallel layout. check_layouts runs a program that trains with trident's Trainer from
 // `section.key=value` arguments (one that registers its own block, say) once in one process
-// and once per layout under a launcher, and compares every iteration's loss and auxiliary losses
-// (as the metrics file records them, to 9 significant digits) and the final weights, gathered whole from each
+// and once per layout under a launcher, and compares every iteration's loss, auxiliary losses and
+// experts' load (as the metrics file records them, to 9 significant digits) and the final weights, gathered whole from each
 // run's checkpoint at full precision, with the single process's.
 #pragma once
 

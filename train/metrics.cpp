@@ -89,7 +89,8 @@ void check_scalar_names(const IterationMetrics& m) {
                                               "mfu",         "valid_loss",       "max_in_flight", "pipeline_transfer_ms"};
   std::set<std::string> seen;
   for (const auto& [name, value] : m.scalars) {
-    if (name.empty() || kUsed.count(name) || name.rfind("valid_loss/", 0) == 0 || name.rfind("aux/", 0) == 0)
+    if (name.empty() || kUsed.count(name) || name.rfind("valid_loss/", 0) == 0 || name.rfind("aux/", 0) == 0 ||
+        name.rfind("moe/", 0) == 0)
       fail("IterationMetrics::scalars: '", name, "' is not a name of its own (empty, or one the metrics file uses)");
     if (!seen.insert(name).second) fail("IterationMetrics::scalars: '", name, "' is given twice");
   }
@@ -109,6 +110,7 @@ void RunLog::iteration(const IterationMetrics& m) const {
                 m.learning_rate, m.loss, m.grad_norm, m.tflops_6pd, m.tflops_model);
   std::string text = line;
   for (const auto& [name, value] : m.auxiliary_losses) text += str(" | aux/", name, " ", value);
+  for (const auto& [name, value] : m.expert_balance) text += str(" | moe/", name, " ", value);
   if (config_.recompute != Recompute::none) {
     std::snprintf(line, sizeof line, " (hardware %.3f)", m.tflops_hardware);
     text += line;
@@ -140,6 +142,7 @@ void RunLog::record(const IterationMetrics& m) {
       .add("consumed_samples", m.consumed_samples)
       .add("loss", m.loss);
   for (const auto& [name, value] : m.auxiliary_losses) json.add("aux/" + name, value);
+  for (const auto& [name, value] : m.expert_balance) json.add("moe/" + name, value);
   json.add("lr", m.learning_rate)
       .add("grad_norm", m.grad_norm)
       .add("loss_scale", m.loss_scale)

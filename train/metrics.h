@@ -27,6 +27,8 @@ struct IterationMetrics {
   double loss = 0;
   // Each declared auxiliary loss's share of the objective (model/auxiliary_loss.h), beside `loss`.
   std::vector<std::pair<std::string, double>> auxiliary_losses;
+  // A Mixture-of-Experts model's load over its experts (train/expert_balance.h), as moe/<name>.
+  std::vector<std::pair<std::string, double>> expert_balance;
   double learning_rate = 0;
   double grad_norm = 0;          // before clipping (unscaled)
   double loss_scale = 1;         // fp16's dynamic scale used by this iteration

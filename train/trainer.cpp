@@ -14,6 +14,7 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "train/auxiliary_values.h"
+#include "train/expert_balance.h"
 #include "optim/lr_schedule.h"
 #include "optim/parameter_groups.h"
 #include "parallel/comm/communicator.h"
@@ -47,7 +48,7 @@ Trainer::~Trainer() = default;
 // at log intervals only, so the host runs ahead of the GPU in between.
 struct Trainer::PendingStep {
   IterationMetrics metrics;  // all but what the device still computes
-  torch::Tensor loss, grad_norm, auxiliary;
+  torch::Tensor loss, grad_norm, auxiliary, expert_load;
   std::unique_ptr<IntervalTimer> timer;
   bool completed = false;  // metrics hold the device's numbers, and the after_step hook has seen them
 };
@@ -80,7 +81,10 @@ Trainer::PendingStep Trainer::run_step() {
   const double divisor = double(layout_.micro_batches) / forward_->loss_normalizer(*data_->train, consumed_samples_);
   auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   // A block's auxiliary loss counts as the mean over the micro-batches, as the token loss does.
-  for (auto& chunk : model_.chunks) chunk->auxiliary_losses().begin_iteration(loss_scale / double(layout_.micro_batches));
+  for (auto& chunk : model_.chunks) {
+    chunk->auxiliary_losses().begin_iteration(loss_scale / double(layout_.micro_batches));
+    if (ExpertLoad* load = chunk->expert_load()) load->begin_iteration();
+  }
   const PipelineStats stats = run_pipeline(
       groups_->pp_group(), forward_->pipeline(),
       [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
@@ -95,6 +99,7 @@ Trainer::PendingStep Trainer::run_step() {
   groups_->pp_group().all_reduce(loss_sum, ReduceOp::sum);
   groups_->dp_cp_group().all_reduce(loss_sum, ReduceOp::avg);
   pending.auxiliary = auxiliary_values(model_.chunks, *groups_, layout_.micro_batches, device_);
+  pending.expert_load = expert_load_counts(model_.chunks, *groups_, device_);
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
   if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
@@ -137,6 +142,7 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
   IterationMetrics& m = pending.metrics;
   m.loss = last_loss_ = pending.loss.item<double>();
   m.auxiliary_losses = named_auxiliary_values(pending.auxiliary);
+  m.expert_balance = expert_balance_values(pending.expert_load, config_.model.moe_expert_capacity_factor > 0);
   m.grad_norm = pending.grad_norm.item<double>();
   m.elapsed_ms = pending.timer->elapsed_ms();
   log_->add_rates(m);

@@ -209,6 +209,8 @@ const std::vector<Field>& schema() {
       field("model.moe_z_loss_coeff", TRIDENT_MEMBER(model.moe_z_loss_coeff), non_negative_number()),
       field("model.moe_expert_capacity_factor", TRIDENT_MEMBER(model.moe_expert_capacity_factor),
             non_negative_number()),
+      field("model.moe_shared_expert_intermediate_size", TRIDENT_MEMBER(model.moe_shared_expert_intermediate_size),
+            between(0, 4 * kMaxWidth)),
       field("model.block", TRIDENT_MEMBER(model.block),
             Rule<std::string>{"a block's name: transformer, or one the program registers",
                               [](const std::string& v) { return !v.empty(); }}),
@@ -450,7 +452,10 @@ void check_experts(const ModelConfig& m) {
                                    std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
                                    std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff},
                                    std::pair{"model.moe_expert_capacity_factor",
-                                             m.moe_expert_capacity_factor != dense.moe_expert_capacity_factor}})
+                                             m.moe_expert_capacity_factor != dense.moe_expert_capacity_factor},
+                                   std::pair{"model.moe_shared_expert_intermediate_size",
+                                             m.moe_shared_expert_intermediate_size !=
+                                                 dense.moe_shared_expert_intermediate_size}})
       if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }

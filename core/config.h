@@ -108,6 +108,9 @@ struct ModelConfig {
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
   double moe_expert_capacity_factor = 0.0;
+  // A shared expert (DeepSeek's, Qwen2-MoE's): an MLP of this width every token of a
+  // Mixture-of-Experts layer goes through beside its routed experts, their outputs added; 0: none.
+  int64_t moe_shared_expert_intermediate_size = 0;
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
   // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary

@@ -27,7 +27,8 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
                              std::pair{"model.num_query_groups", m.query_groups()},
                              std::pair{"model.hidden_size", m.hidden_size},
                              std::pair{"model.ffn_hidden_size (effective)", m.ffn()},
-                             std::pair{"model.moe_ffn_hidden_size (effective)", m.num_moe_experts > 0 ? m.moe_ffn() : 0}})
+                             std::pair{"model.moe_ffn_hidden_size (effective)", m.num_moe_experts > 0 ? m.moe_ffn() : 0},
+                             std::pair{"model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size}})
     if (value % p.tensor != 0)
       return str(name, " (", value, ") must be divisible by parallel.tensor (", p.tensor, ")");
   // Context parallelism cuts each sequence into 2 x context chunks (parallel/context_parallel.h),

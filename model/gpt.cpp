@@ -120,8 +120,8 @@ torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, const to
   return output(causal_attention(h.q, keys, values, 0.0));
 }
 
-MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp) : fused_kernels_(config.fused_kernels) {
-  const int64_t h = config.hidden_size, f = config.ffn();
+MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp, int64_t f) : fused_kernels_(config.fused_kernels) {
+  const int64_t h = config.hidden_size;
   const bool bias = config.add_bias_linear;
   if (config.activation == Activation::swiglu)
     gate = register_module("gate", ColumnParallelLinear(h, f, tp, Init::normal, ColumnOutput::split, bias));
@@ -140,13 +140,18 @@ BlockImpl::BlockImpl(const BlockContext& context)
   ln_1 = register_module("ln_1", norm(context.config, context.tp));
   attn = register_module("attn", SelfAttention(context.config, context.tp, context.recompute, context.cp, streams_));
   ln_2 = register_module("ln_2", norm(context.config, context.tp));
-  if (context.config.moe_layer(context.layer))
+  if (context.config.moe_layer(context.layer)) {
     moe = register_module("moe", MoE(context));
-  else
-    mlp = register_module("mlp", MLP(context.config, context.tp));
+    if (const int64_t shared = context.config.moe_shared_expert_intermediate_size; shared > 0)
+      shared_expert = register_module("shared_expert", MLP(context.config, context.tp, shared));
+  } else
+    mlp = register_module("mlp", MLP(context.config, context.tp, context.config.ffn()));
 }
 
-torch::Tensor BlockImpl::feed_forward(const torch::Tensor& x) { return moe ? moe(x) : mlp(x); }
+torch::Tensor BlockImpl::feed_forward(const torch::Tensor& x) {
+  if (!moe) return mlp(x);
+  return shared_expert ? moe(x) + shared_expert(x) : moe(x);
+}
 
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& input, const torch::Tensor& positions,
                                         torch::Tensor& keys, torch::Tensor& values) {

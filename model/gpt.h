@@ -89,7 +89,8 @@ TORCH_MODULE(SelfAttention);
 // column-parallel (ffn / t rows per rank).
 class MLPImpl : public torch::nn::Module {
  public:
-  MLPImpl(const ModelConfig& config, const TensorParallel& tp);
+  // Of width `ffn` (the dense MLP's, or a Mixture-of-Experts layer's shared expert's).
+  MLPImpl(const ModelConfig& config, const TensorParallel& tp, int64_t ffn);
   torch::Tensor forward(const torch::Tensor& x);
   ColumnParallelLinear gate{nullptr}, up{nullptr};  // gate: SwiGLU only
   RowParallelLinear down{nullptr};
@@ -110,6 +111,7 @@ class BlockImpl : public TransformerBlock {
   Norm ln_1{nullptr}, ln_2{nullptr};
   SelfAttention attn{nullptr};
   MLP mlp{nullptr};  // or, in a Mixture-of-Experts layer (ModelConfig::moe_layer), moe
+  MLP shared_expert{nullptr};  // beside moe, when the model has one
   MoE moe{nullptr};
 
  private:

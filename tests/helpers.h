@@ -57,14 +57,15 @@ inline ModelConfig tiny_llama() {
   return m;
 }
 
-// tiny_llama with 4 experts of 12 in its first layer, each token through 2 (no losses: the
-// model's loss is the token loss alone).
+// tiny_llama with 4 experts of 12 in its first layer, each token through 2, and a shared expert
+// of 8 (no losses: the model's loss is the token loss alone).
 inline ModelConfig tiny_moe() {
   ModelConfig m = tiny_llama();
   m.num_moe_experts = 4;
   m.moe_router_topk = 2;
   m.moe_ffn_hidden_size = 12;
   m.moe_layer_freq = 2;
+  m.moe_shared_expert_intermediate_size = 8;
   return m;
 }
 

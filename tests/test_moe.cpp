@@ -198,6 +198,10 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
             std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_layer_freq=0"}); }).find("model.moe_layer_freq"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"model.moe_shared_expert_intermediate_size=33",
+                                                               "parallel.tensor=2"}), 2); })
+                .find("model.moe_shared_expert_intermediate_size (33) must be divisible by parallel.tensor (2)"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_expert_capacity_factor=-1"}); })
                 .find("model.moe_expert_capacity_factor"),
             std::string::npos);
@@ -279,8 +283,9 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
 // A capacity decides over the micro-batch's tokens whichever ranks hold them, so dropping trains
 // as one process does too: over context parallelism (the choices gathered), sequence
 // parallelism, expert parallelism and pipeline stages; the experts' load and the dropped count
-// (moe/ values) are compared with the single process's as well.
-TEST(MoE, WithACapacityTrainsTheSameAtEveryLayout) {
+// (moe/ values) are compared with the single process's as well. A shared expert (a dense MLP
+// beside the routed ones, split over TP as the dense MLP is) rides along.
+TEST(MoE, WithACapacityAndASharedExpertTrainsTheSameAtEveryLayout) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   LayoutCheck check;
   check.program = kBin + "/train";
@@ -288,11 +293,13 @@ TEST(MoE, WithACapacityTrainsTheSameAtEveryLayout) {
   check.arguments = {"--config",           kSource + "/configs/moe-tiny.yaml",
                      "data.type=synthetic", "precision=fp64",
                      "model.num_layers=2",  "model.moe_expert_capacity_factor=1.0",
+                     "model.moe_shared_expert_intermediate_size=64",
                      "batch.micro_batch_size=2",
                      "train.iters=3",       "train.log_interval=1",
                      "train.eval_interval=0"};
   check.layouts = {{"parallel.context=2"},
                    {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
+                   {"parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3"},
                    {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}};
   check.work_dir = (scratch_dir() / "capacity").string();
   const LayoutCheckResult result = check_layouts(check);

@@ -20,9 +20,11 @@ int64_t layer_parameter_count(const ModelConfig& model, int64_t layer, int64_t e
   const int64_t h = model.hidden_size, qkv = model.qkv_rows();
   const int64_t bias = model.add_bias_linear ? 1 : 0;
   const int64_t attention = h * qkv + h * h + bias * (qkv + h);  // QKV and output projection
-  const int64_t mlp = model.moe_layer(layer)
-                          ? experts * mlp_parameter_count(model, model.moe_ffn()) + model.num_moe_experts * h
-                          : mlp_parameter_count(model, model.ffn());
+  const int64_t shared = model.moe_shared_expert_intermediate_size;
+  const int64_t mlp = model.moe_layer(layer) ? experts * mlp_parameter_count(model, model.moe_ffn()) +
+                                                   model.num_moe_experts * h +
+                                                   (shared > 0 ? mlp_parameter_count(model, shared) : 0)
+                                             : mlp_parameter_count(model, model.ffn());
   return attention + mlp + 2 * norm_parameter_count(model);
 }
 
@@ -46,13 +48,17 @@ int64_t gpt_layer_expert_parameter_count(const ModelConfig& model, int64_t layer
 }
 
 int64_t active_ffn(const ModelConfig& model, int64_t layer) {
-  return model.moe_layer(layer) ? model.moe_router_topk * model.moe_ffn() : model.ffn();
+  return model.moe_layer(layer)
+             ? model.moe_router_topk * model.moe_ffn() + model.moe_shared_expert_intermediate_size
+             : model.ffn();
 }
 
 std::string moe_summary(const ModelConfig& model, int64_t vocab) {
   if (model.num_moe_experts == 0) return "";
+  const int64_t shared = model.moe_shared_expert_intermediate_size;
   return str(", in ", model.moe_layers(), " Mixture-of-Experts layers of ", model.num_moe_experts,
-             " experts of ffn ", model.moe_ffn(), " (top-", model.moe_router_topk, "), ",
+             " experts of ffn ", model.moe_ffn(), " (top-", model.moe_router_topk, ")",
+             shared > 0 ? str(" and a shared expert of ffn ", shared) : std::string(), ", ",
              si_units(double(gpt_active_parameter_count(model, vocab))), " active per token");
 }
 

@@ -16,16 +16,18 @@ int64_t gpt_parameter_count(const ModelConfig& model, int64_t vocab);
 int64_t gpt_active_parameter_count(const ModelConfig& model, int64_t vocab);
 // Transformer block `layer`'s share of it: attention (h x (a + 2g) d for QKV, h x h out), the MLP
 // (2 or, with SwiGLU, 3 h x f matrices) or, in a Mixture-of-Experts layer, its experts' (of
-// moe_ffn each) and the router's E x h, their biases if any and two norms.
+// moe_ffn each), the router's E x h and the shared expert's, their biases if any and two norms.
 int64_t gpt_layer_parameter_count(const ModelConfig& model, int64_t layer);
 // Of it, the experts' weights (all E experts' MLPs; 0 in a dense layer): what expert
 // parallelism splits.
 int64_t gpt_layer_expert_parameter_count(const ModelConfig& model, int64_t layer);
-// ", in M Mixture-of-Experts layers of E experts of ffn F (top-k), A active per token" for a
+// ", in M Mixture-of-Experts layers of E experts of ffn F (top-k) [and a shared expert of ffn S],
+// A active per token" for a
 // Mixture-of-Experts model, "" for a dense one: what the logs add to a parameter count.
 std::string moe_summary(const ModelConfig& model, int64_t vocab);
-// The MLP width one token meets in layer `layer`: ffn, or top-k x moe_ffn in a
-// Mixture-of-Experts layer; and its mean over the layers (the estimates' uniform layer).
+// The MLP width one token meets in layer `layer`: ffn, or top-k x moe_ffn (and the shared
+// expert's width) in a Mixture-of-Experts layer; and its mean over the layers (the estimates'
+// uniform layer).
 int64_t active_ffn(const ModelConfig& model, int64_t layer);
 double mean_active_ffn(const ModelConfig& model);
 // One norm's: weight and bias (LayerNorm) or weight (RMSNorm).

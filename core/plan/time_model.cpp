@@ -35,7 +35,7 @@ struct LayerShape {
   double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
   // A Mixture-of-Experts layer: each token through `copies` (k) experts of width ffn (the
   // experts' multiplies as one of k x tokens rows), its router's E scores; 1 and 0 otherwise.
-  double copies = 1, experts = 0;
+  double copies = 1, experts = 0, shared = 0;  // shared: the shared expert's width (every token)
   bool gated;  // SwiGLU: gate and up multiplies
   bool sequence_parallel;
   bool hidden_dropout, attention_dropout, rotary;
@@ -54,6 +54,7 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, bool experts)
   if (experts) {
     l.copies = double(m.moe_router_topk);
     l.experts = double(m.num_moe_experts);
+    l.shared = double(m.moe_shared_expert_intermediate_size);
   }
   l.gated = m.activation == Activation::swiglu;
   l.heads = double(m.num_attention_heads);
@@ -84,6 +85,9 @@ std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
                                 GemmShape{routed, h, f / t}};
   if (l.gated) out.push_back(GemmShape{routed, f / t, h});
   if (l.experts > 0) out.push_back(GemmShape{rows, l.experts, h});  // the router
+  if (l.shared > 0)
+    for (int matrix = 0; matrix < (l.gated ? 3 : 2); ++matrix)
+      out.push_back(matrix < 2 ? GemmShape{rows, l.shared / t, h} : GemmShape{rows, h, l.shared / t});
   return out;
 }
 

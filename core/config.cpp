@@ -89,6 +89,12 @@ const NameTable<RopeScaling>& names_of() {
 }
 
 template <>
+const NameTable<RouterScore>& names_of() {
+  static const NameTable<RouterScore> table = {{RouterScore::softmax, "softmax"}, {RouterScore::sigmoid, "sigmoid"}};
+  return table;
+}
+
+template <>
 const NameTable<DecayStyle>& names_of() {
   static const NameTable<DecayStyle> table = {
       {DecayStyle::cosine, "cosine"}, {DecayStyle::linear, "linear"}, {DecayStyle::constant, "constant"}};
@@ -211,6 +217,13 @@ const std::vector<Field>& schema() {
             non_negative_number()),
       field("model.moe_shared_expert_intermediate_size", TRIDENT_MEMBER(model.moe_shared_expert_intermediate_size),
             between(0, 4 * kMaxWidth)),
+      enum_field<RouterScore>("model.moe_router_score_function", TRIDENT_MEMBER(model.moe_router_score_function)),
+      field("model.moe_router_topk_scaling_factor", TRIDENT_MEMBER(model.moe_router_topk_scaling_factor),
+            non_negative_number()),
+      field("model.moe_router_enable_expert_bias", TRIDENT_MEMBER(model.moe_router_enable_expert_bias),
+            any<bool>("true or false")),
+      field("model.moe_router_bias_update_rate", TRIDENT_MEMBER(model.moe_router_bias_update_rate),
+            non_negative_number()),
       field("model.block", TRIDENT_MEMBER(model.block),
             Rule<std::string>{"a block's name: transformer, or one the program registers",
                               [](const std::string& v) { return !v.empty(); }}),
@@ -343,6 +356,7 @@ const char* name(Normalization value) { return name_in_table(value); }
 const char* name(PositionEmbeddingType value) { return name_in_table(value); }
 const char* name(Activation value) { return name_in_table(value); }
 const char* name(RopeScaling value) { return name_in_table(value); }
+const char* name(RouterScore value) { return name_in_table(value); }
 const char* name(DataType value) { return name_in_table(value); }
 const char* name(Offload value) { return name_in_table(value); }
 const char* name(DecayStyle value) { return name_in_table(value); }
@@ -373,6 +387,7 @@ std::ostream& operator<<(std::ostream& out, Normalization value) { return out <<
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Activation value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, RopeScaling value) { return out << name(value); }
+std::ostream& operator<<(std::ostream& out, RouterScore value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, DataType value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, Offload value) { return out << name(value); }
 std::ostream& operator<<(std::ostream& out, DecayStyle value) { return out << name(value); }
@@ -455,7 +470,15 @@ void check_experts(const ModelConfig& m) {
                                              m.moe_expert_capacity_factor != dense.moe_expert_capacity_factor},
                                    std::pair{"model.moe_shared_expert_intermediate_size",
                                              m.moe_shared_expert_intermediate_size !=
-                                                 dense.moe_shared_expert_intermediate_size}})
+                                                 dense.moe_shared_expert_intermediate_size},
+                                   std::pair{"model.moe_router_score_function",
+                                             m.moe_router_score_function != dense.moe_router_score_function},
+                                   std::pair{"model.moe_router_topk_scaling_factor",
+                                             m.moe_router_topk_scaling_factor != dense.moe_router_topk_scaling_factor},
+                                   std::pair{"model.moe_router_enable_expert_bias",
+                                             m.moe_router_enable_expert_bias != dense.moe_router_enable_expert_bias},
+                                   std::pair{"model.moe_router_bias_update_rate",
+                                             m.moe_router_bias_update_rate != dense.moe_router_bias_update_rate}})
       if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }

@@ -28,6 +28,7 @@ enum class Normalization { layernorm, rmsnorm };
 enum class PositionEmbeddingType { learned, rope };  // learned absolute positions, or rotary (Su et al. 2021)
 enum class Activation { gelu, swiglu };          // MLP: down(gelu(up x)), or down(silu(gate x) * up x)
 enum class RopeScaling { none, llama3 };          // Llama 3.1's frequency scaling of RoPE
+enum class RouterScore { softmax, sigmoid };       // a Mixture-of-Experts router's scores (model/moe.h)
 // The learning rate after warm-up: a half cosine, a straight line down to optimizer.min_lr, or flat.
 enum class DecayStyle { cosine, linear, constant };
 // Where AdamW keeps the main weights and moments: with the model, or in host memory (and steps there).
@@ -47,6 +48,7 @@ const char* name(Normalization value);
 const char* name(PositionEmbeddingType value);
 const char* name(Activation value);
 const char* name(RopeScaling value);
+const char* name(RouterScore value);
 const char* name(DataType value);
 const char* name(Offload value);
 const char* name(DecayStyle value);
@@ -66,6 +68,7 @@ std::ostream& operator<<(std::ostream& out, Normalization value);
 std::ostream& operator<<(std::ostream& out, PositionEmbeddingType value);
 std::ostream& operator<<(std::ostream& out, Activation value);
 std::ostream& operator<<(std::ostream& out, RopeScaling value);
+std::ostream& operator<<(std::ostream& out, RouterScore value);
 std::ostream& operator<<(std::ostream& out, DataType value);
 std::ostream& operator<<(std::ostream& out, Offload value);
 std::ostream& operator<<(std::ostream& out, DecayStyle value);
@@ -111,6 +114,17 @@ struct ModelConfig {
   // A shared expert (DeepSeek's, Qwen2-MoE's): an MLP of this width every token of a
   // Mixture-of-Experts layer goes through beside its routed experts, their outputs added; 0: none.
   int64_t moe_shared_expert_intermediate_size = 0;
+  // The router's scores: softmax over the experts (Mixtral, Qwen3), or each expert's sigmoid,
+  // the chosen ones' normalised to sum to 1 (DeepSeek-V3). The chosen experts' weights are then
+  // multiplied by moe_router_topk_scaling_factor (0: not; DeepSeek-V3's routed scaling 2.5).
+  RouterScore moe_router_score_function = RouterScore::softmax;
+  double moe_router_topk_scaling_factor = 0.0;
+  // DeepSeek-V3's auxiliary-loss-free balancing: a bias per expert added to the scores when the
+  // top k are chosen (not to their weights), moved by moe_router_bias_update_rate after every
+  // iteration towards an even load: up for an expert with fewer tokens than the mean, down for
+  // one with more.
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
   // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary

@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "model/auxiliary_loss.h"
 #include "model/dropout.h"
+#include "model/expert_bias.h"
 #include "model/expert_load.h"
 #include "parallel/context_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -48,6 +49,7 @@ struct BlockContext {
   std::shared_ptr<AuxiliaryLosses> auxiliary;
   ExpertParallel ep = {};  // the Mixture-of-Experts MLP's group (model/moe.h)
   std::shared_ptr<ExpertLoad> expert_load = nullptr;  // where MoE layers record their load
+  std::shared_ptr<ExpertBias> expert_bias = nullptr;  // DeepSeek-V3's routing bias, when enabled
 };
 
 // The base of every block: [b, s/c(/t with SP), h] -> the same shape. With recompute=full the

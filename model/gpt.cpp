@@ -181,8 +181,11 @@ GPTImpl::GPTImpl(const ModelConfig& config, int64_t vocab, TensorParallel tp, St
   declare_moe_losses(config_);  // on every stage, whichever layers it holds: the log's values agree
   if (config.num_moe_experts > 0)
     expert_load_ = std::make_shared<ExpertLoad>(config.num_layers, config.num_moe_experts);
+  if (config.moe_router_enable_expert_bias)
+    expert_bias_ = std::make_shared<ExpertBias>(config.num_layers, config.num_moe_experts,
+                                                config.moe_router_bias_update_rate);
   for (int64_t i = stage_.first_layer; i < stage_.first_layer + stage_.num_layers; ++i)
-    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_, ep_, expert_load_})));
+    blocks.push_back(register_module("h" + std::to_string(i), make_block({config_, tp_, recompute, cp_, streams_, i, auxiliary_, ep_, expert_load_, expert_bias_})));
   if (stage_.head) ln_f = register_module("ln_f", norm(config, tp_));
   if (stage_.head && !tied) lm_head = register_module("lm_head", VocabParallelEmbedding(vocab, h, tp_));
 }

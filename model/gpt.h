@@ -189,6 +189,8 @@ class GPTImpl : public torch::nn::Module {
   AuxiliaryLosses& auxiliary_losses() { return *auxiliary_; }
   // Where its Mixture-of-Experts layers record their load (null for a model without experts).
   ExpertLoad* expert_load() { return expert_load_.get(); }
+  // The routing bias of every layer (null unless model.moe_router_enable_expert_bias).
+  ExpertBias* expert_bias() const { return expert_bias_.get(); }
 
   VocabParallelEmbedding wte{nullptr};  // on the first stage; on the last too when tied to the head
   PositionEmbedding wpe{nullptr};        // learned positions only
@@ -212,6 +214,7 @@ class GPTImpl : public torch::nn::Module {
   std::shared_ptr<DropoutStreams> streams_ = std::make_shared<DropoutStreams>();
   std::shared_ptr<AuxiliaryLosses> auxiliary_ = std::make_shared<AuxiliaryLosses>();
   std::shared_ptr<ExpertLoad> expert_load_;
+  std::shared_ptr<ExpertBias> expert_bias_;
   std::shared_ptr<UnitWeights> gathered_;  // ZeRO-3
 };
 TORCH_MODULE(GPT);

@@ -55,13 +55,16 @@ MoEImpl::MoEImpl(const BlockContext& context)
       aux_loss_coeff_(context.config.moe_aux_loss_coeff),
       z_loss_coeff_(context.config.moe_z_loss_coeff),
       capacity_factor_(context.config.moe_expert_capacity_factor),
+      scaling_factor_(context.config.moe_router_topk_scaling_factor),
+      score_function_(context.config.moe_router_score_function),
       layer_(context.layer),
       fused_kernels_(context.config.fused_kernels),
       tp_(context.tp),
       cp_(context.cp),
       ep_(context.ep),
       auxiliary_(context.auxiliary),
-      load_(context.expert_load) {
+      load_(context.expert_load),
+      bias_(context.expert_bias) {
   const int64_t h = context.config.hidden_size, E = num_experts_, t = tp_.group->size(), ep = ep_.group->size();
   TRIDENT_CHECK(context.config.moe_ffn() % t == 0 && E % ep == 0, E, " experts of ffn ", context.config.moe_ffn(),
                 " over ", t, " tensor-parallel and ", ep, " expert-parallel ranks");
@@ -130,7 +133,7 @@ torch::Tensor MoEImpl::with_losses(const torch::Tensor& output, const torch::Ten
   };
   torch::Tensor out = output;
   if (aux_loss_coeff_ > 0) {
-    const torch::Tensor probability_sums = over_the_micro_batch(logits.softmax(-1).sum(0));
+    const torch::Tensor probability_sums = over_the_micro_batch(probabilities(logits).sum(0));
     // `routed` counts the tokens of every sequence-parallel rank already (the experts see them all).
     routed = routed.to(logits.scalar_type());
     if (cp.size() > 1) cp.all_reduce(routed, ReduceOp::sum);
@@ -152,8 +155,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   Communicator& tp = *tp_.group;
   const int64_t b = x.size(0), n = x.size(1), h = x.size(2);
   const torch::Tensor logits = at::matmul(x.reshape({-1, h}).to(router_dtype(x)), router.to(router_dtype(x)).t());
-  const auto [top_logits, chosen] = logits.topk(topk_, -1);
-  const torch::Tensor weights = top_logits.softmax(-1);
+  const auto [chosen, weights] = route(logits);
   // The experts see the tokens of the whole sequence on every tensor-parallel rank.
   torch::Tensor tokens, routed_to, routed_weights;
   if (tp_.sequence_parallel) {
@@ -168,7 +170,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   routed_to = routed_to.reshape({-1, topk_});
   const torch::Tensor counts = at::bincount(routed_to.reshape({-1}), {}, num_experts_);
   if (capacity_factor_ > 0) {
-    const torch::Tensor probability = logits.softmax(-1).gather(-1, chosen).detach();
+    const torch::Tensor probability = probabilities(logits).gather(-1, chosen).detach();
     const torch::Tensor routed_probability = tp_.sequence_parallel
                                                  ? gather_from_sequence_parallel(probability.view({b, n, topk_}), tp)
                                                  : probability;
@@ -181,6 +183,25 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x) {
   const torch::Tensor out = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                                   : reduce_from_tensor_parallel(partial, tp);
   return with_losses(out, logits, counts);
+}
+
+torch::Tensor MoEImpl::probabilities(const torch::Tensor& logits) const {
+  if (score_function_ == RouterScore::softmax) return logits.softmax(-1);
+  const torch::Tensor scores = logits.sigmoid();
+  return scores / scores.sum(-1, /*keepdim=*/true);
+}
+
+std::pair<torch::Tensor, torch::Tensor> MoEImpl::route(const torch::Tensor& logits) {
+  const bool sigmoid = score_function_ == RouterScore::sigmoid;
+  const torch::Tensor scores = sigmoid ? logits.sigmoid() : logits;
+  // The bias steers the choice only (DeepSeek-V3): the weights come from the scores themselves.
+  const torch::Tensor chosen =
+      std::get<1>((bias_ ? scores + bias_->of_layer(layer_, scores.device()).to(scores.scalar_type()) : scores)
+                      .topk(topk_, -1));
+  const torch::Tensor picked = scores.gather(-1, chosen);
+  torch::Tensor weights = !sigmoid ? picked.softmax(-1) : topk_ > 1 ? picked / picked.sum(-1, true) : picked;
+  if (scaling_factor_ > 0) weights = weights * scaling_factor_;
+  return {chosen, weights};
 }
 
 torch::Tensor MoEImpl::kept_assignments(const torch::Tensor& chosen, const torch::Tensor& probability) {

@@ -1,9 +1,11 @@
 // A Mixture-of-Experts MLP (Shazeer et al. 2017; Switch, GShard and Mixtral's routing), the MLP
 // of layers where ModelConfig::moe_layer says so. A router of E x h weights gives each token a
 // score (logit) per expert; its top-k experts by score (k = moe_router_topk) take it, weighted by
-// the softmax over those k scores (Mixtral's renormalised top-k); each expert is an MLP of
-// model.activation and width
-// moe_ffn, without biases; the token's output is the weighted sum.
+// the softmax over those k scores (Mixtral's renormalised top-k), or with
+// moe_router_score_function=sigmoid by their sigmoids normalised to sum to 1 (DeepSeek-V3), times
+// moe_router_topk_scaling_factor when set; with moe_router_enable_expert_bias a per-expert bias
+// (model/expert_bias.h) joins the scores where the top k are chosen. Each expert is an MLP of
+// model.activation and width moe_ffn, without biases; the token's output is the weighted sum.
 //
 // Expert parallelism deals the experts out to the ep ranks of the expert-parallel group, E / ep
 // consecutive ones each (parallel/expert_parallel.h moves the tokens to them and back), and
@@ -36,6 +38,7 @@
 
 #include "model/auxiliary_loss.h"
 #include "model/block.h"
+#include "model/expert_bias.h"
 #include "model/expert_load.h"
 #include "model/layers.h"
 #include "parallel/context_parallel.h"
@@ -64,6 +67,13 @@ class MoEImpl : public ParallelModule {
   // an assignment dropped) with `weights` [T, k]. Moves the counts to the host: one
   // synchronisation per layer on a GPU. Collective over the expert-parallel group.
   Routed experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights);
+  // Each token's k experts [T, k] (the top k by score, the bias added when there is one) and
+  // their weights [T, k]: the softmax over their logits, or their sigmoids normalised to sum to
+  // 1, times the scaling factor when there is one.
+  std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& logits);
+  // Each token's probability per expert [T, E] (the balancing loss's and the capacity's): the
+  // softmax over the logits, or the sigmoids normalised to sum to 1.
+  torch::Tensor probabilities(const torch::Tensor& logits) const;
   // Which of `chosen` [T, k] with their routing probabilities the capacity keeps: decided over
   // the micro-batch's tokens (across the context-parallel ranks), as one process would.
   torch::Tensor kept_assignments(const torch::Tensor& chosen, const torch::Tensor& probability);
@@ -74,6 +84,8 @@ class MoEImpl : public ParallelModule {
   int64_t num_experts_, topk_;
   double aux_loss_coeff_, z_loss_coeff_;
   double capacity_factor_;  // 0: dropless
+  double scaling_factor_;   // 0: none
+  RouterScore score_function_;
   int64_t layer_;
   bool fused_kernels_;
   TensorParallel tp_;
@@ -81,6 +93,7 @@ class MoEImpl : public ParallelModule {
   ExpertParallel ep_;
   std::shared_ptr<AuxiliaryLosses> auxiliary_;
   std::shared_ptr<ExpertLoad> load_;  // null: not recorded
+  std::shared_ptr<ExpertBias> bias_;  // null: no bias
 };
 TORCH_MODULE(MoE);
 

@@ -11,6 +11,7 @@
 
 #include "core/config.h"
 #include "core/layout.h"
+#include "model/expert_bias.h"
 #include "model/moe.h"
 #include "train/expert_balance.h"
 #include "train/families/family.h"
@@ -172,6 +173,50 @@ TEST(MoE, ACapacityDropsEachExpertsLeastProbableAssignments) {
   EXPECT_EQ(load->counts()[0][4].item<double>(), double(dropped));
 }
 
+// DeepSeek-V3's routing: each expert's sigmoid score, the top k chosen by score plus the expert's
+// bias, weighted by their scores normalised to sum to 1 (not by the bias) times the scaling
+// factor. A large bias on expert 3 makes every token take it, at its own score's weight.
+TEST(MoE, SigmoidRoutingChoosesWithTheBiasAndWeighsWithoutIt) {
+  ModelConfig m = experts_config(Activation::gelu);
+  m.moe_router_score_function = RouterScore::sigmoid;
+  m.moe_router_topk_scaling_factor = 2.5;
+  m.moe_router_enable_expert_bias = true;
+  m.moe_aux_loss_coeff = 0;
+  m.moe_z_loss_coeff = 0;
+  auto bias = std::make_shared<ExpertBias>(1, 4, 0.1);
+  bias->restore({0.0, 0.0, 0.0, 10.0});
+  MoE moe(BlockContext{m, TensorParallel{}, Recompute::none, ContextParallel{}, std::make_shared<DropoutStreams>(), 0,
+                       std::make_shared<AuxiliaryLosses>(), ExpertParallel{}, nullptr, bias});
+  torch::manual_seed(7);
+  moe->to(torch::kDouble);
+  torch::NoGradGuard no_grad;
+  for (auto& p : moe->parameters()) p.normal_(0, 0.5);
+  const torch::Tensor x = torch::randn({2, 5, m.hidden_size}, torch::kDouble);
+  const torch::Tensor out = moe(x).reshape({-1, m.hidden_size});
+  const torch::Tensor tokens = x.reshape({-1, m.hidden_size});
+  for (int64_t i = 0; i < tokens.size(0); ++i) {
+    const torch::Tensor scores = at::matmul(moe->router, tokens[i]).sigmoid();
+    const torch::Tensor others = scores.narrow(0, 0, 3);
+    const int64_t second = others.argmax().item<int64_t>();  // beside expert 3, the best of the rest
+    const double sum = scores[3].item<double>() + scores[second].item<double>();
+    torch::Tensor expected = torch::zeros({m.hidden_size}, torch::kDouble);
+    for (const int64_t e : {int64_t(3), second})
+      expected += 2.5 * scores[e].item<double>() / sum *
+                  at::matmul(moe->down[e], at::gelu(at::matmul(moe->up[e], tokens[i]), "tanh"));
+    EXPECT_TRUE(torch::allclose(out[i], expected, 1e-12, 1e-12)) << "token " << i;
+  }
+}
+
+// The bias moves by its rate towards an even load: up under the mean, down over it, not at it,
+// and not at all in a layer without tokens; the dropped column is not load.
+TEST(MoE, TheExpertBiasMovesTowardsAnEvenLoad) {
+  ExpertBias bias(2, 4, 0.1);
+  bias.update(torch::tensor({3.0, 1.0, 0.0, 2.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0}, torch::kDouble).view({2, 5}));
+  EXPECT_EQ(bias.values(), (std::vector<double>{-0.1, 0.1, 0.1, -0.1, 0, 0, 0, 0}));
+  bias.update(torch::tensor({1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, torch::kDouble).view({2, 5}));
+  EXPECT_EQ(bias.values(), (std::vector<double>{-0.1, 0.1, 0.1, -0.1, 0, 0, 0, 0}));
+}
+
 // The log's expert balance: the worst layer's most loaded expert over the mean, and what was
 // dropped; layers without tokens (dense ones) do not count.
 TEST(MoE, BalanceIsTheWorstLayersMostLoadedExpertOverTheMean) {
@@ -201,6 +246,13 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
   EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"model.moe_shared_expert_intermediate_size=33",
                                                                "parallel.tensor=2"}), 2); })
                 .find("model.moe_shared_expert_intermediate_size (33) must be divisible by parallel.tensor (2)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_router_score_function=tanh"}); })
+                .find("model.moe_router_score_function"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Config::load(kSource + "/configs/gpt-tiny.yaml", {"model.moe_router_enable_expert_bias=true"});
+            }).find("model.moe_router_enable_expert_bias is set but model.num_moe_experts is 0"),
             std::string::npos);
   EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_expert_capacity_factor=-1"}); })
                 .find("model.moe_expert_capacity_factor"),
@@ -307,10 +359,41 @@ TEST(MoE, WithACapacityAndASharedExpertTrainsTheSameAtEveryLayout) {
   std::printf("%s", result.report.c_str());
 }
 
+// DeepSeek-V3's routing (sigmoid scores, the routed scaling factor, the expert bias that moves
+// after every iteration by the load summed over the job) with a shared expert trains as one
+// process does: the bias is the same on every rank without being exchanged.
+TEST(MoE, DeepSeekRoutingTrainsTheSameAtEveryLayout) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/train";
+  check.launcher = kMpirun;
+  check.arguments = {"--config",
+                     kSource + "/configs/moe-tiny.yaml",
+                     "data.type=synthetic",
+                     "precision=fp64",
+                     "model.num_layers=2",
+                     "model.moe_router_score_function=sigmoid",
+                     "model.moe_router_topk_scaling_factor=2.5",
+                     "model.moe_router_enable_expert_bias=true",
+                     "model.moe_router_bias_update_rate=0.01",
+                     "model.moe_aux_loss_coeff=0",
+                     "model.moe_shared_expert_intermediate_size=64",
+                     "batch.micro_batch_size=2",
+                     "train.iters=4",
+                     "train.log_interval=1",
+                     "train.eval_interval=0"};
+  check.layouts = {{"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"},
+                   {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"}};
+  check.work_dir = (scratch_dir() / "deepseek").string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::printf("%s", result.report.c_str());
+}
+
 // A checkpoint saved at EP 2 x DP 2 (ZeRO-1) resumes at EP 4 x DP 4 (ZeRO-2) and in one process,
 // each continuing the single process's straight run (fp64): the experts' weights and optimizer
 // state are stored as pieces of the whole [E, ...] tensors, which any expert-parallel degree
-// reads back.
+// reads back, and the routing bias (DeepSeek-V3's, on here) comes back from progress.yaml.
 TEST(MoE, CheckpointsResumeAtAnotherExpertParallelDegree) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
@@ -321,6 +404,7 @@ TEST(MoE, CheckpointsResumeAtAnotherExpertParallelDegree) {
     for (const std::string& setting :
          {std::string("data.type=synthetic"), std::string("precision=fp64"), std::string("batch.micro_batch_size=2"),
           str("train.iters=", iters), str("optimizer.decay_iters=", kIters), std::string("train.eval_interval=0"),
+          std::string("model.moe_router_enable_expert_bias=true"), std::string("model.moe_router_bias_update_rate=0.05"),
           std::string("train.log_interval=1"), "train.checkpoint_dir=" + (run / "ckpt").string(),
           "train.metrics_file=" + (run / "metrics.jsonl").string()})
       command += " " + setting;

@@ -100,6 +100,9 @@ Trainer::PendingStep Trainer::run_step() {
   groups_->dp_cp_group().all_reduce(loss_sum, ReduceOp::avg);
   pending.auxiliary = auxiliary_values(model_.chunks, *groups_, layout_.micro_batches, device_);
   pending.expert_load = expert_load_counts(model_.chunks, *groups_, device_);
+  // DeepSeek-V3's bias moves with the iteration's load, on every rank alike.
+  for (auto& chunk : model_.chunks)
+    if (ExpertBias* bias = chunk->expert_bias()) bias->update(pending.expert_load);
   // Only fp16's loss scaler has to look at the norm on the host (to skip a step).
   const bool stepped = !scaler_->dynamic() || scaler_->update(std::isfinite(grad_norm.item<double>()));
   if (scaler_->skipped_in_a_row() > config_.loss_scale.max_consecutive_skips)
@@ -196,10 +199,11 @@ double Trainer::evaluate() {
 }
 
 CheckpointRequest Trainer::checkpoint_request() const {
+  ExpertBias* bias = model_.chunks.front()->expert_bias();  // every chunk holds every layer's, alike
   const TrainingProgress progress{iteration_,           consumed_samples_,
                                   optimizer_->steps(),  scaler_->state(),
                                   loss_guard_.history(), loss_guard_.unhealthy_losses(),
-                                  loss_guard_.first_unhealthy()};
+                                  loss_guard_.first_unhealthy(), bias ? bias->values() : std::vector<double>{}};
   return {{model_.params, groups_->tp_place(), groups_->ep_place()}, *optimizer_, progress, config_, last_loss_};
 }
 

@@ -134,6 +134,8 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
   if (resume) {
     optimizer_->publish();
     iteration_ = resume->progress.iteration;
+    for (auto& chunk : model_.chunks)
+      if (ExpertBias* bias = chunk->expert_bias()) bias->restore(resume->progress.expert_bias);
     saving_->resumed_at(iteration_);
     consumed_samples_ = resume->progress.consumed_samples;
     // From a checkpoint after which a run stopped, the rerun (a lower learning rate, say) gets a

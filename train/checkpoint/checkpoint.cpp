@@ -283,6 +283,7 @@ FileRecord write_shared_state(const std::string& folder, const TrainingProgress&
   progress_yaml["recent_losses"] = progress.recent_losses;
   progress_yaml["unhealthy_losses"] = progress.unhealthy_losses;
   progress_yaml["first_unhealthy"] = progress.first_unhealthy;
+  if (!progress.expert_bias.empty()) progress_yaml["expert_bias"] = progress.expert_bias;
   progress_yaml["config"] = YAML::Load(config.to_yaml());
   return write_text(fs::path(folder) / "progress.yaml", YAML::Dump(progress_yaml) + "\n");
 }
@@ -424,6 +425,7 @@ SavedRun read_saved_run(const std::string& folder) {
     // Checkpoints written before the divergence guard kept a history have none.
     if (root["recent_losses"]) progress.recent_losses = root["recent_losses"].as<std::vector<double>>();
     if (root["unhealthy_losses"]) progress.unhealthy_losses = root["unhealthy_losses"].as<std::vector<double>>();
+    if (root["expert_bias"]) progress.expert_bias = root["expert_bias"].as<std::vector<double>>();
     // Checkpoints written before the row's first iteration was kept: the row without skipped steps.
     progress.first_unhealthy =
         root["first_unhealthy"] ? root["first_unhealthy"].as<int64_t>()

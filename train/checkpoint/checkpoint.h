@@ -92,6 +92,8 @@ struct TrainingProgress {
   std::vector<double> recent_losses;  // the divergence guard's history (train/loss_guard.h)
   std::vector<double> unhealthy_losses;  // and the losses in a row since its last healthy one
   int64_t first_unhealthy = -1;          // the iteration of the first of them (-1: none)
+  // DeepSeek-V3's routing bias of every layer, flattened (model/expert_bias.h); empty without one.
+  std::vector<double> expert_bias;
 };
 
 // Where a run resumes: the checkpoint `latest` names, and a warning when the loss after it

@@ -211,6 +211,7 @@ const std::vector<Field>& schema() {
       field("model.moe_router_topk", TRIDENT_MEMBER(model.moe_router_topk), between(1, kMaxWidth)),
       field("model.moe_ffn_hidden_size", TRIDENT_MEMBER(model.moe_ffn_hidden_size), between(0, 4 * kMaxWidth)),
       field("model.moe_layer_freq", TRIDENT_MEMBER(model.moe_layer_freq), between(1, kMaxLayers)),
+      field("model.moe_first_dense_layers", TRIDENT_MEMBER(model.moe_first_dense_layers), between(0, kMaxLayers)),
       field("model.moe_aux_loss_coeff", TRIDENT_MEMBER(model.moe_aux_loss_coeff), non_negative_number()),
       field("model.moe_z_loss_coeff", TRIDENT_MEMBER(model.moe_z_loss_coeff), non_negative_number()),
       field("model.moe_expert_capacity_factor", TRIDENT_MEMBER(model.moe_expert_capacity_factor),
@@ -464,6 +465,8 @@ void check_experts(const ModelConfig& m) {
     for (const auto& [key, set] : {std::pair{"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
                                    std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != dense.moe_ffn_hidden_size},
                                    std::pair{"model.moe_layer_freq", m.moe_layer_freq != dense.moe_layer_freq},
+                                   std::pair{"model.moe_first_dense_layers",
+                                             m.moe_first_dense_layers != dense.moe_first_dense_layers},
                                    std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
                                    std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff},
                                    std::pair{"model.moe_expert_capacity_factor",
@@ -482,6 +485,10 @@ void check_experts(const ModelConfig& m) {
       if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }
+  if (m.moe_layers() == 0)
+    fail("model.num_moe_experts=", m.num_moe_experts, " but no layer has experts: model.moe_first_dense_layers (",
+         m.moe_first_dense_layers, ") and model.moe_layer_freq (", m.moe_layer_freq, ") leave all ", m.num_layers,
+         " layers dense");
   if (m.moe_router_topk > m.num_moe_experts)
     fail("model.moe_router_topk (", m.moe_router_topk, ") must not exceed model.num_moe_experts (",
          m.num_moe_experts, ")");

@@ -97,7 +97,8 @@ struct ModelConfig {
   bool add_bias_linear = true;   // biases on the attention and MLP projections
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
   // Mixture-of-Experts MLPs (Megatron-Core's names; model/moe.h): none with 0 experts. Layer i is
-  // one when i % moe_layer_freq == 0; a router sends each token to its moe_router_topk experts
+  // one when i % moe_layer_freq == 0 and i >= moe_first_dense_layers (Hugging Face's
+  // first_k_dense_replace); a router sends each token to its moe_router_topk experts
   // (softmax over their scores), each an MLP of model.activation with moe_ffn_hidden_size
   // (0: the dense ffn) and no biases. The Switch load-balancing loss and the router z-loss join
   // the objective with their coefficients (0: not computed). Dropless unless
@@ -108,6 +109,7 @@ struct ModelConfig {
   int64_t moe_router_topk = 2;
   int64_t moe_ffn_hidden_size = 0;
   int64_t moe_layer_freq = 1;
+  int64_t moe_first_dense_layers = 0;  // layers 0 .. this - 1 keep the dense MLP (DeepSeek-V3's 3)
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
   double moe_expert_capacity_factor = 0.0;
@@ -134,10 +136,16 @@ struct ModelConfig {
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   // Whether layer `layer` (global index) has a Mixture-of-Experts MLP, and each expert's width.
-  bool moe_layer(int64_t layer) const { return num_moe_experts > 0 && layer % moe_layer_freq == 0; }
+  bool moe_layer(int64_t layer) const {
+    return num_moe_experts > 0 && layer >= moe_first_dense_layers && layer % moe_layer_freq == 0;
+  }
   int64_t moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
   // How many of the num_layers layers are Mixture-of-Experts layers.
-  int64_t moe_layers() const { return num_moe_experts > 0 ? (num_layers + moe_layer_freq - 1) / moe_layer_freq : 0; }
+  int64_t moe_layers() const {
+    int64_t count = 0;
+    for (int64_t layer = 0; layer < num_layers; ++layer) count += moe_layer(layer) ? 1 : 0;
+    return count;
+  }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   // Rows of the fused QKV projection: the query heads, then one key and one value head per group.

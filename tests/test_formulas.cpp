@@ -2,8 +2,10 @@
 
 #include <cmath>
 
+#include "core/config.h"
 #include "core/plan/flops.h"
 #include "optim/lr_schedule.h"
+#include "tests/build_paths.h"
 #include "train/data/indexed_dataset.h"
 
 using namespace trident;
@@ -123,15 +125,26 @@ TEST(Formulas, GroupedQueryAttentionAndSwigluFlopsByHand) {
 
 // Mixtral 8x7B (Mistral AI's release: 46.7 B parameters, 12.9 B active per token): Llama's
 // layer with 8 SwiGLU experts of 14336 and a router of 8 x 4096 instead of its MLP, the top 2
-// active; a 32000-token vocabulary.
-TEST(Formulas, MixtralParameterCountsAreTheReleasedOnes) {
-  ModelConfig m = llama3(32, 4096, 32, 14336);
-  m.num_moe_experts = 8;
-  m.moe_router_topk = 2;
+// active; a 32000-token vocabulary. configs/mixtral-8x7b.yaml is that model.
+TEST(Formulas, MixtralConfigHasTheReleasedCounts) {
+  const ModelConfig m = Config::load(std::string(TRIDENT_SOURCE_DIR) + "/configs/mixtral-8x7b.yaml").model;
+  EXPECT_EQ(m.padded_vocab(2), 32000);
   EXPECT_EQ(gpt_parameter_count(m, 32000), 46702792704LL);
   EXPECT_EQ(gpt_active_parameter_count(m, 32000), 12879925248LL);
   // A dense model's active parameters are all of them.
   EXPECT_EQ(gpt_active_parameter_count(llama3(32, 4096, 32, 14336), 128256), 8030261248LL);
+}
+
+// configs/deepseek-v3-shape.yaml: 58 layers of 256 routed experts of 3 x 7168 x 2048 after 3
+// dense ones, as DeepSeek-V3 holds them (its attention is not V3's, so only this part is compared).
+TEST(Formulas, DeepSeekV3ShapeHasTheReleasedRoutedExperts) {
+  const ModelConfig m = Config::load(std::string(TRIDENT_SOURCE_DIR) + "/configs/deepseek-v3-shape.yaml").model;
+  EXPECT_EQ(m.moe_layers(), 58);
+  EXPECT_FALSE(m.moe_layer(2));
+  EXPECT_TRUE(m.moe_layer(3));
+  int64_t routed = 0;
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) routed += gpt_layer_expert_parameter_count(m, layer);
+  EXPECT_EQ(routed, 653908770816LL);
 }
 
 TEST(Formulas, MixtureOfExpertsFlopsByHand) {

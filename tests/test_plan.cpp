@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -346,6 +347,31 @@ TEST(TimeModel, ExpertParallelPaysForItsAllToAlls) {
   ASSERT_GT(two, 0);
   EXPECT_NEAR(ep_comm(8, Recompute::none) / two, (7.0 / 8) / (1.0 / 2), 1e-9);
   EXPECT_NEAR(ep_comm(2, Recompute::full) / two, 1.5, 1e-9);
+}
+
+// The planner searches expert parallelism for a model with experts: Mixtral 8x7B on 64 H100s
+// ranks layouts at several EP degrees, shows them in two columns more, and what fits best at
+// TP 1 splits the experts (the whole model's states do not fit one GPU without it).
+TEST(Plan, SearchesExpertParallelismForAModelWithExperts) {
+  const Config config = Config::load(kSource + "/configs/mixtral-8x7b.yaml");
+  Hardware h100;
+  h100.device = h100_profile();
+  h100.gpus = 64;
+  const Plan plan = make_plan(config, h100);
+  ASSERT_FALSE(plan.ranked.empty());
+  std::set<int64_t> degrees;
+  for (const PlanRow& row : plan.ranked) degrees.insert(row.layout.ep_size);
+  EXPECT_GE(degrees.size(), 3u);
+  const std::string table = plan_table(plan, 5);
+  EXPECT_NE(table.find("   EP  ep-comm TFLOPS/GPU"), std::string::npos) << table;
+  const auto tp1 = std::find_if(plan.ranked.begin(), plan.ranked.end(), [](const PlanRow& r) {
+    return r.layout.tp_size == 1 && r.layout.pp_size == 1;
+  });
+  ASSERT_NE(tp1, plan.ranked.end());
+  EXPECT_GT(tp1->layout.ep_size, 1);
+  // A dense model's table keeps its columns.
+  EXPECT_EQ(plan_table(make_plan(Config::load(kSource + "/configs/llama3-8b.yaml"), h100), 3).find(" EP "),
+            std::string::npos);
 }
 
 TEST(TimeModel, UlyssesPaysForItsAllToAlls) {

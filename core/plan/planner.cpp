@@ -22,10 +22,11 @@ std::string describe(const Layout& l) {
 }  // namespace
 
 std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
-                                int64_t pp_size, int64_t micro_batch, Recompute recompute) {
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute, int64_t ep_size) {
   Config c = config;
   c.parallel.tensor = tp_size;
   c.parallel.context = cp_size;
+  if (ep_size > 0) c.parallel.expert = ep_size;
   // Ulysses groups of at most the asked size that divide this CP (a CP of 1 has none).
   if (c.parallel.ulysses_size > 0) c.parallel.ulysses_size = std::gcd(c.parallel.ulysses_size, cp_size);
   c.parallel.pipeline = pp_size;
@@ -66,19 +67,25 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   // Pipeline depths up to one slot per stage.
   const int64_t slots = layer_slots(m.num_layers, config.parallel.embedding_and_loss_as_layers);
 
-  auto shape = [&](int64_t tp, int64_t cp, int64_t pp, int64_t micro, Recompute recompute) {
-    return candidate(config, hw.gpus, tp, cp, pp, micro, recompute);
+  auto shape = [&](int64_t tp, int64_t cp, int64_t pp, int64_t micro, Recompute recompute, int64_t ep = 0) {
+    return candidate(config, hw.gpus, tp, cp, pp, micro, recompute, ep);
   };
+  // Expert parallelism, for a model with experts: every power of two that divides the experts
+  // (the layout rules keep those that divide data x context), and the config's own.
+  std::vector<int64_t> expert_degrees = {config.parallel.expert};
+  for (int64_t ep = 1; ep <= m.num_moe_experts; ep *= 2)
+    if (m.num_moe_experts % ep == 0 && ep != config.parallel.expert) expert_degrees.push_back(ep);
 
   for (int64_t tp = 1; tp <= hw.device.gpus_per_node; tp *= 2)
     for (int64_t cp = 1; cp <= hw.gpus / tp; cp *= 2)
       for (int64_t pp = 1; pp <= slots; ++pp)
         for (int64_t micro = 1; micro <= global; micro *= 2)
           for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-            if (auto l = shape(tp, cp, pp, micro, recompute)) {
-              PlanRow row = evaluate_layout(config, *l, hw);
-              if (row.fits) plan.ranked.push_back(row);
-            }
+            for (int64_t ep : expert_degrees)
+              if (auto l = shape(tp, cp, pp, micro, recompute, ep)) {
+                PlanRow row = evaluate_layout(config, *l, hw);
+                if (row.fits) plan.ranked.push_back(row);
+              }
   std::sort(plan.ranked.begin(), plan.ranked.end(),
             [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
 
@@ -257,20 +264,30 @@ std::string describe_hardware(const Hardware& hw) {
 std::string plan_table(const Plan& plan, size_t max_rows) {
   std::string out = str("# ", describe_hardware(plan.hardware), "\n# ", si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
+  // A model with experts gets two columns more: expert parallelism and its all-to-alls.
+  const bool experts = std::any_of(plan.ranked.begin(), plan.ranked.end(), [](const PlanRow& r) {
+    return r.time.expert_comm_s > 0 || r.layout.ep_size > 1;
+  });
   char line[256];
-  std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s %9s\n", "TP",
-                "CP", "PP", "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble",
-                "tp-comm", "cp-comm", "dp-comm", "pp-comm", "TFLOPS/GPU");
+  std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s", "TP", "CP", "PP",
+                "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble", "tp-comm", "cp-comm",
+                "dp-comm", "pp-comm");
   out += line;
+  if (experts) out += "   EP  ep-comm";
+  out += " TFLOPS/GPU\n";
   auto row_line = [&](const PlanRow& r, const char* mark) {
     const auto& l = r.layout;
-    std::snprintf(line, sizeof line,
-                  "%4lld %4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.1f%s\n",
+    std::snprintf(line, sizeof line, "%4lld %4lld %4lld %5lld %5lld %4lld %-9s %9.1f %9.1f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f",
                   (long long)l.tp_size, (long long)l.cp_size, (long long)l.pp_size, (long long)l.dp_size,
                   (long long)l.micro_batch, (long long)l.micro_batches, name(l.recompute),
                   r.memory.total() / kGiB, r.memory.activations / kGiB, r.seconds(), r.time.bubble_s,
-                  r.time.tensor_comm_s, r.time.context_comm_s, r.time.data_comm_s, r.time.pipeline_comm_s,
-                  r.tflops_per_gpu, mark);
+                  r.time.tensor_comm_s, r.time.context_comm_s, r.time.data_comm_s, r.time.pipeline_comm_s);
+    out += line;
+    if (experts) {
+      std::snprintf(line, sizeof line, " %4lld %8.2f", (long long)l.ep_size, r.time.expert_comm_s);
+      out += line;
+    }
+    std::snprintf(line, sizeof line, " %9.1f%s\n", r.tflops_per_gpu, mark);
     out += line;
   };
   if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");

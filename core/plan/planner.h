@@ -47,10 +47,11 @@ struct Plan {
 };
 
 // `config` with its layout choices replaced, as resolve_layout builds it on `gpus` ranks (the
-// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's), or nothing
-// when that layout does not fit the model or the batch.
+// ZeRO stage, schedule, virtual stages and sequence parallelism stay the config's; expert
+// parallelism too when `ep_size` is 0), or nothing when that layout does not fit the model or
+// the batch.
 std::optional<Layout> candidate(const Config& config, int64_t gpus, int64_t tp_size, int64_t cp_size,
-                                int64_t pp_size, int64_t micro_batch, Recompute recompute);
+                                int64_t pp_size, int64_t micro_batch, Recompute recompute, int64_t ep_size = 0);
 
 // Estimates one layout (the config's model, global batch and precision).
 PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardware& hardware);
@@ -60,7 +61,9 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
 // smallest TP (within a node), then for long sequences (>= kLongSequence tokens) the smallest
 // context parallelism beside it, then the smallest PP whose estimate fits; warn when
 // global / micro batch is close to DP (few micro-batches: a large pipeline bubble).
-// Uses the config's micro-batch size and recompute; ranks every layout besides.
+// Uses the config's micro-batch size, recompute and expert parallelism; ranks every layout
+// besides (for a model with experts, at every expert-parallel degree that divides the experts
+// and the data x context ranks).
 Plan make_plan(const Config& config, const Hardware& hardware);
 // Where the rule of thumb turns to context parallelism before pipelining: activations grow
 // with s (and the attention scores with s^2), which only CP divides.

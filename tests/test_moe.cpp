@@ -57,6 +57,26 @@ double declared_value(const torch::Tensor& values, const std::string& name) {
   return values[at - names.begin()].item<double>();
 }
 
+// moe-tiny on synthetic tokens in fp64 with `settings`, in one process and at each of `layouts`
+// under mpirun: every iteration's losses, aux/ and moe/ values and the final weights equal the
+// single process's (train/layout_check.h), the report printed.
+void expect_every_layout_trains_the_same(const std::vector<std::string>& settings,
+                                         const std::vector<std::vector<std::string>>& layouts,
+                                         const std::string& name) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  LayoutCheck check;
+  check.program = kBin + "/train";
+  check.launcher = kMpirun;
+  check.arguments = {"--config", kSource + "/configs/moe-tiny.yaml", "data.type=synthetic", "precision=fp64",
+                     "train.log_interval=1", "train.eval_interval=0"};
+  check.arguments.insert(check.arguments.end(), settings.begin(), settings.end());
+  check.layouts = layouts;
+  check.work_dir = (scratch_dir() / name).string();
+  const LayoutCheckResult result = check_layouts(check);
+  EXPECT_TRUE(result.equal) << result.report;
+  std::printf("%s", result.report.c_str());
+}
+
 }  // namespace
 
 // Each token goes to its two highest-scoring experts, weighted by the softmax over those two
@@ -280,25 +300,15 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
 // sequence parallelism, where the losses' sums cross both), pipeline parallelism and ZeRO-3
 // over data parallelism, recomputation included (fp64: losses, auxiliary losses and weights).
 TEST(MoE, TrainsTheSameAtEveryLayout) {
-  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  LayoutCheck check;
-  check.program = kBin + "/train";
-  check.launcher = kMpirun;
-  check.arguments = {"--config",          kSource + "/configs/moe-tiny.yaml",
-                     "data.type=synthetic", "precision=fp64",
-                     "model.num_layers=2",
-                     "train.iters=3",       "train.log_interval=1",
-                     "train.eval_interval=0"};
-  check.layouts = {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
-                   {"parallel.tensor=2"},
-                   {"parallel.context=2"},
-                   {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
-                   {"parallel.pipeline=2", "recompute=full"},
-                   {"parallel.data=2", "parallel.zero_stage=3"}};
-  check.work_dir = (scratch_dir() / "moe").string();
-  const LayoutCheckResult result = check_layouts(check);
-  EXPECT_TRUE(result.equal) << result.report;
-  std::printf("%s", result.report.c_str());
+  expect_every_layout_trains_the_same(
+      {"model.num_layers=2", "train.iters=3"},
+      {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
+       {"parallel.tensor=2"},
+       {"parallel.context=2"},
+       {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
+       {"parallel.pipeline=2", "recompute=full"},
+       {"parallel.data=2", "parallel.zero_stage=3"}},
+      "moe");
 }
 
 // Expert parallelism (the experts dealt out over ranks carved from data x context parallelism,
@@ -308,28 +318,18 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
 // the interleaved schedule (fp64: losses, auxiliary losses and weights, from checkpoints written
 // by every expert-parallel rank).
 TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
-  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  LayoutCheck check;
-  check.program = kBin + "/train";
-  check.launcher = kMpirun;
-  check.arguments = {"--config",           kSource + "/configs/moe-tiny.yaml",
-                     "data.type=synthetic", "precision=fp64",
-                     "batch.micro_batch_size=2",
-                     "train.iters=3",       "train.log_interval=1",
-                     "train.eval_interval=0"};
-  check.layouts = {{"parallel.data=2", "parallel.expert=2"},
-                   {"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=1"},
-                   {"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=2", "recompute=full"},
-                   {"parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"},
-                   {"parallel.data=2", "parallel.expert=2", "parallel.tensor=2", "parallel.sequence_parallel=true",
-                    "parallel.pipeline=2"},
-                   {"parallel.context=2", "parallel.expert=2"},
-                   {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
-                    "parallel.schedule=interleaved_1f1b"}};
-  check.work_dir = (scratch_dir() / "ep").string();
-  const LayoutCheckResult result = check_layouts(check);
-  EXPECT_TRUE(result.equal) << result.report;
-  std::printf("%s", result.report.c_str());
+  expect_every_layout_trains_the_same(
+      {"batch.micro_batch_size=2", "train.iters=3"},
+      {{"parallel.data=2", "parallel.expert=2"},
+       {"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=1"},
+       {"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=2", "recompute=full"},
+       {"parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"},
+       {"parallel.data=2", "parallel.expert=2", "parallel.tensor=2", "parallel.sequence_parallel=true",
+        "parallel.pipeline=2"},
+       {"parallel.context=2", "parallel.expert=2"},
+       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
+        "parallel.schedule=interleaved_1f1b"}},
+      "ep");
 }
 
 // A capacity decides over the micro-batch's tokens whichever ranks hold them, so dropping trains
@@ -338,56 +338,27 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
 // (moe/ values) are compared with the single process's as well. A shared expert (a dense MLP
 // beside the routed ones, split over TP as the dense MLP is) rides along.
 TEST(MoE, WithACapacityAndASharedExpertTrainsTheSameAtEveryLayout) {
-  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  LayoutCheck check;
-  check.program = kBin + "/train";
-  check.launcher = kMpirun;
-  check.arguments = {"--config",           kSource + "/configs/moe-tiny.yaml",
-                     "data.type=synthetic", "precision=fp64",
-                     "model.num_layers=2",  "model.moe_expert_capacity_factor=1.0",
-                     "model.moe_shared_expert_intermediate_size=64",
-                     "batch.micro_batch_size=2",
-                     "train.iters=3",       "train.log_interval=1",
-                     "train.eval_interval=0"};
-  check.layouts = {{"parallel.context=2"},
-                   {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
-                   {"parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3"},
-                   {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}};
-  check.work_dir = (scratch_dir() / "capacity").string();
-  const LayoutCheckResult result = check_layouts(check);
-  EXPECT_TRUE(result.equal) << result.report;
-  std::printf("%s", result.report.c_str());
+  expect_every_layout_trains_the_same(
+      {"model.num_layers=2", "model.moe_expert_capacity_factor=1.0", "model.moe_shared_expert_intermediate_size=64",
+       "batch.micro_batch_size=2", "train.iters=3"},
+      {{"parallel.context=2"},
+       {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
+       {"parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3"},
+       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}},
+      "capacity");
 }
 
 // DeepSeek-V3's routing (sigmoid scores, the routed scaling factor, the expert bias that moves
 // after every iteration by the load summed over the job) with a shared expert trains as one
 // process does: the bias is the same on every rank without being exchanged.
 TEST(MoE, DeepSeekRoutingTrainsTheSameAtEveryLayout) {
-  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
-  LayoutCheck check;
-  check.program = kBin + "/train";
-  check.launcher = kMpirun;
-  check.arguments = {"--config",
-                     kSource + "/configs/moe-tiny.yaml",
-                     "data.type=synthetic",
-                     "precision=fp64",
-                     "model.num_layers=2",
-                     "model.moe_router_score_function=sigmoid",
-                     "model.moe_router_topk_scaling_factor=2.5",
-                     "model.moe_router_enable_expert_bias=true",
-                     "model.moe_router_bias_update_rate=0.01",
-                     "model.moe_aux_loss_coeff=0",
-                     "model.moe_shared_expert_intermediate_size=64",
-                     "batch.micro_batch_size=2",
-                     "train.iters=4",
-                     "train.log_interval=1",
-                     "train.eval_interval=0"};
-  check.layouts = {{"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"},
-                   {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"}};
-  check.work_dir = (scratch_dir() / "deepseek").string();
-  const LayoutCheckResult result = check_layouts(check);
-  EXPECT_TRUE(result.equal) << result.report;
-  std::printf("%s", result.report.c_str());
+  expect_every_layout_trains_the_same(
+      {"model.num_layers=2", "model.moe_router_score_function=sigmoid", "model.moe_router_topk_scaling_factor=2.5",
+       "model.moe_router_enable_expert_bias=true", "model.moe_router_bias_update_rate=0.01", "model.moe_aux_loss_coeff=0",
+       "model.moe_shared_expert_intermediate_size=64", "batch.micro_batch_size=2", "train.iters=4"},
+      {{"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"},
+       {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"}},
+      "deepseek");
 }
 
 // A checkpoint saved at EP 2 x DP 2 (ZeRO-1) resumes at EP 4 x DP 4 (ZeRO-2) and in one process,

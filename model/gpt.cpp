@@ -221,7 +221,8 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input, const Documents& docu
 }
 
 torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache) {
-  TRIDENT_CHECK(tp_.group->size() == 1 && cp_.size() == 1 && stage_.embedding && stage_.head && !gathered_,
+  TRIDENT_CHECK(tp_.group->size() == 1 && cp_.size() == 1 && ep_.group->size() == 1 && stage_.embedding &&
+                    stage_.head && !gathered_,
                 "a cached forward runs a whole model in one process");
   const int64_t n = input.size(1);
   if (cache.tokens + n > config_.seq_length)

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "core/error.h"
 #include "parallel/parameter_role.h"
 
 namespace trident {
@@ -31,14 +32,24 @@ void initialize_parameters(torch::nn::Module& module, uint64_t seed, double std,
     } else if (role.init == Init::ones) {
       p.tensor.fill_(1.0);
     } else {
-      std::vector<int64_t> full(p.tensor.sizes().begin(), p.tensor.sizes().end());
-      if (!role.replicated()) full[size_t(role.partition_dim)] *= tp.size;
-      if (role.expert) full[0] *= ep.size;
-      torch::Tensor part = init_normal(p.name, full, role.init == Init::residual ? residual_std : std, seed);
-      if (role.expert) part = part.narrow(0, ep.rank * p.tensor.size(0), p.tensor.size(0));
+      const double deviation = role.init == Init::residual ? residual_std : std;
       const int64_t dim = role.partition_dim;
-      if (!role.replicated()) part = part.narrow(dim, tp.rank * p.tensor.size(dim), p.tensor.size(dim));
-      p.tensor.copy_(part);
+      // This rank's TP part of `whole`, drawn whole from (seed, `name`).
+      auto part_of = [&](const std::string& name, torch::Tensor local) {
+        std::vector<int64_t> full(local.sizes().begin(), local.sizes().end());
+        const int64_t split = dim - (role.expert ? 1 : 0);  // an expert's own dimensions
+        if (!role.replicated()) full[size_t(split)] *= tp.size;
+        torch::Tensor whole = init_normal(name, full, deviation, seed);
+        local.copy_(role.replicated() ? whole : whole.narrow(split, tp.rank * local.size(split), local.size(split)));
+      };
+      if (!role.expert) {
+        part_of(p.name, p.tensor);
+      } else {
+        // Each expert drawn on its own, from (seed, name[e]) for its global index e: a rank draws
+        // only the experts it holds, never the whole [E, ...] tensor.
+        for (int64_t j = 0; j < p.tensor.size(0); ++j)
+          part_of(str(p.name, "[", ep.rank * p.tensor.size(0) + j, "]"), p.tensor[j]);
+      }
     }
   }
 }

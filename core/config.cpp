@@ -458,31 +458,15 @@ Config Config::load(const std::string& yaml_path, const std::vector<std::string>
 namespace {
 
 // The Mixture-of-Experts keys, together: they mean something only with experts, and the experts
-// are the built-in block's, without biases.
-void check_experts(const ModelConfig& m) {
+// are the built-in block's, without biases. Without experts, every model.moe_* key of the schema
+// must keep its default (a key added there is checked here too).
+void check_experts(const Config& config) {
+  const ModelConfig& m = config.model;
   if (m.num_moe_experts == 0) {
-    const ModelConfig dense;
-    for (const auto& [key, set] : {std::pair{"model.moe_router_topk", m.moe_router_topk != dense.moe_router_topk},
-                                   std::pair{"model.moe_ffn_hidden_size", m.moe_ffn_hidden_size != dense.moe_ffn_hidden_size},
-                                   std::pair{"model.moe_layer_freq", m.moe_layer_freq != dense.moe_layer_freq},
-                                   std::pair{"model.moe_first_dense_layers",
-                                             m.moe_first_dense_layers != dense.moe_first_dense_layers},
-                                   std::pair{"model.moe_aux_loss_coeff", m.moe_aux_loss_coeff != dense.moe_aux_loss_coeff},
-                                   std::pair{"model.moe_z_loss_coeff", m.moe_z_loss_coeff != dense.moe_z_loss_coeff},
-                                   std::pair{"model.moe_expert_capacity_factor",
-                                             m.moe_expert_capacity_factor != dense.moe_expert_capacity_factor},
-                                   std::pair{"model.moe_shared_expert_intermediate_size",
-                                             m.moe_shared_expert_intermediate_size !=
-                                                 dense.moe_shared_expert_intermediate_size},
-                                   std::pair{"model.moe_router_score_function",
-                                             m.moe_router_score_function != dense.moe_router_score_function},
-                                   std::pair{"model.moe_router_topk_scaling_factor",
-                                             m.moe_router_topk_scaling_factor != dense.moe_router_topk_scaling_factor},
-                                   std::pair{"model.moe_router_enable_expert_bias",
-                                             m.moe_router_enable_expert_bias != dense.moe_router_enable_expert_bias},
-                                   std::pair{"model.moe_router_bias_update_rate",
-                                             m.moe_router_bias_update_rate != dense.moe_router_bias_update_rate}})
-      if (set) fail(key, " is set but model.num_moe_experts is 0: there are no experts");
+    const Config dense;
+    for (const Field& f : schema())
+      if (f.key.rfind("model.moe_", 0) == 0 && f.get(config) != f.get(dense))
+        fail(f.key, " is set but model.num_moe_experts is 0: there are no experts");
     return;
   }
   if (m.moe_layers() == 0)
@@ -515,7 +499,7 @@ void Config::validate() const {
          "model.num_attention_heads = ", m.head_dim(), ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
-  check_experts(m);
+  check_experts(*this);
   if (batch.global_batch_size % batch.micro_batch_size != 0)
     fail("batch.global_batch_size (", batch.global_batch_size,
          ") must be a multiple of batch.micro_batch_size (", batch.micro_batch_size, ")");

@@ -6,8 +6,8 @@ namespace trident {
 
 ParameterGroups::ParameterGroups(const std::vector<RoledParameter>& params, const ProcessGroups& groups,
                                  const Layout& layout, const OptimizerConfig& config, const ZeroOptions& options) {
-  ParameterGroup dense{"dense", {}, {}, &groups.dp_cp_group(), 1.0, nullptr};
-  ParameterGroup experts{"experts", {}, {}, &groups.edp_group(), 1.0 / double(layout.ep_size), nullptr};
+  ParameterGroup dense{false, {}, {}, &groups.dp_cp_group(), 1.0, nullptr};
+  ParameterGroup experts{true, {}, {}, &groups.edp_group(), 1.0 / double(layout.ep_size), nullptr};
   for (size_t i = 0; i < params.size(); ++i) {
     ParameterGroup& group = params[i].role.expert ? experts : dense;
     group.members.push_back(i);

@@ -17,7 +17,6 @@
 #include <torch/types.h>
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -29,7 +28,7 @@
 namespace trident {
 
 struct ParameterGroup {
-  std::string name;                  // "dense" or "experts"
+  bool experts = false;              // the experts' group (ParameterRole::expert), else the dense one
   std::vector<size_t> members;       // indices into the model's parameters, in model order
   std::vector<RoledParameter> params;
   Communicator* replicas = nullptr;  // the ranks holding copies of them

@@ -298,12 +298,11 @@ RankShare rank_share(const ProcessGroups& groups, const CheckpointRequest& reque
   for (const ParameterGroup& group : request.optimizer.groups()) {
     const ZeroOptimizer& optimizer = *group.optimizer;
     const int shard = group.replicas->rank();  // 0: the first copy of this part of the model
-    const bool experts = group.name == "experts";
     if (shard == 0 && !optimizer.sharded_weights())
-      share.files.emplace_back(experts ? experts_file(tp_rank, pp_rank, ep_rank) : model_file(tp_rank, pp_rank),
+      share.files.emplace_back(group.experts ? experts_file(tp_rank, pp_rank, ep_rank) : model_file(tp_rank, pp_rank),
                                model_pieces(request.local, group));
     if (shard == 0 || optimizer.sharded())
-      share.files.emplace_back(experts ? experts_optimizer_file(tp_rank, pp_rank, ep_rank, shard)
+      share.files.emplace_back(group.experts ? experts_optimizer_file(tp_rank, pp_rank, ep_rank, shard)
                                        : optimizer_file(tp_rank, pp_rank, shard),
                                optimizer_pieces(request.local, group));
   }

@@ -265,9 +265,8 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
   std::string out = str("# ", describe_hardware(plan.hardware), "\n# ", si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
   // A model with experts gets two columns more: expert parallelism and its all-to-alls.
-  const bool experts = std::any_of(plan.ranked.begin(), plan.ranked.end(), [](const PlanRow& r) {
-    return r.time.expert_comm_s > 0 || r.layout.ep_size > 1;
-  });
+  const bool experts =
+      std::any_of(plan.ranked.begin(), plan.ranked.end(), [](const PlanRow& r) { return r.layout.ep_size > 1; });
   char line[256];
   std::snprintf(line, sizeof line, "%4s %4s %4s %5s %5s %4s %-9s %9s %9s %9s %8s %8s %8s %8s %8s", "TP", "CP", "PP",
                 "DP", "micro", "M", "recompute", "mem(GiB)", "act(GiB)", "iter(s)", "bubble", "tp-comm", "cp-comm",

@@ -85,9 +85,11 @@ std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
                                 GemmShape{routed, h, f / t}};
   if (l.gated) out.push_back(GemmShape{routed, f / t, h});
   if (l.experts > 0) out.push_back(GemmShape{rows, l.experts, h});  // the router
-  if (l.shared > 0)
-    for (int matrix = 0; matrix < (l.gated ? 3 : 2); ++matrix)
-      out.push_back(matrix < 2 ? GemmShape{rows, l.shared / t, h} : GemmShape{rows, h, l.shared / t});
+  if (l.shared > 0) {  // the shared expert: an MLP of its own width over every token
+    out.push_back(GemmShape{rows, l.shared / t, h});
+    out.push_back(GemmShape{rows, h, l.shared / t});
+    if (l.gated) out.push_back(GemmShape{rows, l.shared / t, h});
+  }
   return out;
 }
 

@@ -188,7 +188,7 @@ class GPTImpl : public torch::nn::Module {
   // What this chunk's blocks added to the objective besides the token loss.
   AuxiliaryLosses& auxiliary_losses() { return *auxiliary_; }
   // Where its Mixture-of-Experts layers record their load (null for a model without experts).
-  ExpertLoad* expert_load() { return expert_load_.get(); }
+  ExpertLoad* expert_load() const { return expert_load_.get(); }
   // The routing bias of every layer (null unless model.moe_router_enable_expert_bias).
   ExpertBias* expert_bias() const { return expert_bias_.get(); }
 

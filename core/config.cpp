@@ -203,6 +203,10 @@ const std::vector<Field>& schema() {
       field("model.num_query_groups", TRIDENT_MEMBER(model.num_query_groups),
             Rule<int64_t>{"a positive integer, or 0 for one per attention head",
                           [](const int64_t& v) { return v >= 0 && v <= kMaxWidth; }}),
+      field("model.kv_channels", TRIDENT_MEMBER(model.kv_channels),
+            Rule<int64_t>{"a positive integer, or 0 for model.hidden_size / model.num_attention_heads",
+                          [](const int64_t& v) { return v >= 0 && v <= kMaxWidth; }}),
+      field("model.qk_layernorm", TRIDENT_MEMBER(model.qk_layernorm), any<bool>("true or false")),
       field("model.add_bias_linear", TRIDENT_MEMBER(model.add_bias_linear), any<bool>("true or false")),
       field("model.untie_embeddings_and_output_weights", TRIDENT_MEMBER(model.untie_embeddings_and_output_weights),
             any<bool>("true or false")),
@@ -221,6 +225,7 @@ const std::vector<Field>& schema() {
       enum_field<RouterScore>("model.moe_router_score_function", TRIDENT_MEMBER(model.moe_router_score_function)),
       field("model.moe_router_topk_scaling_factor", TRIDENT_MEMBER(model.moe_router_topk_scaling_factor),
             non_negative_number()),
+      field("model.moe_router_pre_softmax", TRIDENT_MEMBER(model.moe_router_pre_softmax), any<bool>("true or false")),
       field("model.moe_router_enable_expert_bias", TRIDENT_MEMBER(model.moe_router_enable_expert_bias),
             any<bool>("true or false")),
       field("model.moe_router_bias_update_rate", TRIDENT_MEMBER(model.moe_router_bias_update_rate),
@@ -406,6 +411,8 @@ std::string ModelConfig::non_standard_gpt_setting() const {
     return str("model.position_embedding_type=", position_embedding_type);
   if (activation != Activation::gelu) return str("model.activation=", activation);
   if (query_groups() != num_attention_heads) return str("model.num_query_groups=", num_query_groups);
+  if (kv_channels > 0 && kv_channels * num_attention_heads != hidden_size) return str("model.kv_channels=", kv_channels);
+  if (qk_layernorm) return "model.qk_layernorm=true";
   if (!add_bias_linear) return "model.add_bias_linear=false";
   if (untie_embeddings_and_output_weights) return "model.untie_embeddings_and_output_weights=true";
   return "";
@@ -476,6 +483,9 @@ void check_experts(const Config& config) {
   if (m.moe_router_topk > m.num_moe_experts)
     fail("model.moe_router_topk (", m.moe_router_topk, ") must not exceed model.num_moe_experts (",
          m.num_moe_experts, ")");
+  if (m.moe_router_pre_softmax && m.moe_router_score_function != RouterScore::softmax)
+    fail("model.moe_router_pre_softmax is a softmax router's choice, but model.moe_router_score_function=",
+         m.moe_router_score_function);
   if (m.block != "transformer")
     fail("model.num_moe_experts: experts are the built-in block's MLPs, not model.block=", m.block, "'s");
   if (m.add_bias_linear)
@@ -487,16 +497,17 @@ void check_experts(const Config& config) {
 
 void Config::validate() const {
   const auto& m = model;
-  if (m.hidden_size % m.num_attention_heads != 0)
+  if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0)
     fail("model.hidden_size (", m.hidden_size, ") must be divisible by model.num_attention_heads (",
-         m.num_attention_heads, ")");
+         m.num_attention_heads, ") unless model.kv_channels gives the head size");
   if (m.num_attention_heads % m.query_groups() != 0)
     fail("model.num_attention_heads (", m.num_attention_heads, ") must be divisible by model.num_query_groups (",
          m.num_query_groups, ")");
   const bool rope = m.position_embedding_type == PositionEmbeddingType::rope;
   if (rope && m.head_dim() % 2 != 0)
-    fail("model.position_embedding_type=rope rotates pairs of channels: the head size (model.hidden_size / ",
-         "model.num_attention_heads = ", m.head_dim(), ") must be even");
+    fail("model.position_embedding_type=rope rotates pairs of channels: the head size (",
+         m.kv_channels > 0 ? "model.kv_channels" : "model.hidden_size / model.num_attention_heads", " = ", m.head_dim(),
+         ") must be even");
   if (!rope && m.rope_scaling != RopeScaling::none)
     fail("model.rope_scaling=", m.rope_scaling, " needs model.position_embedding_type=rope");
   check_experts(*this);

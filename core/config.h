@@ -94,6 +94,10 @@ struct ModelConfig {
   RopeScaling rope_scaling = RopeScaling::none;
   Activation activation = Activation::gelu;
   int64_t num_query_groups = 0;  // key/value heads (grouped-query attention); 0: one per query head
+  int64_t kv_channels = 0;       // each head's size; 0: hidden_size / num_attention_heads (Qwen3's is not)
+  // Each head's queries and keys normalised (model.normalization over the head's channels, a
+  // weight of kv_channels shared by the heads) before the rotary embedding: Qwen3's, OLMo 2's.
+  bool qk_layernorm = false;
   bool add_bias_linear = true;   // biases on the attention and MLP projections
   bool untie_embeddings_and_output_weights = false;  // an output head of its own
   // Mixture-of-Experts MLPs (Megatron-Core's names; model/moe.h): none with 0 experts. Layer i is
@@ -121,6 +125,9 @@ struct ModelConfig {
   // multiplied by moe_router_topk_scaling_factor (0: not; DeepSeek-V3's routed scaling 2.5).
   RouterScore moe_router_score_function = RouterScore::softmax;
   double moe_router_topk_scaling_factor = 0.0;
+  // Softmax over all experts before the top k are chosen, their probabilities the weights as they
+  // are (Qwen3-MoE's norm_topk_prob=false, OLMoE's); false: the softmax over the chosen k's scores.
+  bool moe_router_pre_softmax = false;
   // DeepSeek-V3's auxiliary-loss-free balancing: a bias per expert added to the scores when the
   // top k are chosen (not to their weights), moved by moe_router_bias_update_rate after every
   // iteration towards an even load: up for an expert with fewer tokens than the mean, down for
@@ -146,7 +153,9 @@ struct ModelConfig {
     for (int64_t layer = 0; layer < num_layers; ++layer) count += moe_layer(layer) ? 1 : 0;
     return count;
   }
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  // The attention's width: the query heads' channels (hidden_size unless kv_channels says otherwise).
+  int64_t attention_width() const { return num_attention_heads * head_dim(); }
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   // Rows of the fused QKV projection: the query heads, then one key and one value head per group.
   int64_t qkv_rows() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }

@@ -75,7 +75,15 @@ SelfAttentionImpl::SelfAttentionImpl(const ModelConfig& config, const TensorPara
   const int64_t h = config.hidden_size;
   const bool bias = config.add_bias_linear;
   qkv = register_module("qkv", ColumnParallelLinear(h, config.qkv_rows(), tp, Init::normal, ColumnOutput::split, bias));
-  out = register_module("out", RowParallelLinear(h, h, tp, Init::residual, RowInput::split, bias));
+  out = register_module("out", RowParallelLinear(config.attention_width(), h, tp, Init::residual, RowInput::split, bias));
+  if (config.qk_layernorm) {
+    // Each TP rank normalises its own heads: the weights' gradients are partial sums over TP.
+    const auto head_norm = [&] {
+      return Norm(config.normalization, head_dim_, config.layernorm_epsilon, tp.group->size() > 1, config.fused_kernels);
+    };
+    q_norm = register_module("q_norm", head_norm());
+    k_norm = register_module("k_norm", head_norm());
+  }
 }
 
 SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, const torch::Tensor& positions) {
@@ -88,6 +96,10 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, cons
   const auto parts = groups.split_with_sizes({per_group, 1, 1}, 3);
   Heads heads{parts[0].flatten(2, 3).transpose(1, 2), parts[1].squeeze(3).transpose(1, 2),
               parts[2].squeeze(3).transpose(1, 2)};
+  if (q_norm) {
+    heads.q = q_norm(heads.q);
+    heads.k = k_norm(heads.k);
+  }
   if (rotary_) {
     // Training: the tokens' places in the whole sequence, this rank's context-parallel chunks of it.
     const auto at = positions.defined() ? positions

@@ -64,12 +64,13 @@ class SelfAttentionImpl : public torch::nn::Module {
   // and their a / t query heads. With a group per head (g = a) this is [head][q|k|v].
   ColumnParallelLinear qkv{nullptr};
   RowParallelLinear out{nullptr};
+  Norm q_norm{nullptr}, k_norm{nullptr};  // model.qk_layernorm: over each head's channels
 
  private:
   struct Heads {
     torch::Tensor q, k, v;  // [b, heads, s, d] and [b, groups, s, d]
   };
-  // x's queries, keys and values, the queries and keys rotated with RoPE at `positions` ([n] or
+  // x's queries, keys and values, the queries and keys normalised (model.qk_layernorm) and rotated with RoPE at `positions` ([n] or
   // [b, n]; undefined: this rank's context-parallel chunks of the sequence, as in training).
   Heads project(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor output(const torch::Tensor& context);  // [b, heads, s, d] -> [b, s, h]

@@ -37,11 +37,14 @@ struct RmsNorm : public torch::autograd::Function<RmsNorm> {
 }  // namespace
 
 NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp, bool fused_kernels)
-    : kind_(kind), hidden_(hidden), epsilon_(epsilon), fused_kernels_(fused_kernels) {
-  const auto role = ParameterRole::whole().without_decay().sequence_parallel_when(tp.sequence_parallel);
-  weight = register_parameter("weight", torch::empty({hidden}), role.with_init(Init::ones));
+    : NormImpl(kind, hidden, epsilon, tp.sequence_parallel, fused_kernels) {}
+
+NormImpl::NormImpl(Normalization kind, int64_t width, double epsilon, bool partial_over_tp, bool fused_kernels)
+    : kind_(kind), hidden_(width), epsilon_(epsilon), fused_kernels_(fused_kernels) {
+  const auto role = ParameterRole::whole().without_decay().partial_over_tp_when(partial_over_tp);
+  weight = register_parameter("weight", torch::empty({width}), role.with_init(Init::ones));
   if (kind_ == Normalization::layernorm)
-    bias = register_parameter("bias", torch::empty({hidden}), role.with_init(Init::zeros));
+    bias = register_parameter("bias", torch::empty({width}), role.with_init(Init::zeros));
 }
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {

@@ -15,7 +15,11 @@ namespace trident {
 // (model.fused_kernels), model/fused_kernels.h's kernel, the residual add before it included.
 class NormImpl : public ParallelModule {
  public:
+  // A norm of the hidden state: whole on every TP rank, its gradient partial with sequence parallelism.
   NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp, bool fused_kernels = true);
+  // A norm over `width` channels whose gradient is partial over TP when `partial_over_tp` (a
+  // per-head norm of a rank's heads: model.qk_layernorm).
+  NormImpl(Normalization kind, int64_t width, double epsilon, bool partial_over_tp, bool fused_kernels);
   torch::Tensor forward(const torch::Tensor& x);
   // {residual + delta, forward(residual + delta)}: in one pass where the fused kernels apply.
   std::pair<torch::Tensor, torch::Tensor> add_then_forward(const torch::Tensor& residual, const torch::Tensor& delta);

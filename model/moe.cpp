@@ -57,6 +57,7 @@ MoEImpl::MoEImpl(const BlockContext& context)
       capacity_factor_(context.config.moe_expert_capacity_factor),
       scaling_factor_(context.config.moe_router_topk_scaling_factor),
       score_function_(context.config.moe_router_score_function),
+      pre_softmax_(context.config.moe_router_pre_softmax),
       layer_(context.layer),
       fused_kernels_(context.config.fused_kernels),
       tp_(context.tp),
@@ -71,7 +72,7 @@ MoEImpl::MoEImpl(const BlockContext& context)
   const int64_t f = context.config.moe_ffn() / t, local = E / ep;
   // The router scores this rank's tokens: with sequence parallelism a part of the sequence.
   router = register_parameter("router", torch::empty({E, h}),
-                              ParameterRole::whole().sequence_parallel_when(tp_.sequence_parallel));
+                              ParameterRole::whole().partial_over_tp_when(tp_.sequence_parallel));
   if (context.config.activation == Activation::swiglu)
     gate = register_parameter("gate", torch::empty({local, f, h}), ParameterRole::split(1).of_experts());
   up = register_parameter("up", torch::empty({local, f, h}), ParameterRole::split(1).of_experts());
@@ -199,7 +200,9 @@ std::pair<torch::Tensor, torch::Tensor> MoEImpl::route(const torch::Tensor& logi
       std::get<1>((bias_ ? scores + bias_->of_layer(layer_, scores.device()).to(scores.scalar_type()) : scores)
                       .topk(topk_, -1));
   const torch::Tensor picked = scores.gather(-1, chosen);
-  torch::Tensor weights = !sigmoid ? picked.softmax(-1) : topk_ > 1 ? picked / picked.sum(-1, true) : picked;
+  torch::Tensor weights = sigmoid        ? (topk_ > 1 ? picked / picked.sum(-1, true) : picked)
+                          : pre_softmax_ ? logits.softmax(-1).gather(-1, chosen)
+                                         : picked.softmax(-1);
   if (scaling_factor_ > 0) weights = weights * scaling_factor_;
   return {chosen, weights};
 }

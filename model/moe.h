@@ -1,7 +1,8 @@
 // A Mixture-of-Experts MLP (Shazeer et al. 2017; Switch, GShard and Mixtral's routing), the MLP
 // of layers where ModelConfig::moe_layer says so. A router of E x h weights gives each token a
 // score (logit) per expert; its top-k experts by score (k = moe_router_topk) take it, weighted by
-// the softmax over those k scores (Mixtral's renormalised top-k), or with
+// the softmax over those k scores (Mixtral's renormalised top-k; with moe_router_pre_softmax
+// their probabilities of the softmax over all E, as Qwen3-MoE's norm_topk_prob=false), or with
 // moe_router_score_function=sigmoid by their sigmoids normalised to sum to 1 (DeepSeek-V3), times
 // moe_router_topk_scaling_factor when set; with moe_router_enable_expert_bias a per-expert bias
 // (model/expert_bias.h) joins the scores where the top k are chosen. Each expert is an MLP of
@@ -68,8 +69,8 @@ class MoEImpl : public ParallelModule {
   // synchronisation per layer on a GPU. Collective over the expert-parallel group.
   Routed experts(const torch::Tensor& tokens, const torch::Tensor& chosen, const torch::Tensor& weights);
   // Each token's k experts [T, k] (the top k by score, the bias added when there is one) and
-  // their weights [T, k]: the softmax over their logits, or their sigmoids normalised to sum to
-  // 1, times the scaling factor when there is one.
+  // their weights [T, k]: the softmax over their logits (over all logits, pre-softmax), or their
+  // sigmoids normalised to sum to 1, times the scaling factor when there is one.
   std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& logits);
   // Each token's probability per expert [T, E] (the balancing loss's and the capacity's): the
   // softmax over the logits, or the sigmoids normalised to sum to 1.
@@ -86,6 +87,7 @@ class MoEImpl : public ParallelModule {
   double capacity_factor_;  // 0: dropless
   double scaling_factor_;   // 0: none
   RouterScore score_function_;
+  bool pre_softmax_;
   int64_t layer_;
   bool fused_kernels_;
   TensorParallel tp_;

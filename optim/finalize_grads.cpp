@@ -32,7 +32,7 @@ void all_reduce_grads(ParameterGroups& optimizer, Which which, Communicator& gro
 
 torch::Tensor finalize_grads(ParameterGroups& optimizer, const ProcessGroups& groups) {
   optimizer.finish_grads();
-  all_reduce_grads(optimizer, [](const ParameterRole& r) { return r.sequence_parallel; }, groups.tp_group());
+  all_reduce_grads(optimizer, [](const ParameterRole& r) { return r.partial_over_tp; }, groups.tp_group());
   all_reduce_grads(optimizer, [](const ParameterRole& r) { return r.tied != Tied::no; }, groups.embedding_group());
   // Each rank counts what no other rank counts, and the sum runs over the model-parallel group
   // when every replica holds the same (and so counts the same). Otherwise, when ZeRO shards a

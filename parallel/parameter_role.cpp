@@ -33,7 +33,7 @@ std::vector<RoledParameter> parameters_with_roles(const torch::nn::Module& modul
            "starts or how its gradient is finished: make it with trident's parallel layers (ColumnParallelLinear, ",
            "RowParallelLinear, Norm; not torch::nn's), or register it in a trident::ParallelModule (a ",
            "TransformerBlock is one) with register_parameter(name, tensor, role), e.g. ParameterRole::whole() for ",
-           "a tensor every tensor-parallel rank holds whole (.sequence_parallel_when(context.tp.sequence_parallel) ",
+           "a tensor every tensor-parallel rank holds whole (.partial_over_tp_when(context.tp.sequence_parallel) ",
            "when it acts on tokens) or ParameterRole::split(dim) for one they split");
     out.push_back({item.key(), item.value(), role->second});
   }

@@ -26,9 +26,10 @@ enum class Tied { no, owner, copy };
 
 struct ParameterRole {
   int64_t partition_dim = -1;      // the dimension tensor parallelism splits; -1: whole on every TP rank
-  // Whole on every TP rank but applied to this rank's part of the sequence (sequence
-  // parallelism): its gradient is a partial sum to be all-reduced over TP.
-  bool sequence_parallel = false;
+  // Whole on every TP rank but applied to this rank's share of the work only (its part of the
+  // sequence with sequence parallelism, its heads for a per-head norm): its gradient is a
+  // partial sum to be all-reduced over TP.
+  bool partial_over_tp = false;
   Tied tied = Tied::no;            // gradients of owner and copy are summed over the embedding group
   Init init = Init::normal;
   bool decay = true;               // AdamW's weight decay: matrices and embeddings, not biases or norms
@@ -49,7 +50,7 @@ struct ParameterRole {
   static ParameterRole whole() { return {}; }
   ParameterRole with_init(Init value) const { return with(&ParameterRole::init, value); }
   ParameterRole without_decay() const { return with(&ParameterRole::decay, false); }
-  ParameterRole sequence_parallel_when(bool on) const { return with(&ParameterRole::sequence_parallel, on); }
+  ParameterRole partial_over_tp_when(bool on) const { return with(&ParameterRole::partial_over_tp, on); }
   ParameterRole tied_as(Tied value) const { return with(&ParameterRole::tied, value); }
   ParameterRole padded_for_layout() const { return with(&ParameterRole::layout_padded, true); }
   ParameterRole of_experts() const { return with(&ParameterRole::expert, true); }

@@ -148,7 +148,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorPara
   if (with_bias)
     bias = register_parameter(
         "bias", torch::zeros({out}),
-        ParameterRole::whole().with_init(Init::zeros).without_decay().sequence_parallel_when(tp_.sequence_parallel));
+        ParameterRole::whole().with_init(Init::zeros).without_decay().partial_over_tp_when(tp_.sequence_parallel));
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {

@@ -52,6 +52,17 @@ TEST(Config, ImpossibleCombinationsAreRejected) {
   auto message = error_of([] { Config::parse(kSynthetic, {"model.num_attention_heads=5"}); });
   EXPECT_NE(message.find("model.hidden_size (128) must be divisible by model.num_attention_heads (5)"),
             std::string::npos) << message;
+  // A head size of its own (model.kv_channels, Qwen3's) frees the hidden size from the heads.
+  const Config qwen_like = Config::parse(kSynthetic, {"model.num_attention_heads=5", "model.kv_channels=32"});
+  EXPECT_EQ(qwen_like.model.head_dim(), 32);
+  EXPECT_EQ(qwen_like.model.attention_width(), 160);
+  EXPECT_EQ(qwen_like.model.qkv_rows(), 3 * 160);
+  message = error_of([] {
+    Config::parse(kSynthetic, {"model.position_embedding_type=rope", "model.kv_channels=33"});
+  });
+  EXPECT_NE(message.find("the head size (model.kv_channels = 33) must be even"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"model.kv_channels=-2"}); });
+  EXPECT_NE(message.find("model.kv_channels"), std::string::npos) << message;
   message = error_of([] { Config::parse(kSynthetic, {"batch.global_batch_size=10"}); });
   EXPECT_NE(message.find("batch.global_batch_size (10) must be a multiple of batch.micro_batch_size (4)"),
             std::string::npos) << message;

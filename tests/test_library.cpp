@@ -76,7 +76,7 @@ class GatedBlock : public TransformerBlock {
   explicit GatedBlock(const BlockContext& context)
       : TransformerBlock(context), inner_(register_module("inner", std::make_shared<BlockImpl>(context))) {
     gate = register_parameter("gate", torch::empty({1}),
-                              ParameterRole::whole().with_init(Init::ones).without_decay().sequence_parallel_when(
+                              ParameterRole::whole().with_init(Init::ones).without_decay().partial_over_tp_when(
                                   context.tp.sequence_parallel));
   }
   torch::Tensor gate;

@@ -46,7 +46,10 @@ TEST(Model, ForwardAndBackwardShapes) {
 }
 
 TEST(Model, ParameterCountMatchesFormula) {
-  for (const ModelConfig& m : {tiny_model(), tiny_llama(), tiny_moe()}) {
+  ModelConfig qwen3_like = tiny_moe();  // heads of 6 channels where hidden / heads is 4, q/k norms
+  qwen3_like.kv_channels = 6;
+  qwen3_like.qk_layernorm = true;
+  for (const ModelConfig& m : {tiny_model(), tiny_llama(), tiny_moe(), qwen3_like}) {
     GPT model = make(m);
     int64_t count = 0;
     for (const auto& p : model->parameters()) count += p.numel();

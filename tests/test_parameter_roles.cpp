@@ -11,6 +11,7 @@ using namespace trident;
 namespace {
 
 using trident::testing::tiny_model;
+using trident::testing::tiny_llama;
 
 std::map<std::string, ParameterRole> roles_of(const torch::nn::Module& module) {
   std::map<std::string, ParameterRole> out;
@@ -33,7 +34,7 @@ TEST(ParameterRoles, GptLayersDeclareWhatTensorParallelismMakesOfThem) {
   struct Expected {
     const char* name;
     int64_t dim;
-    bool sequence_parallel, decay;
+    bool partial_over_tp, decay;
     Init init;
   };
   for (const Expected& e : {Expected{"wte.weight", 0, false, true, Init::normal},
@@ -52,13 +53,31 @@ TEST(ParameterRoles, GptLayersDeclareWhatTensorParallelismMakesOfThem) {
     ASSERT_EQ(roles.count(e.name), 1u);
     const ParameterRole& r = roles.at(e.name);
     EXPECT_EQ(r.partition_dim, e.dim);
-    EXPECT_EQ(r.sequence_parallel, e.sequence_parallel);
+    EXPECT_EQ(r.partial_over_tp, e.partial_over_tp);
     EXPECT_EQ(r.decay, e.decay);
     EXPECT_EQ(r.init, e.init);
     EXPECT_EQ(r.tied, Tied::no);
     // TP rank 0 counts everything; rank 1 only its shards.
     EXPECT_TRUE(r.counted_in_norm(0));
     EXPECT_EQ(r.counted_in_norm(1), e.dim >= 0);
+  }
+}
+
+// model.qk_layernorm: each TP rank normalises its own heads, so the per-head norms' gradients are
+// partial sums over TP with or without sequence parallelism (and whole with one rank).
+TEST(ParameterRoles, PerHeadNormsArePartialOverTensorParallelRanks) {
+  ModelConfig m = tiny_llama();
+  m.qk_layernorm = true;
+  for (const int64_t ranks : {1, 2}) {
+    GPT model(m, m.padded_vocab(ranks), TensorParallel{std::make_shared<trident::testing::FakeGroup>(0, int(ranks))});
+    const auto roles = roles_of(*model);
+    for (const char* name : {"h0.attn.q_norm.weight", "h1.attn.k_norm.weight"}) {
+      ASSERT_EQ(roles.count(name), 1u) << name;
+      EXPECT_EQ(roles.at(name).partial_over_tp, ranks > 1) << name;
+      EXPECT_TRUE(roles.at(name).replicated()) << name;
+      EXPECT_FALSE(roles.at(name).decay) << name;
+    }
+    EXPECT_FALSE(roles.at("h0.ln_1.weight").partial_over_tp);  // no sequence parallelism
   }
 }
 

@@ -17,9 +17,11 @@ int64_t mlp_parameter_count(const ModelConfig& model, int64_t f) {
 
 // Layer `layer` with `experts` of a Mixture-of-Experts layer's counted (all, or the top-k).
 int64_t layer_parameter_count(const ModelConfig& model, int64_t layer, int64_t experts) {
-  const int64_t h = model.hidden_size, qkv = model.qkv_rows();
+  const int64_t h = model.hidden_size, qkv = model.qkv_rows(), width = model.attention_width();
   const int64_t bias = model.add_bias_linear ? 1 : 0;
-  const int64_t attention = h * qkv + h * h + bias * (qkv + h);  // QKV and output projection
+  const int64_t per_channel = norm_parameter_count(model) / h;  // a norm's parameters per channel: 1 or 2
+  const int64_t head_norms = model.qk_layernorm ? 2 * per_channel * model.head_dim() : 0;
+  const int64_t attention = h * qkv + width * h + bias * (qkv + h) + head_norms;  // QKV, output projection, q/k norms
   const int64_t shared = model.moe_shared_expert_intermediate_size;
   const int64_t mlp = model.moe_layer(layer) ? experts * mlp_parameter_count(model, model.moe_ffn()) +
                                                    model.num_moe_experts * h +
@@ -88,13 +90,13 @@ double narayanan_parameter_count(int64_t layers, int64_t hidden, int64_t vocab, 
 IterationFlops iteration_flops(const ModelConfig& model, int64_t vocab, int64_t global_batch,
                                Recompute recompute) {
   const double b = global_batch, s = model.seq_length, h = model.hidden_size, l = model.num_layers,
-               qkv = double(model.qkv_rows());
+               qkv = double(model.qkv_rows()), width = double(model.attention_width());
   const double mlp_matrices = model.activation == Activation::swiglu ? 3 : 2;
-  const double attention_core_forward = b * 4 * s * s * h;
+  const double attention_core_forward = b * 4 * s * s * width;
   double layers_forward = 0;
   for (int64_t layer = 0; layer < model.num_layers; ++layer) {
     const double router = model.moe_layer(layer) ? 2 * s * h * double(model.num_moe_experts) : 0;
-    layers_forward += b * (2 * s * h * (qkv + h) + mlp_matrices * 2 * s * h * double(active_ffn(model, layer)) + router) +
+    layers_forward += b * (2 * s * h * (qkv + width) + mlp_matrices * 2 * s * h * double(active_ffn(model, layer)) + router) +
                       attention_core_forward;
   }
   const double logits_forward = b * 2 * s * h * vocab;

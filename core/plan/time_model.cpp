@@ -81,7 +81,7 @@ std::vector<std::pair<LayerShape, double>> layer_kinds(const ModelConfig& m, con
 // attention projection, the MLP's up (and SwiGLU's gate) and down.
 std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
   const double rows = l.tokens, h = l.hidden, f = l.ffn, t = l.t, routed = rows * l.copies;
-  std::vector<GemmShape> out = {GemmShape{rows, l.qkv / t, h}, GemmShape{rows, h, h / t}, GemmShape{routed, f / t, h},
+  std::vector<GemmShape> out = {GemmShape{rows, l.qkv / t, h}, GemmShape{rows, h, l.heads * l.head_dim / t}, GemmShape{routed, f / t, h},
                                 GemmShape{routed, h, f / t}};
   if (l.gated) out.push_back(GemmShape{routed, f / t, h});
   if (l.experts > 0) out.push_back(GemmShape{rows, l.experts, h});  // the router

@@ -135,6 +135,18 @@ TEST(Formulas, MixtralConfigHasTheReleasedCounts) {
   EXPECT_EQ(gpt_active_parameter_count(llama3(32, 4096, 32, 14336), 128256), 8030261248LL);
 }
 
+// Qwen3-30B-A3B (the Qwen team's release: 30.5 B parameters, 3.3 B active; transformers'
+// Qwen3MoeForCausalLM built from its config.json counts 30,532,122,624 and, with 8 of the 128
+// experts, 3,353,032,704): heads of 128 channels where hidden / heads is 64, per-head q/k norms,
+// 128 experts of 768. configs/qwen3-30b-a3b.yaml is that model.
+TEST(Formulas, Qwen3MoeConfigHasTheReleasedCounts) {
+  const ModelConfig m = Config::load(std::string(TRIDENT_SOURCE_DIR) + "/configs/qwen3-30b-a3b.yaml").model;
+  EXPECT_EQ(m.padded_vocab(1), 151936);
+  EXPECT_EQ(m.attention_width(), 4096);
+  EXPECT_EQ(gpt_parameter_count(m, 151936), 30532122624LL);
+  EXPECT_EQ(gpt_active_parameter_count(m, 151936), 3353032704LL);
+}
+
 // configs/deepseek-v3-shape.yaml: 58 layers of 256 routed experts of 3 x 7168 x 2048 after 3
 // dense ones, as DeepSeek-V3 holds them (its attention is not V3's, so only this part is compared).
 TEST(Formulas, DeepSeekV3ShapeHasTheReleasedRoutedExperts) {

@@ -11,7 +11,6 @@
 #include "tests/helpers.h"
 #include "train/checkpoint/safetensors.h"
 #include "train/families/family.h"
-#include "train/families/llama/llama.h"
 
 using namespace trident;
 using trident::testing::error_of;

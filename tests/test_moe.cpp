@@ -290,8 +290,30 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
   EXPECT_NE(error_of([&] { resolve_layout(Config::load(tiny, {"model.moe_ffn_hidden_size=97", "parallel.tensor=2"}), 2); })
                 .find("model.moe_ffn_hidden_size (effective) (97) must be divisible by parallel.tensor"),
             std::string::npos);
-  // Hugging Face's GPT-2 and Llama hold no experts: export and train.init_from refuse by key.
-  EXPECT_NE(error_of([&] { family_of(Config::load(tiny).model); }).find("model.num_moe_experts=8 is not llama's"),
+  EXPECT_NE(error_of([&] { Config::load(tiny, {"model.moe_router_pre_softmax=true", "model.moe_router_score_function=sigmoid"}); })
+                .find("model.moe_router_pre_softmax is a softmax router's choice, but model.moe_router_score_function=sigmoid"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Config::load(kSource + "/configs/gpt-tiny.yaml", {"model.moe_router_pre_softmax=true"}); })
+                .find("model.moe_router_pre_softmax is set but model.num_moe_experts is 0"),
+            std::string::npos);
+  // Hugging Face's GPT-2 and Llama hold no experts; Mixtral and Qwen3-MoE hold moe-tiny, and
+  // refuse by key what their routing cannot follow.
+  EXPECT_NE(error_of([&] { family_of(Config::load(tiny, {"model.moe_router_score_function=sigmoid"}).model); })
+                .find("model.num_moe_experts=8 is not llama's, model.qk_layernorm=false is not qwen3's, "
+                      "model.moe_router_score_function=sigmoid is not mixtral's, model.qk_layernorm=false is not qwen3_moe's"),
+            std::string::npos);
+  EXPECT_EQ(family_of(Config::load(tiny).model).model_type, "mixtral");
+  EXPECT_EQ(family_of(Config::load(tiny, {"model.qk_layernorm=true"}).model).model_type, "qwen3_moe");
+  for (const auto& [setting, unheld] :
+       {std::pair{"model.moe_shared_expert_intermediate_size=64", "model.moe_shared_expert_intermediate_size=64 is not qwen3_moe's"},
+        std::pair{"model.moe_router_topk_scaling_factor=2.5", "model.moe_router_topk_scaling_factor=2.5 is not qwen3_moe's"},
+        std::pair{"model.moe_router_enable_expert_bias=true", "model.moe_router_enable_expert_bias=true is not qwen3_moe's"},
+        std::pair{"model.moe_layer_freq=2", "model.moe_layer_freq=2 is not qwen3_moe's"}})
+    EXPECT_NE(error_of([&] { family_of(Config::load(tiny, {"model.qk_layernorm=true", setting}).model); }).find(unheld),
+              std::string::npos)
+        << setting;
+  EXPECT_NE(error_of([&] { family_of(Config::load(tiny, {"model.moe_first_dense_layers=1"}).model); })
+                .find("model.moe_first_dense_layers=1 is not mixtral's"),
             std::string::npos);
 }
 
@@ -359,6 +381,20 @@ TEST(MoE, DeepSeekRoutingTrainsTheSameAtEveryLayout) {
       {{"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"},
        {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"}},
       "deepseek");
+}
+
+// Qwen3-MoE's shape (per-head query/key norms, a head size of 64 where hidden / heads is 32, a
+// dense first layer, pre-softmax routing) trains as one process does: each tensor-parallel rank
+// normalises its own heads, so the norms' gradients are summed over TP (with and without
+// sequence parallelism), and context and expert parallelism leave them whole.
+TEST(MoE, Qwen3ShapeTrainsTheSameAtEveryLayout) {
+  expect_every_layout_trains_the_same(
+      {"model.num_layers=2", "model.kv_channels=64", "model.qk_layernorm=true", "model.moe_first_dense_layers=1",
+       "model.ffn_hidden_size=192", "model.moe_router_pre_softmax=true", "batch.micro_batch_size=2", "train.iters=3"},
+      {{"parallel.tensor=2"},
+       {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.data=2", "parallel.expert=2"},
+       {"parallel.context=2", "parallel.expert=2", "parallel.pipeline=2"}},
+      "qwen3");
 }
 
 // A checkpoint saved at EP 2 x DP 2 (ZeRO-1) resumes at EP 4 x DP 4 (ZeRO-2) and in one process,

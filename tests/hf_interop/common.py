@@ -143,14 +143,15 @@ LLAMA = ("model.normalization=rmsnorm", "model.position_embedding_type=rope", "m
          "model.num_query_groups=2", "model.add_bias_linear=false", "model.untie_embeddings_and_output_weights=true")
 
 
-def train(checkpoint_dir, *overrides, tensor=1):
-    """configs/gpt-tiny.yaml with one micro-batch of 2 per iteration and no validation, then
-    `overrides`, at TP `tensor` (as many processes); returns (output, the metrics' JSON lines)."""
+def train(checkpoint_dir, *overrides, tensor=1, expert=1):
+    """configs/gpt-tiny.yaml with one micro-batch of 2 per data-parallel rank per iteration and
+    no validation, then `overrides`, at TP `tensor` and EP `expert` (data-parallel ranks, as many
+    as EP); returns (output, the metrics' JSON lines)."""
     metrics = Path(f"{checkpoint_dir}.metrics.jsonl")
     output = run("train", "--config", SOURCE / "configs" / "gpt-tiny.yaml", "batch.micro_batch_size=2",
-                 "batch.global_batch_size=2", "train.eval_interval=0", "data.valid_fraction=0",
+                 f"batch.global_batch_size={2 * expert}", "train.eval_interval=0", "data.valid_fraction=0",
                  f"train.checkpoint_dir={checkpoint_dir}", f"train.metrics_file={metrics}", *overrides,
-                 f"parallel.tensor={tensor}", processes=tensor)
+                 f"parallel.tensor={tensor}", f"parallel.expert={expert}", processes=tensor * expert)
     return output, [json.loads(line) for line in metrics.read_text().splitlines()]
 
 

@@ -6,6 +6,9 @@
 #include "core/text.h"
 #include "train/families/gpt2/gpt2.h"
 #include "train/families/llama/llama.h"
+#include "train/families/mixtral/mixtral.h"
+#include "train/families/qwen3/qwen3.h"
+#include "train/families/qwen3_moe/qwen3_moe.h"
 
 namespace trident {
 namespace {
@@ -22,7 +25,7 @@ Registry& registry() {
 
 // trident's families, then those added; `r`'s lock held.
 std::vector<Family> listed(const Registry& r) {
-  std::vector<Family> all = {gpt2_family(), llama_family()};
+  std::vector<Family> all = {gpt2_family(), llama_family(), qwen3_family(), mixtral_family(), qwen3_moe_family()};
   all.insert(all.end(), r.added.begin(), r.added.end());
   return all;
 }

@@ -14,6 +14,8 @@ import re
 import sys
 import tempfile
 
+# What a family's own folder may include: the rooms above train/ but train/data, and the list.
+FAMILY = ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint", "train/families"]
 # Room -> the rooms it may include (besides itself). Listed top (most basic) to bottom.
 ALLOWED = {
     "core": [],
@@ -26,12 +28,16 @@ ALLOWED = {
     "train/checkpoint": ["core", "parallel/comm", "parallel", "model", "optim"],
     # A family's folder and the list of families know each other: family.cpp lists the families,
     # each family fills in family.h's bundle (no file includes back: the cycle check holds that).
+    # The Llama-like families fill in decoder.h's format; the decoder map knows family.h only.
     "train/families": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint",
-                       "train/families/gpt2", "train/families/llama"],
-    "train/families/gpt2": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint",
-                            "train/families"],
-    "train/families/llama": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint",
-                             "train/families"],
+                       "train/families/gpt2", "train/families/llama", "train/families/qwen3",
+                       "train/families/mixtral", "train/families/qwen3_moe"],
+    "train/families/gpt2": FAMILY,
+    "train/families/decoder": FAMILY,
+    "train/families/llama": FAMILY + ["train/families/decoder"],
+    "train/families/qwen3": FAMILY + ["train/families/decoder"],
+    "train/families/mixtral": FAMILY + ["train/families/decoder"],
+    "train/families/qwen3_moe": FAMILY + ["train/families/decoder"],
     "train": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/data",
               "train/checkpoint", "train/families"],
 }

@@ -41,6 +41,7 @@ EXPECTED_FILES = {
     "build/plot --metrics runs/books": ["runs/books/metrics.png"],
     "build/export --checkpoint runs/books": ["hf/books/model.safetensors", "hf/books/config.json"],
     "build/export --checkpoint runs/llama": ["hf/llama/model.safetensors", "hf/llama/tokenizer.json"],
+    "build/export --checkpoint runs/moe": ["hf/moe/model.safetensors", "hf/moe/config.json", "hf/moe/tokenizer.json"],
 }
 
 

@@ -1,7 +1,8 @@
-// train/families/llama/llama.h: the exported weights compute, in LlamaForCausalLM's arithmetic
-// written out here independently of trident's model (separate q, k, v projections, repeated
-// key/value heads, rotate_half), the logits trident computes; reading them back, from one file
-// or from shards, gives the same weights; a config.json that does not fit is named.
+// train/families/decoder/decoder.h (Llama's map, and the MoE families'): the exported weights
+// compute, in LlamaForCausalLM's arithmetic written out here independently of trident's model
+// (separate q, k, v projections, repeated key/value heads, rotate_half), the logits trident
+// computes; reading them back, from one file or from shards, gives the same weights; a
+// config.json that does not fit is named.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -212,4 +213,72 @@ TEST(HfLlama, AConfigThatDoesNotFitIsNamed) {
                 .find("train.init_from reads Hugging Face models, but their formats cannot hold this model: "
                       "model.position_embedding_type=rope is not gpt2's, model.normalization=layernorm is not llama's"),
             std::string::npos);
+}
+
+// The MoE families (train/families/mixtral, qwen3_moe): each expert's projections as tensors of
+// their own, read back into trident's stacked ones; config.json's own keys checked by name, a key
+// absent meaning transformers' default, and a missing required one named.
+TEST(HfMoe, ExpertsGoBothWaysAndTheirConfigKeysAreChecked) {
+  ModelConfig mixtral = trident::testing::tiny_moe();
+  mixtral.moe_shared_expert_intermediate_size = 0;  // neither family has one
+  mixtral.moe_layer_freq = 1;
+  ModelConfig qwen = mixtral;
+  qwen.qk_layernorm = true;
+  qwen.kv_channels = 6;
+  qwen.moe_first_dense_layers = 1;
+  qwen.moe_router_pre_softmax = true;
+  for (const ModelConfig& m : {mixtral, qwen}) {
+    const bool is_qwen = m.qk_layernorm;
+    SCOPED_TRACE(is_qwen ? "qwen3_moe" : "mixtral");
+    const auto original = trained_like_weights(m);
+    const auto hf = to_hugging_face(original, m, torch::kDouble);
+    const std::string block = is_qwen ? "mlp" : "block_sparse_moe", up = is_qwen ? "up_proj" : "w3";
+    ASSERT_EQ(hf.count(str("model.layers.1.", block, ".experts.3.", up, ".weight")), 1u);
+    EXPECT_TRUE(torch::equal(hf.at(str("model.layers.1.", block, ".experts.3.", up, ".weight")),
+                             original.at("h1.moe.up")[3]));
+    EXPECT_EQ(hf.count("model.layers.0.mlp.up_proj.weight"), is_qwen ? 1u : 0u);  // Qwen's dense first layer
+    const std::string dir = export_folder(hf, m);
+    const auto read = read_hugging_face(dir, m);
+    EXPECT_EQ(read.size(), original.size());
+    for (const auto& [name, value] : read) {
+      const auto& want = original.at(name);
+      const bool vocabulary = name == "wte.weight" || name == "lm_head.weight";
+      EXPECT_TRUE(torch::equal(value, vocabulary ? want.narrow(0, 0, m.vocab_size) : want)) << name;
+    }
+    const auto config = nlohmann::json::parse(read_text_file(dir + "/config.json", "config"));
+    const auto message_for = [&](const nlohmann::json& variant) {
+      write_text_file(dir + "/config.json", variant.dump());
+      return error_of([&] { read_hugging_face(dir, m); });
+    };
+    const std::string experts_key = is_qwen ? "num_experts" : "num_local_experts";
+    auto variant = config;
+    variant[experts_key] = 8;
+    EXPECT_NE(message_for(variant).find("has " + experts_key + "=8 but model.num_moe_experts asks for 4"),
+              std::string::npos);
+    variant = config;
+    variant.erase("num_experts_per_tok");
+    EXPECT_NE(message_for(variant).find("lacks num_experts_per_tok, which"), std::string::npos);
+    variant = config;
+    variant["head_dim"] = 8;
+    EXPECT_NE(message_for(variant).find(is_qwen ? "has head_dim=8 but model.kv_channels asks for 6"
+                                                : "has head_dim=8 but model.hidden_size / model.num_attention_heads asks for 4"),
+              std::string::npos);
+    if (is_qwen) {
+      variant = config;
+      variant.erase("norm_topk_prob");  // transformers' default, false, is pre-softmax routing: still this model
+      write_text_file(dir + "/config.json", variant.dump());
+      EXPECT_EQ(read_hugging_face(dir, m).size(), original.size());
+      variant["norm_topk_prob"] = true;
+      EXPECT_NE(message_for(variant).find("has norm_topk_prob=true but model.moe_router_pre_softmax (negated) asks for false"),
+                std::string::npos);
+      variant = config;
+      variant["mlp_only_layers"] = nlohmann::json::array();
+      EXPECT_NE(message_for(variant).find("has mlp_only_layers=[] but model.moe_first_dense_layers"), std::string::npos);
+    } else {
+      variant = config;
+      variant["router_jitter_noise"] = 0.1;
+      EXPECT_NE(message_for(variant).find("has router_jitter_noise=0.1 but trident's router (no jitter) asks for 0.0"),
+                std::string::npos);
+    }
+  }
 }

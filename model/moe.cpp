@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/expert_multiply.h"
 
 namespace trident {
 namespace {
@@ -100,18 +101,10 @@ MoEImpl::Routed MoEImpl::experts(const torch::Tensor& tokens, const torch::Tenso
   const int64_t kept = dispatch.sent_rows();
   const torch::Tensor runs = dispatch.dispatch(
       tokens.unsqueeze(1).expand({T, topk_, h}).reshape({T * topk_, h}).index_select(0, order).narrow(0, 0, kept));
-  std::vector<torch::Tensor> outputs;
-  int64_t start = 0;
-  for (size_t e = 0; e < dispatch.local_counts().size(); ++e) {
-    const int64_t n = dispatch.local_counts()[e];
-    const torch::Tensor x = runs.narrow(0, start, n);
-    start += n;
-    const int64_t expert = int64_t(e);
-    const torch::Tensor gated = gate.defined() ? at::matmul(x, gate[expert].t()) : torch::Tensor();
-    outputs.push_back(
-        at::matmul(mlp_activation(gated, at::matmul(x, up[expert].t()), fused_kernels_), down[expert].t()));
-  }
-  torch::Tensor combined = dispatch.combine(torch::cat(outputs));
+  const std::vector<int64_t>& local = dispatch.local_counts();
+  const torch::Tensor gated = gate.defined() ? expert_multiply(runs, gate, local, fused_kernels_) : torch::Tensor();
+  const torch::Tensor activated = mlp_activation(gated, expert_multiply(runs, up, local, fused_kernels_), fused_kernels_);
+  torch::Tensor combined = dispatch.combine(expert_multiply(activated, down, local, fused_kernels_));
   if (kept < T * topk_) combined = torch::cat({combined, torch::zeros({T * topk_ - kept, h}, combined.options())});
   const torch::Tensor by_assignment = combined.index_select(0, at::argsort(order)).view({T, topk_, h});
   return {(by_assignment * weights.unsqueeze(2).to(tokens.scalar_type())).sum(1), counts[num_experts_]};

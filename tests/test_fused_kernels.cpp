@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "model/expert_multiply.h"
 #include "model/fused_kernels.h"
 #include "model/gpt.h"
 #include "model/layers.h"
@@ -132,6 +133,21 @@ TEST(FusedKernels, ActivationsMatchTheCompositePath) {
                 [](const Inputs& in) { return Inputs{at::gelu(in[0], "tanh")}; }, {two[0]},
                 trident::str("GELU of an unaligned view in ", type));
   }
+}
+
+// The experts' grouped multiply (model/expert_multiply.h) against a multiply per expert, in
+// bf16 on CUDA: runs of uneven lengths, an empty one and one past the 16-row alignment; the
+// weights' gradients too.
+TEST(FusedKernels, GroupedExpertMultiplyMatchesTheLoop) {
+  if (!torch::cuda::is_available() || !grouped_multiply_built())
+    GTEST_SKIP() << "needs a GPU and a LibTorch with the grouped multiply (" << (grouped_multiply_built() ? "" : "not ")
+                 << "in this one)";
+  const std::vector<int64_t> counts = {5, 0, 37, 16};
+  const Inputs inputs = {random({58, 64}, torch::kBFloat16), random({4, 96, 64}, torch::kBFloat16)};
+  const auto with = [&](bool grouped) -> Function {
+    return [=](const Inputs& in) { return Inputs{expert_multiply(in[0], in[1], counts, grouped)}; };
+  };
+  expect_same(with(true), with(false), inputs, "grouped expert multiply");
 }
 
 // Queries as the attention hands them over (a transposed view of the projection), by tables of

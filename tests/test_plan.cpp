@@ -347,6 +347,12 @@ TEST(TimeModel, ExpertParallelPaysForItsAllToAlls) {
   ASSERT_GT(two, 0);
   EXPECT_NEAR(ep_comm(8, Recompute::none) / two, (7.0 / 8) / (1.0 / 2), 1e-9);
   EXPECT_NEAR(ep_comm(2, Recompute::full) / two, 1.5, 1e-9);
+  // Over two nodes of 4 (EP 8), half the rows stay in the node (3 of 8 peers, over NVLink) and
+  // half cross the network at the same time: the network's half sets the time.
+  h100.device.gpus_per_node = 4;
+  const double across = ep_comm(8, Recompute::none);
+  const double network = h100.device.inter_node_gbs, nvlink = h100.device.intra_node_gbs;
+  EXPECT_NEAR(across / two, (4.0 / 8 / network) / (1.0 / 2 / nvlink), 1e-9);
 }
 
 // The planner searches expert parallelism for a model with experts: Mixtral 8x7B on 64 H100s

@@ -339,13 +339,17 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // Expert parallelism: a Mixture-of-Experts layer's k copies of each token a TP rank holds (all
   // of the TP group's tokens: the experts see them all) cross to the ranks of their experts and
   // back, forward and backward (and forward again with full recompute); each rank sends
-  // (ep - 1) / ep of them and waits (parallel/expert_parallel.h). Counted as the layers' mean.
+  // (ep - 1) / ep of them and waits (parallel/expert_parallel.h), not overlapped with compute.
+  // Counted as the layers' mean.
   double ep_layer = 0;
   if (layout.ep_size > 1 && m.moe_layers() > 0) {
+    // A group over several nodes: the rows for peers in the node go over NVLink while those for
+    // the other nodes go over the network, at once; the slower of the two sets the time.
     const double ep = double(layout.ep_size);
-    const bool ep_inside_node = layout.expert_grid().extent({"ep"}) <= d.gpus_per_node;
-    const double pass_s = double(m.moe_router_topk) * activation_bytes * (ep - 1) / ep /
-                          ((ep_inside_node ? intra : inter) * 1e9);
+    const double nodes = double(std::max<int64_t>(1, layout.expert_grid().extent({"ep"}) / d.gpus_per_node));
+    const double rows_bytes = double(m.moe_router_topk) * activation_bytes;
+    const double in_node = (ep / nodes - 1) / ep, across = (ep - ep / nodes) / ep;  // shares of the rows
+    const double pass_s = std::max(rows_bytes * in_node / (intra * 1e9), rows_bytes * across / (inter * 1e9));
     ep_layer = pass_s * (full_recompute ? 6 : 4) * double(m.moe_layers()) / double(m.num_layers);
   }
 

@@ -11,12 +11,11 @@ namespace trident {
 namespace {
 
 torch::Tensor looped(const torch::Tensor& x, const torch::Tensor& weights, const std::vector<int64_t>& counts) {
+  // unbind and split, not an index and a narrow per expert: their backwards write each gradient
+  // once into one tensor, where a select's would fill a zero tensor of all the experts' size each.
+  const std::vector<torch::Tensor> experts = weights.unbind(0), runs = x.split_with_sizes(counts);
   std::vector<torch::Tensor> outputs;
-  int64_t start = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    outputs.push_back(at::matmul(x.narrow(0, start, counts[e]), weights[int64_t(e)].t()));
-    start += counts[e];
-  }
+  for (size_t e = 0; e < counts.size(); ++e) outputs.push_back(at::matmul(runs[e], experts[e].t()));
   return torch::cat(outputs);
 }
 

@@ -205,6 +205,29 @@ def from_pretrained_exactly(test, model_class, folder):
     return model.eval()
 
 
+def save_random(model, folder, seed):
+    """`model` (a Llama-like transformers model) in eval mode with every parameter drawn anew,
+    the norms' weights around 1 and the rest around 0 (std 0.1), saved to `folder` by
+    save_pretrained."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model.eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
+    model.save_pretrained(folder)
+    return model
+
+
+def logits_of(model, ids):
+    """A transformers model's logits [n, V] for ids [n]."""
+    import torch
+
+    with torch.no_grad():
+        return model(ids[None]).logits[0]
+
+
 def read_documents(prefix):
     """A Megatron indexed dataset (train/data/indexed_dataset.h) -> each document's tokens, a list."""
     import numpy as np

@@ -45,18 +45,7 @@ def random_llama(folder):
                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                          tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
                          bos_token_id=common.GPT2_TINY_EOD, eos_token_id=common.GPT2_TINY_EOD)
-    torch.manual_seed(20241124)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
-    model.save_pretrained(folder)
-    return model
-
-
-def logits_of(model, ids):
-    with torch.no_grad():
-        return model(ids[None]).logits[0]
+    return common.save_random(LlamaForCausalLM(config), folder, seed=20241124)
 
 
 class LlamaBothWays(common.ScratchFolderTest):
@@ -102,13 +91,14 @@ class LlamaBothWays(common.ScratchFolderTest):
 
     def test_trident_gives_hfs_logits_and_loss(self):
         sample = common.repeated_sample(self, self.repeated)
-        expected_loss = F.cross_entropy(logits_of(self.model, sample[:-1]), sample[1:]).item()
+        expected_loss = F.cross_entropy(common.logits_of(self.model, sample[:-1]), sample[1:]).item()
         for tensor in self.layouts():
             with self.subTest(tp=tensor):
                 checkpoint, _, metrics = self.run_from_hf(tensor)
                 ids, logits = common.trident_logits(checkpoint, common.PROMPT, self.dir / f"logits_tp{tensor}.safetensors")
                 self.assertGreaterEqual(len(ids), 48, "the prompt should fill most of the 64 positions")
-                common.assert_logits_match(self, logits_of(self.model, ids), logits, f"train.init_from at TP {tensor}")
+                common.assert_logits_match(self, common.logits_of(self.model, ids), logits,
+                                           f"train.init_from at TP {tensor}")
                 loss = metrics[0]["loss"]
                 print(f"iteration 1 loss at TP {tensor}: {loss!r}, HF's: {expected_loss!r}", file=sys.stderr)
                 self.assertLessEqual(abs(loss - expected_loss), common.RTOL * expected_loss)
@@ -126,7 +116,8 @@ class LlamaBothWays(common.ScratchFolderTest):
                 self.assertEqual(model.config.rope_parameters["rope_type"], "llama3")
                 self.assertIsNot(model.lm_head.weight, model.model.embed_tokens.weight)  # untied, as in trident
                 ids, logits = common.trident_logits(checkpoint, common.PROMPT, self.dir / f"export_tp{tensor}.safetensors")
-                common.assert_logits_match(self, logits_of(model, ids), logits, f"export of a TP {tensor} checkpoint")
+                common.assert_logits_match(self, common.logits_of(model, ids), logits,
+                                           f"export of a TP {tensor} checkpoint")
 
 
 if __name__ == "__main__":

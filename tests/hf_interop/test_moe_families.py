@@ -73,18 +73,7 @@ FAMILIES = {
 
 def random_model(family, folder):
     """The family's model with every parameter random, saved to `folder` by save_pretrained."""
-    torch.manual_seed(20261127)
-    model = family["model_class"](family["config"]()).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.1)
-    model.save_pretrained(folder)
-    return model
-
-
-def logits_of(model, ids):
-    with torch.no_grad():
-        return model(ids[None]).logits[0]
+    return common.save_random(family["model_class"](family["config"]()), folder, seed=20261127)
 
 
 class FamiliesBothWays(common.ScratchFolderTest):
@@ -111,7 +100,7 @@ class FamiliesBothWays(common.ScratchFolderTest):
             model = random_model(family, hf_dir)
             hf = load_file(str(hf_dir / "model.safetensors"))
             sample = common.repeated_sample(self, self.repeated)
-            expected_loss = F.cross_entropy(logits_of(model, sample[:-1]), sample[1:]).item()
+            expected_loss = F.cross_entropy(common.logits_of(model, sample[:-1]), sample[1:]).item()
             for ranks in self.layouts(family):
                 with self.subTest(family=name, **{family["layout"]: ranks}):
                     what = f"{name} from transformers at {family['layout']} {ranks}"
@@ -127,7 +116,7 @@ class FamiliesBothWays(common.ScratchFolderTest):
                     for tensor, value in hf.items():
                         self.assertTrue(torch.equal(back[tensor], value), f"{what}: {tensor} is not HF's")
                     ids, logits = common.trident_logits(checkpoint, common.PROMPT, self.dir / f"{name}_logits_{ranks}.st")
-                    common.assert_logits_match(self, logits_of(model, ids), logits, what)
+                    common.assert_logits_match(self, common.logits_of(model, ids), logits, what)
                     loss = metrics[0]["loss"]
                     print(f"{what}: iteration 1 loss {loss!r}, HF's {expected_loss!r}", file=sys.stderr)
                     self.assertLessEqual(abs(loss - expected_loss), common.RTOL * expected_loss)
@@ -144,7 +133,7 @@ class FamiliesBothWays(common.ScratchFolderTest):
                 model = common.from_pretrained_exactly(self, family["model_class"], exported)
                 self.assertEqual(type(model.config), type(family["config"]()))
                 ids, logits = common.trident_logits(checkpoint, common.PROMPT, self.dir / f"{name}_export.st")
-                common.assert_logits_match(self, logits_of(model, ids), logits,
+                common.assert_logits_match(self, common.logits_of(model, ids), logits,
                                            f"{name}: export of a {family['layout']} {ranks} checkpoint")
 
 

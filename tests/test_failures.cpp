@@ -649,9 +649,11 @@ TEST(JobFailure, ASecondCtrlCToMpirunLeavesNoRankRunning) {
   if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
   const auto dir = scratch_dir();
   const std::string out = (dir / "out").string();
-  // About a second per iteration, so that the ranks are mid-iteration at the second signal.
-  const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000", "model.hidden_size=512",
-                                                 "model.num_attention_heads=8", "train.seed=717171",
+  // About two seconds per iteration on a 2-core machine (0.14 s at hidden 512, which left a
+  // loaded CI machine too little time to end the ranks before the iteration's end and its save),
+  // so that the ranks are mid-iteration at the second signal and stay so while Open MPI ends them.
+  const std::string command = train_command("", {"data.type=synthetic", "train.iters=1000", "model.hidden_size=1024",
+                                                 "model.num_layers=6", "model.num_attention_heads=8", "train.seed=717171",
                                                  "train.checkpoint_dir=" + (dir / "ckpt").string()})
                                   .substr(std::string("timeout 120 ").size());
   const std::string ranks = "pgrep -f \"^" + kBin + "/train .*train.seed=717171\"";  // not the shell nor mpirun

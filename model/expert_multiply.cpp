@@ -1,6 +1,7 @@
 #include "model/expert_multiply.h"
 
 #include "core/error.h"
+#include "model/fused_kernels.h"
 
 #if __has_include(<ATen/ops/_grouped_mm.h>)
 #include <ATen/ops/_grouped_mm.h>
@@ -59,10 +60,12 @@ torch::Tensor expert_multiply(const torch::Tensor& x, const torch::Tensor& weigh
   TRIDENT_CHECK(int64_t(counts.size()) == weights.size(0) && x.dim() == 2 && x.size(1) == weights.size(2), "rows ",
                 x.sizes(), " in ", counts.size(), " runs for experts ", weights.sizes());
 #ifdef TRIDENT_GROUPED_MM
-  // The kernel reads rows whose strides are multiples of 16 bytes: widths of 8 bf16 elements.
+  // The kernel reads rows whose strides are multiples of 16 bytes: widths of 8 bf16 elements. It
+  // is Hopper's (compute capability 9): LibTorch 2.8 refuses other GPUs, later versions loop over
+  // the groups there, slower than the loop below.
   const bool aligned = x.size(1) % 8 == 0 && weights.size(1) % 8 == 0;
-  if (grouped_on && aligned && x.is_cuda() && x.scalar_type() == torch::kBFloat16 &&
-      weights.scalar_type() == torch::kBFloat16)
+  if (grouped_on && aligned && x.scalar_type() == torch::kBFloat16 && weights.scalar_type() == torch::kBFloat16 &&
+      fused::compute_capability(x) == 9)
     return grouped(x, weights, counts);
 #else
   (void)grouped_on;

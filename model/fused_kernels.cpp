@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #ifdef TRIDENT_FUSED_KERNELS
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
@@ -202,6 +203,10 @@ struct CrossEntropy : public torch::autograd::Function<CrossEntropy> {
 
 bool built() { return true; }
 
+int compute_capability(const torch::Tensor& x) {
+  return x.is_cuda() ? at::cuda::getDeviceProperties(x.get_device())->major : 0;
+}
+
 bool applies(const torch::Tensor& x, bool enabled) {
   const auto type = x.scalar_type();
   return enabled && x.is_cuda() && (type == torch::kFloat || type == torch::kHalf || type == torch::kBFloat16);
@@ -240,6 +245,7 @@ namespace {
 }  // namespace
 
 bool built() { return false; }
+int compute_capability(const torch::Tensor&) { return 0; }
 bool applies(const torch::Tensor&, bool) { return false; }
 torch::Tensor norm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double) { not_built(); }
 std::pair<torch::Tensor, torch::Tensor> add_norm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,

@@ -15,6 +15,9 @@ namespace trident::fused {
 
 // Whether this build has the kernels (a CUDA LibTorch and the toolkit's compiler).
 bool built();
+// The major compute capability of the GPU holding `x` (9 for Hopper), or 0 when x is not on CUDA
+// or this build has no kernels.
+int compute_capability(const torch::Tensor& x);
 // Whether the kernels take tensors like `x`: `enabled` (model.fused_kernels), built(), and x on
 // CUDA in fp32, fp16 or bf16.
 bool applies(const torch::Tensor& x, bool enabled);

@@ -19,7 +19,8 @@
 // one reduce-scatter after one all-gather of the tokens and their routing). Each
 // tensor-parallel rank exchanges the same tokens with its expert-parallel peers of the same
 // tensor-parallel rank (Megatron's expert TP = TP). Dropless: every expert takes all its tokens
-// (model/expert_multiply.h: one grouped multiply on a GPU, a loop over experts elsewhere), unless model.moe_expert_capacity_factor caps
+// (model/expert_multiply.h: one grouped multiply on a Hopper GPU in bf16, a loop over experts
+// elsewhere), unless model.moe_expert_capacity_factor caps
 // each expert at ceil(factor x T x k / E) of a micro-batch's T tokens' assignments, its most
 // probable ones by the router's softmax over all E (Switch's and GShard's capacity, Megatron's
 // "probs" drop policy), decided over the whole micro-batch whichever ranks hold its tokens.

@@ -16,6 +16,7 @@ line (rank 0), the same measurements as build/moe_bench and train's metrics:
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -46,6 +47,7 @@ class Experts(nn.Module):
         self.experts, self.topk, self.ranks, self.local = experts, topk, ranks, experts // ranks
         self.aux_coeff, self.z_coeff = aux_coeff, z_coeff
         self.router = nn.Linear(hidden, experts, bias=False)
+        nn.init.normal_(self.router.weight, std=0.02)  # as trident draws it (model.init_method_std)
         self.gate = nn.Parameter(torch.randn(self.local, ffn, hidden) * 0.02)
         self.up = nn.Parameter(torch.randn(self.local, ffn, hidden) * 0.02)
         self.down = nn.Parameter(torch.randn(self.local, hidden, ffn) * 0.02)
@@ -92,12 +94,16 @@ class Experts(nn.Module):
         return (combined * weights.unsqueeze(-1)).sum(1).view(shape)
 
 
-def rope(x, theta=10000.0):
-    """Rotary embedding of [b, heads, s, d] by halves (rotate_half)."""
-    s, d = x.size(-2), x.size(-1)
+@functools.lru_cache(maxsize=None)
+def rope_tables(s, d, theta=10000.0):
     inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
     angles = torch.outer(torch.arange(s, dtype=torch.float32), inv)
-    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    return torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+
+
+def rope(x):
+    """Rotary embedding of [b, heads, s, d] by halves (rotate_half), the tables made once."""
+    cos, sin = rope_tables(x.size(-2), x.size(-1))
     first, second = x.chunk(2, -1)
     return x * cos + torch.cat([-second, first], -1) * sin
 
@@ -213,7 +219,9 @@ def main():
         model = Model(args, ranks)
         run = torch.compile(model) if args.compile else model
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)
-        dense = [p for name, p in model.named_parameters() if not re.search(r"\.moe\.(gate|up|down)$", name)]
+        experts = {name for name, _ in model.named_parameters() if re.search(r"\.moe\.(gate|up|down)$", name)}
+        dense = [p for name, p in model.named_parameters() if name not in experts]
+        own = [p for name, p in model.named_parameters() if name in experts]
         micro_batches = args.global_batch // (args.micro * ranks)
 
         def training_step():
@@ -221,6 +229,9 @@ def main():
             for _ in range(micro_batches):
                 tokens = torch.randint(args.vocab, (args.micro, args.seq + 1))
                 (run(tokens[:, :-1], tokens[:, 1:]) / micro_batches).backward()
+            # As trident finishes them: the dense gradients averaged over the ranks, each rank's
+            # experts' divided by the ranks (their tokens came from all of them), one global norm.
+            own_square = sum(p.grad.square().sum() for p in own)
             if ranks > 1:
                 flat = torch.cat([p.grad.flatten() for p in dense])
                 dist.all_reduce(flat)
@@ -229,7 +240,12 @@ def main():
                 for p in dense:
                     p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+                for p in own:
+                    p.grad /= ranks
+                own_square = own_square / ranks**2
+                dist.all_reduce(own_square)
+            norm = (sum(p.grad.square().sum() for p in dense) + own_square).sqrt()
+            torch._foreach_mul_([p.grad for p in model.parameters()], torch.clamp(1.0 / (norm + 1e-6), max=1.0))
             optimizer.step()
 
         result["iteration_ms"] = median_ms(training_step, args.iters, args.warmup)

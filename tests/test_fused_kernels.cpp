@@ -139,8 +139,9 @@ TEST(FusedKernels, ActivationsMatchTheCompositePath) {
 // bf16 on CUDA: runs of uneven lengths, an empty one and one past the 16-row alignment; the
 // weights' gradients too.
 TEST(FusedKernels, GroupedExpertMultiplyMatchesTheLoop) {
-  if (!torch::cuda::is_available() || !grouped_multiply_built())
-    GTEST_SKIP() << "needs a GPU and a LibTorch with the grouped multiply (" << (grouped_multiply_built() ? "" : "not ")
+  if (!torch::cuda::is_available() || !grouped_multiply_built() ||
+      fused::compute_capability(torch::zeros({1}, torch::kCUDA)) != 9)
+    GTEST_SKIP() << "needs a Hopper GPU and a LibTorch with the grouped multiply (" << (grouped_multiply_built() ? "" : "not ")
                  << "in this one)";
   const std::vector<int64_t> counts = {5, 0, 37, 16};
   const Inputs inputs = {random({58, 64}, torch::kBFloat16), random({4, 96, 64}, torch::kBFloat16)};

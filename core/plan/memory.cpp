@@ -46,7 +46,11 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
       layout.ulysses_size > 1 ? double(std::lcm(model.query_groups() / layout.tp_size, layout.ulysses_size)) * t : g;
   const double kv = no_scores ? 4 * kept_groups / a : 4;
   const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
-  const double split = 4 + kv + mlp, replicated = 10;
+  // Q, K, V and the projection's input are a d wide per token (h unless model.kv_channels says
+  // otherwise); model.qk_layernorm keeps the norms' inputs too, Q's and K's (2 and 2 g / a).
+  const double width = double(model.attention_width()) / h;
+  const double head_norms = model.qk_layernorm ? 2 * (1 + g / a) : 0;
+  const double split = (4 + kv + head_norms) * width + mlp, replicated = 10;
   // A Mixture-of-Experts layer also keeps its k copies of each token sorted by expert and the
   // experts' k outputs before their weighted sum (2k + 2k), for the whole sequence on every TP
   // rank, and its router's fp32 input (4): averaged over the layers, as f is.

@@ -345,10 +345,12 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (layout.ep_size > 1 && m.moe_layers() > 0) {
     // A group over several nodes: the rows for peers in the node go over NVLink while those for
     // the other nodes go over the network, at once; the slower of the two sets the time.
+    // The group's members are `stride` ranks apart: a node holds gpus_per_node / stride of them.
+    const int64_t stride = layout.expert_grid().extent({"ep"}) / layout.ep_size;
     const double ep = double(layout.ep_size);
-    const double nodes = double(std::max<int64_t>(1, layout.expert_grid().extent({"ep"}) / d.gpus_per_node));
+    const double per_node = double(std::clamp<int64_t>(d.gpus_per_node / stride, 1, layout.ep_size));
     const double rows_bytes = double(m.moe_router_topk) * activation_bytes;
-    const double in_node = (ep / nodes - 1) / ep, across = (ep - ep / nodes) / ep;  // shares of the rows
+    const double in_node = (per_node - 1) / ep, across = (ep - per_node) / ep;  // shares of the rows
     const double pass_s = std::max(rows_bytes * in_node / (intra * 1e9), rows_bytes * across / (inter * 1e9));
     ep_layer = pass_s * (full_recompute ? 6 : 4) * double(m.moe_layers()) / double(m.num_layers);
   }

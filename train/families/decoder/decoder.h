@@ -48,7 +48,7 @@ struct FamilyKey {
   nlohmann::json expected;           // for this model
   // What a config.json without the key means (transformers' default); none: the key is required.
   std::optional<nlohmann::json> absent = std::nullopt;
-  bool checked = true;  // false: a training setting, written for the record only
+  bool checked = true;  // false: written for the record only (a training setting, an unused width)
 };
 
 struct DecoderFormat {
@@ -69,8 +69,8 @@ struct DecoderFormat {
 Family decoder_family(DecoderFormat format);
 
 // The first setting of a Mixture-of-Experts `model` that a router with a softmax over all its
-// experts, top k of them in every layer from the first, without shared experts, scaling or
-// bias, cannot hold (Mixtral's and Qwen3-MoE's routing), or "".
+// experts, top k of them in every layer that has experts (moe_layer_freq 1), without shared
+// experts, scaling or bias, cannot hold (Mixtral's and Qwen3-MoE's routing), or "".
 std::string plain_routing_unheld_setting(const ModelConfig& model);
 
 }  // namespace trident

@@ -18,7 +18,8 @@ Family qwen3_moe_family() {
     std::vector<int64_t> dense(size_t(m.moe_first_dense_layers));
     std::iota(dense.begin(), dense.end(), 0);
     return std::vector<FamilyKey>{
-        {{"intermediate_size"}, "model.ffn_hidden_size (effective)", m.ffn()},
+        // The dense layers' width, which matters (and is checked) only when there are some.
+        {{"intermediate_size"}, "model.ffn_hidden_size (effective)", m.ffn(), std::nullopt, m.moe_first_dense_layers > 0},
         {{"moe_intermediate_size"}, "model.moe_ffn_hidden_size (effective)", m.moe_ffn()},
         {{"num_experts", "num_local_experts"}, "model.num_moe_experts", m.num_moe_experts},
         {{"num_experts_per_tok"}, "model.moe_router_topk", m.moe_router_topk},

@@ -228,6 +228,19 @@ def logits_of(model, ids):
         return model(ids[None]).logits[0]
 
 
+def assert_export_is(test, checkpoint_dir, output_dir, expected, what):
+    """`export` of the checkpoint into output_dir writes exactly the tensors of `expected` (name ->
+    tensor), each bit for bit."""
+    import torch
+    from safetensors.torch import load_file
+
+    export(checkpoint_dir, output_dir)
+    back = load_file(str(Path(output_dir) / "model.safetensors"))
+    test.assertEqual(sorted(back), sorted(expected))
+    for name, value in expected.items():
+        test.assertTrue(torch.equal(back[name], value), f"{what}: {name} is not HF's")
+
+
 def read_documents(prefix):
     """A Megatron indexed dataset (train/data/indexed_dataset.h) -> each document's tokens, a list."""
     import numpy as np

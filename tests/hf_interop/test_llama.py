@@ -26,7 +26,6 @@ import common  # noqa: E402
 
 common.require_packages()
 
-import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
@@ -82,12 +81,7 @@ class LlamaBothWays(common.ScratchFolderTest):
                 checkpoint, output, metrics = self.run_from_hf(tensor)
                 self.assertIn(f"initialized the weights from train.init_from '{self.hf_dir}'", output)
                 self.assertEqual(metrics[0]["lr"], 0, "the only iteration should run at min_lr = 0")
-                exported = self.dir / f"back_tp{tensor}"
-                common.export(checkpoint, exported)
-                back = load_file(str(exported / "model.safetensors"))
-                self.assertEqual(sorted(back), sorted(hf))
-                for name, value in hf.items():
-                    self.assertTrue(torch.equal(back[name], value), f"TP {tensor}: {name} is not HF's")
+                common.assert_export_is(self, checkpoint, self.dir / f"back_tp{tensor}", hf, f"TP {tensor}")
 
     def test_trident_gives_hfs_logits_and_loss(self):
         sample = common.repeated_sample(self, self.repeated)

@@ -29,7 +29,6 @@ import common  # noqa: E402
 
 common.require_packages()
 
-import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 import transformers  # noqa: E402
@@ -109,12 +108,7 @@ class FamiliesBothWays(common.ScratchFolderTest):
                                                  f"train.init_from={hf_dir}", *ZERO_LR, ranks=ranks)
                     self.assertIn(f"initialized the weights from train.init_from '{hf_dir}'", output)
                     self.assertEqual(metrics[0]["lr"], 0, "the only iteration should run at min_lr = 0")
-                    exported = self.dir / f"{name}_back_{ranks}"
-                    common.export(checkpoint, exported)
-                    back = load_file(str(exported / "model.safetensors"))
-                    self.assertEqual(sorted(back), sorted(hf))
-                    for tensor, value in hf.items():
-                        self.assertTrue(torch.equal(back[tensor], value), f"{what}: {tensor} is not HF's")
+                    common.assert_export_is(self, checkpoint, self.dir / f"{name}_back_{ranks}", hf, what)
                     ids, logits = common.trident_logits(checkpoint, common.PROMPT, self.dir / f"{name}_logits_{ranks}.st")
                     common.assert_logits_match(self, common.logits_of(model, ids), logits, what)
                     loss = metrics[0]["loss"]

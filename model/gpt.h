@@ -70,8 +70,9 @@ class SelfAttentionImpl : public torch::nn::Module {
   struct Heads {
     torch::Tensor q, k, v;  // [b, heads, s, d] and [b, groups, s, d]
   };
-  // x's queries, keys and values, the queries and keys normalised (model.qk_layernorm) and rotated with RoPE at `positions` ([n] or
-  // [b, n]; undefined: this rank's context-parallel chunks of the sequence, as in training).
+  // x's queries, keys and values, the queries and keys normalised (model.qk_layernorm) and
+  // rotated with RoPE at `positions` ([n] or [b, n]; undefined: this rank's context-parallel
+  // chunks of the sequence, as in training).
   Heads project(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor output(const torch::Tensor& context);  // [b, heads, s, d] -> [b, s, h]
 

@@ -20,8 +20,8 @@
 // tensor-parallel rank exchanges the same tokens with its expert-parallel peers of the same
 // tensor-parallel rank (Megatron's expert TP = TP). Dropless: every expert takes all its tokens
 // (model/expert_multiply.h: one grouped multiply on a Hopper GPU in bf16, a loop over experts
-// elsewhere), unless model.moe_expert_capacity_factor caps
-// each expert at ceil(factor x T x k / E) of a micro-batch's T tokens' assignments, its most
+// elsewhere), unless model.moe_expert_capacity_factor caps each expert at
+// ceil(factor x T x k / E) of a micro-batch's T tokens' assignments, its most
 // probable ones by the router's softmax over all E (Switch's and GShard's capacity, Megatron's
 // "probs" drop policy), decided over the whole micro-batch whichever ranks hold its tokens.
 // Each layer records its load per expert and what it dropped (model/expert_load.h).

@@ -12,7 +12,9 @@
 #include "core/plan/largest_model.h"
 #include "core/plan/memory.h"
 #include "core/plan/planner.h"
+#include "core/plan/published_runs.h"
 #include "core/plan/time_model.h"
+#include "core/plan/validation.h"
 #include "tests/build_paths.h"
 #include "tests/helpers.h"
 
@@ -21,12 +23,19 @@ using namespace trident;
 namespace {
 
 const std::string kSource = TRIDENT_SOURCE_DIR;
+Software with_attention(AttentionKernel kernel) {
+  Software s;
+  s.attention_kernel = kernel;
+  return s;
+}
+const Software kUnfused = with_attention(AttentionKernel::math), kFused = with_attention(AttentionKernel::flash);
 // The shape of Korthikanti et al.'s worked example: s 2048, h 4096, a 32.
 ModelConfig korthikanti_model() {
   ModelConfig m;
   m.seq_length = 2048;
   m.hidden_size = 4096;
   m.num_attention_heads = 32;
+  m.hidden_dropout = 0.1;  // the worked example's dropout, whose masks its 34 counts
   return m;
 }
 
@@ -47,15 +56,15 @@ TEST(Memory, KorthikantiActivationsByHand) {
   l.micro_batch = 1;
   const double sbh = 2048.0 * 4096;
   const double scores = 5.0 * 32 * 2048 / 4096;  // 5as/h = 80
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (34 + scores));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (34 + scores));
   l.tp_size = 8;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 24.0 / 8 + scores / 8));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 24.0 / 8 + scores / 8));
   l.sequence_parallel = true;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (34 + scores) / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (34 + scores) / 8);
   l.recompute = Recompute::selective;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * 34 / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * 34 / 8);
   l.recompute = Recompute::full;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), 2 * sbh / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), 2 * sbh / 8);
 }
 
 // With g key/value groups K and V shrink to g / a of Q's size, and SwiGLU's MLP of f stores its
@@ -70,17 +79,17 @@ TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
   l.recompute = Recompute::selective;
   const double sbh = 2048.0 * 4096;
   // Replicated 10; split Q 2, K and V 4 x 8 / 32 = 1, projection input 2, SwiGLU 8 x 14336 / 4096 = 28.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 2 + 1 + 2 + 28));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 2 + 1 + 2 + 28));
   l.tp_size = 8;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 33.0 / 8));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 33.0 / 8));
   // Storing the attention core keeps K and V repeated for every head (4); RMSNorm keeps its input
   // as LayerNorm does (model/layers.cpp); the scores 5 a s / h = 80.
   m.normalization = Normalization::rmsnorm;
   l.tp_size = 1;
   l.recompute = Recompute::none;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 2 + 4 + 2 + 28 + 80));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 2 + 4 + 2 + 28 + 80));
   // A fused attention kernel keeps no scores; K and V stay repeated for every head.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, true), sbh * (10 + 2 + 4 + 2 + 28));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kFused), sbh * (10 + 2 + 4 + 2 + 28));
   // An untied head and the final norm live on the last stage; the first holds the token and
   // position embeddings, here the larger.
   m.untie_embeddings_and_output_weights = true;
@@ -90,7 +99,7 @@ TEST(Memory, GroupedQueryAttentionAndSwigluActivationsByHand) {
   l.pp_size = 2;
   ModelConfig half = m;
   half.num_layers = 2;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, 1024, l, Precision::bf16, false).parameters,
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 1024, l, Precision::bf16, kUnfused).parameters,
                    double(gpt_parameter_count(half, 1024) - 1024 * 4096 - norm_parameter_count(m)));
 }
 
@@ -107,7 +116,7 @@ TEST(Memory, EachStageHoldsItsOwnParameters) {
   EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 0), 7 * layer + rows);
   EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 1), 8 * layer);
   EXPECT_DOUBLE_EQ(stage_parameters(m, vocab, layout, 15), 7 * layer + rows + double(norm_parameter_count(m)) / t);
-  EXPECT_DOUBLE_EQ(estimate_memory(m, vocab, layout, Precision::bf16, true).parameters, 8 * layer);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, vocab, layout, Precision::bf16, kFused).parameters, 8 * layer);
   double total = 0;
   for (int64_t stage = 0; stage < layout.pp_size; ++stage) total += stage_parameters(m, vocab, layout, stage);
   EXPECT_NEAR(total * t, double(gpt_parameter_count(m, vocab)), 1);
@@ -120,19 +129,19 @@ TEST(Memory, ContextParallelDividesTheTokensAndDropsTheScores) {
   l.micro_batch = 1;
   l.cp_size = 4;
   const double sbh = 2048.0 / 4 * 4096;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * 34);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * 34);
   l.tp_size = 8;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), sbh * (10 + 24.0 / 8));
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 24.0 / 8));
   l.sequence_parallel = true;
   l.recompute = Recompute::full;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, false), 2 * sbh / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), 2 * sbh / 8);
   // ZeRO shards over data x context parallel ranks.
   Layout zero;
   zero.dp_size = 2;
   zero.zero_stage = 1;
-  const double by_dp = estimate_memory(m, 256, zero, Precision::bf16, false).optimizer;
+  const double by_dp = estimate_memory(m, 256, zero, Precision::bf16, kUnfused).optimizer;
   zero.cp_size = 2;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, zero, Precision::bf16, false).optimizer, by_dp / 2);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, zero, Precision::bf16, kUnfused).optimizer, by_dp / 2);
 }
 
 // Expert parallelism: a rank holds E / ep of the experts, and ZeRO shards their states over the
@@ -149,7 +158,7 @@ TEST(Memory, ExpertParallelDividesTheExpertsAndShardsThemOverTheirCopies) {
   EXPECT_GT(all.experts, 0);
   EXPECT_DOUBLE_EQ(quarter.experts, all.experts / 4);
   EXPECT_DOUBLE_EQ(quarter.dense, all.dense);
-  const MemoryEstimate estimate = estimate_memory(m, 256, l, Precision::bf16, false);
+  const MemoryEstimate estimate = estimate_memory(m, 256, l, Precision::bf16, kUnfused);
   EXPECT_DOUBLE_EQ(estimate.parameters, quarter.total());
   EXPECT_DOUBLE_EQ(estimate.optimizer, 12 * (quarter.dense / 8 + quarter.experts / 2));
   EXPECT_DOUBLE_EQ(estimate.weights, 2 * quarter.total());
@@ -159,18 +168,18 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   ModelConfig m;
   Layout l;
   l.dp_size = 4;
-  const MemoryEstimate plain = estimate_memory(m, 256, l, Precision::bf16, false);
+  const MemoryEstimate plain = estimate_memory(m, 256, l, Precision::bf16, kUnfused);
   l.zero_stage = 1;
-  const MemoryEstimate one = estimate_memory(m, 256, l, Precision::bf16, false);
+  const MemoryEstimate one = estimate_memory(m, 256, l, Precision::bf16, kUnfused);
   l.zero_stage = 2;
-  const MemoryEstimate two = estimate_memory(m, 256, l, Precision::bf16, false);
+  const MemoryEstimate two = estimate_memory(m, 256, l, Precision::bf16, kUnfused);
   EXPECT_DOUBLE_EQ(one.optimizer, plain.optimizer / 4);
   EXPECT_DOUBLE_EQ(one.grads, plain.grads * (1 + 1.0 / 4));  // the buffer and its reduced slice
   EXPECT_DOUBLE_EQ(two.grads, plain.grads / 4);
   EXPECT_DOUBLE_EQ(plain.weights + plain.grads + plain.optimizer, 18 * plain.parameters);
   // ZeRO-3: every state 1/d, plus the gathered working set: all but the blocks beyond two.
   l.zero_stage = 3;
-  const MemoryEstimate three = estimate_memory(m, 256, l, Precision::bf16, false);
+  const MemoryEstimate three = estimate_memory(m, 256, l, Precision::bf16, kUnfused);
   EXPECT_DOUBLE_EQ(three.weights + three.grads + three.optimizer, 18 * plain.parameters / 4);
   EXPECT_DOUBLE_EQ(three.gathered,
                    2 * (plain.parameters - double((m.num_layers - 2) * gpt_layer_parameter_count(m, 0))));
@@ -180,9 +189,9 @@ TEST(Memory, ZeroDividesTheStatesByDataParallelSize) {
   l = Layout{};
   l.pp_size = 4;
   l.micro_batches = 16;
-  const double one_f_one_b = estimate_memory(m, 256, l, Precision::bf16, false).activations;
+  const double one_f_one_b = estimate_memory(m, 256, l, Precision::bf16, kUnfused).activations;
   l.schedule = Schedule::gpipe;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, l, Precision::bf16, false).activations, one_f_one_b * 4);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, 256, l, Precision::bf16, kUnfused).activations, one_f_one_b * 4);
 }
 
 // For every row of Megatron's scaling table, from its config in configs/: the parameter count
@@ -250,13 +259,15 @@ TEST(Plan, RowsKeepTheConfigsZeroStageAndSchedule) {
 // Data-parallel traffic the computation does not hide: ZeRO-1 reduces once (overlapped with the
 // last backward) and gathers the weights after the step, ZeRO-2 reduces every micro-batch,
 // ZeRO-3 also gathers the weights twice per micro-batch. On a slow link each costs more than
-// the one before; on a fast one all but the last bucket hides behind backward.
+// the one before; on a fast one all but the last bucket hides behind backward, where the
+// traffic takes nothing from the computation beside it (overlap contention nearly 0).
 TEST(Plan, ZeroTrafficPerMicroBatch) {
   for (const double gbs : {0.5, 1e6}) {
     SCOPED_TRACE(gbs);
     Hardware a100;
     a100.gpus = 32;
     a100.device.inter_node_gbs = gbs;
+    a100.device.overlap_contention = 1e-9;
     auto data_comm = [&](int stage) {
       const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml",
                                          {"batch.micro_batch_size=4", "parallel.zero_stage=" + std::to_string(stage)});
@@ -270,7 +281,7 @@ TEST(Plan, ZeroTrafficPerMicroBatch) {
       EXPECT_LT(zero2, zero3);
     } else {
       EXPECT_LT(zero0, 1e-3);  // 25 MiB buckets at a million GB/s
-      EXPECT_LT(zero3, 1e-3);
+      EXPECT_LT(zero3, 5e-3);  // and each micro-batch's first block gathered with nothing before it
     }
     EXPECT_GT(zero0, 0);
   }
@@ -283,8 +294,10 @@ TEST(Plan, RanksOnlyLayoutsThatFitFastestFirst) {
   const Plan plan = make_plan(config, a100);
   ASSERT_GT(plan.ranked.size(), 10u);
   for (size_t i = 0; i < plan.ranked.size(); ++i) {
-    EXPECT_TRUE(plan.ranked[i].fits);
-    EXPECT_LE(plan.ranked[i].memory.total(), 80 * kGiB);
+    // Rows over the memory are ranked only near the edge, and say so.
+    EXPECT_FALSE(plan.ranked[i].refused());
+    EXPECT_LE(plan.ranked[i].memory.total(), (1 + kMemoryMargin) * 80 * kGiB);
+    if (plan.ranked[i].memory.total() > 80 * kGiB) EXPECT_TRUE(plan.ranked[i].near_edge);
     if (i) EXPECT_LE(plan.ranked[i - 1].seconds(), plan.ranked[i].seconds());
   }
   const std::string json = plan_json(plan);
@@ -314,7 +327,8 @@ TEST(Plan, LongSequencesUseContextParallelism) {
   Layout l = resolve_layout(config, 64);
   l.cp_size = 8;
   l.dp_size = 8;
-  EXPECT_EQ(evaluate_layout(config, l, a100).time.context_comm_s, 0);  // 16384 tokens a rank, in a node: hidden
+  a100.device.overlap_contention = 1e-9;  // what is hidden takes nothing from the computation
+  EXPECT_NEAR(evaluate_layout(config, l, a100).time.context_comm_s, 0, 1e-6);  // 16384 tokens a rank, in a node: hidden
   config.model.seq_length = 4096;
   l.cp_size = 16;  // 256 tokens a rank, across nodes: exposed
   EXPECT_GT(evaluate_layout(config, l, a100).time.context_comm_s, 0);
@@ -387,6 +401,7 @@ TEST(TimeModel, UlyssesPaysForItsAllToAlls) {
                                 "recompute=none"});
   Hardware h100;
   h100.device = h100_profile();
+  h100.device.overlap_contention = 1e-9;  // the all-to-alls alone: ring transfers hidden whole
   auto cp_comm = [&](int64_t c, int64_t groups, Recompute recompute) {
     Config varied = config;
     varied.model.num_query_groups = groups;
@@ -490,27 +505,47 @@ TEST(Plan, LargestModelPerStrategy) {
   EXPECT_NE(largest_table(largest_models(base, Hardware{}), Hardware{}, base).find("ZeRO-3"), std::string::npos);
 }
 
-// The time model against measurements, with one profile per device and no per-row factor: every
-// row of Megatron's scaling table (counting the recomputed forward, as the table does), the 1.7B
-// row on one H100 and Llama 3 405B's three runs on H100s at their own 4D layouts (model FLOPs)
-// within 10% of the measured TFLOP/s, 5% on average. Two Llama rows set the H100's multiply and
-// attention rates; the rows that set nothing are predictions, and there are such rows on both
-// devices.
-TEST(TimeModel, ReproducesTheScalingTableWithinTenPercent) {
+// The time and memory models against published runs, each planned at its own layout, device and
+// software, one profile per device and no per-row factor. The rows that set a constant
+// (calibration) stay within 10% of what set them; Megatron's A100 table within 10%, 5% on
+// average. The held-out runs of every stack (Megatron-Core in NVIDIA's stacks, torchtitan,
+// llm-foundry, Llama 3's, trident's own) hold their present accuracy: 7% on average, each stack's
+// mean under the bound below, at most 7 runs beyond 20% (docs/planning.md names them and why).
+// No layout that ran is answered "does not fit", and where peak memory is published the estimate
+// is within 10% of it on average, 30% at most.
+TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   const auto rows = validate_time_model();
-  ASSERT_EQ(rows.size(), megatron_scaling_table().size() + 1 + llama3_runs().size());
-  double total = 0;
-  for (const auto& row : rows) {
-    EXPECT_LT(std::abs(row.error()), 0.10) << row.name << " on " << row.device << ": estimated " << row.estimated;
-    total += std::abs(row.error());
+  ASSERT_EQ(rows.size(), megatron_scaling_table().size() + 1 + llama3_runs().size() + published_runs().size());
+  const ErrorSummary table = summarize(rows, [](const Validation& r) { return r.stack == "megatron-2021"; });
+  EXPECT_EQ(table.rows, megatron_scaling_table().size());
+  EXPECT_LT(table.largest, 0.10);
+  EXPECT_LT(table.mean, 0.05);
+  EXPECT_LT(summarize(rows, [](const Validation& r) { return !r.held_out(); }).largest, 0.10);
+  const ErrorSummary held_out = summarize(rows, [](const Validation& r) { return r.held_out(); });
+  EXPECT_GT(held_out.rows, 100u);
+  EXPECT_LT(held_out.mean, 0.075);
+  const std::map<std::string, double> bounds = {
+      {"megatron-core", 0.075}, {"llm-foundry", 0.065}, {"torchtitan", 0.12}, {"llama3", 0.05}, {"trident", 0.06}};
+  for (const auto& [stack, bound] : bounds) {
+    const ErrorSummary s = summarize(rows, [&](const Validation& r) { return r.held_out() && r.stack == stack; });
+    EXPECT_GT(s.rows, 0u) << stack;
+    EXPECT_LT(s.mean, bound) << stack;
   }
-  EXPECT_LT(total / double(rows.size()), 0.05);
-  int h100_predictions = 0;
-  for (const auto& row : rows) h100_predictions += row.device.find("H100") != std::string::npos && row.sets.empty();
-  EXPECT_EQ(h100_predictions, 2);
-  const std::string table = validation_table(rows);
-  EXPECT_NE(table.find("16384 x H100 80GB SXM, TP 8 x CP 16 x PP 16 x DP 8 | model | 380.0"), std::string::npos) << table;
-  std::printf("%s", table.c_str());
+  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 7);
+  for (const auto& r : rows) EXPECT_TRUE(r.fits || !r.memory_checked) << r.name << ": " << r.estimated_memory_gib << " GiB estimated";
+  const ErrorSummary memory = summarize_memory(rows);
+  EXPECT_GE(memory.rows, 12u);
+  EXPECT_LT(memory.mean, 0.10);
+  EXPECT_LT(memory.largest, 0.30);
+  // Calibration first, then the held-out runs, then the summaries by role and stack.
+  const std::string text = validation_table(rows);
+  const size_t calibration = text.find("| sets H100 fp8_matmul_tflops |"), held = text.find("| held out |");
+  ASSERT_NE(calibration, std::string::npos) << text;
+  ASSERT_NE(held, std::string::npos) << text;
+  EXPECT_LT(calibration, held);
+  EXPECT_NE(text.find("  held out, torchtitan: 18 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 of 112 layouts that ran answered \"does not fit\""), std::string::npos) << text;
+  std::printf("%s", text.c_str());
 }
 
 // A device profile names the machine around the GPU: H100s on NVLink 4 and 400 Gb/s NDR, A100s
@@ -531,7 +566,7 @@ TEST(DeviceProfile, CarriesItsNodesLinks) {
   EXPECT_NE(line.find("64 x H100 80GB SXM"), std::string::npos) << line;
   EXPECT_NE(line.find("8 per node, links 450 GB/s within a node, 50 between nodes per GPU, 50 to the host"),
             std::string::npos) << line;
-  EXPECT_NE(line.find("software megatron-core (fused attention"), std::string::npos) << line;
+  EXPECT_NE(line.find("software megatron-core (flash attention"), std::string::npos) << line;
   // Faster links between nodes shorten a layout whose data parallelism crosses them.
   const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml", {"batch.micro_batch_size=4"});
   const Layout layout = resolve_layout(config, 64);
@@ -543,7 +578,8 @@ TEST(DeviceProfile, CarriesItsNodesLinks) {
 }
 
 // Each software setting hides what it says and no more: overlapped TP collectives leave one
-// piece in t (behind long multiplies), asynchronous pipeline transfers leave the fill and drain,
+// piece in t (behind long multiplies) and, of the rest, what they take from the multiplies
+// beside them (the profile's overlap contention), asynchronous pipeline transfers leave the fill and drain,
 // an overlapped weight gather hides behind the first forward, fused gradient accumulation saves
 // 10 bytes per parameter per micro-batch; --explain says what is hidden and what exposed.
 TEST(TimeModel, SoftwareSettingsHideTheirCommunication) {
@@ -561,7 +597,13 @@ TEST(TimeModel, SoftwareSettingsHideTheirCommunication) {
   const IterationTime plain = time(base);
   Software tp = base;
   tp.overlap_tensor_comm = true;
-  EXPECT_NEAR(time(tp).tensor_comm_s, plain.tensor_comm_s / double(layout.tp_size), 1e-9);
+  const double t = double(layout.tp_size), piece = plain.tensor_comm_s / t;
+  // The multiplies are longer than the collectives: the rest hides, at the contention's price,
+  // and the multiplies' pieces fill their tiles as the whole did (8192 rows in 8).
+  EXPECT_NEAR(time(tp).tensor_comm_s, piece + hw.device.overlap_contention * (plain.tensor_comm_s - piece), 1e-6);
+  hw.device.overlap_contention = 1e-9;
+  EXPECT_NEAR(time(tp).tensor_comm_s, piece, 1e-6);
+  hw.device = h100_profile();
   Software pp = base;
   pp.overlap_pipeline_comm = true;
   const double p = double(layout.pp_size), transfers = double(layout.micro_batches * layout.virtual_stages) + p - 1;
@@ -596,7 +638,7 @@ TEST(TimeModel, SoftwareSettingsHideTheirCommunication) {
   EXPECT_NE(explained.find(" exposed"), std::string::npos) << explained;
   EXPECT_NE(explained.find("on stage 1 (8 layers), the slowest"), std::string::npos) << explained;
   ASSERT_NE(software_named("megatron-2021"), nullptr);
-  EXPECT_FALSE(software_named("megatron-2021")->fused_attention);
+  EXPECT_FALSE(software_named("megatron-2021")->fused_attention());
   EXPECT_EQ(software_named("deepspeed"), nullptr);
 }
 
@@ -723,4 +765,166 @@ TEST(TimeModel, ThroughputWarningUnderHalfTheEstimate) {
   EXPECT_NE(warning.find("something is wrong with the model or hardware configuration"), std::string::npos);
   EXPECT_EQ(throughput_warning(150, 250, "A100 80GB SXM"), "");
   EXPECT_EQ(throughput_warning(1, 0, "cpu"), "");
+}
+
+// Software settings by name: each one checked, an unknown name answered with the nearest one and
+// the list, a value of the wrong kind with what was expected; the presets of the stacks the
+// planner is checked on, and plans that say what a setting assumes.
+TEST(Software, SettingsAreCheckedByName) {
+  const Software fp8 = software_with("torchtitan", {"fp8=true", "compile=on", "attention_kernel=flash1",
+                                                    "selective_recompute=layers", "recompute_layer_every=3"});
+  EXPECT_TRUE(fp8.fp8);
+  EXPECT_TRUE(fp8.compile);
+  EXPECT_EQ(fp8.attention_kernel, AttentionKernel::flash1);
+  EXPECT_EQ(fp8.recompute_layer_every, 3);
+  EXPECT_NE(describe_software(fp8).find("FP8 multiplies"), std::string::npos) << describe_software(fp8);
+  EXPECT_NE(describe_software(fp8).find("selective recompute of every 3 layers"), std::string::npos);
+  for (const char* stack : {"trident", "megatron-2021", "megatron-core", "llama3", "torchtitan", "llm-foundry"})
+    EXPECT_NE(software_named(stack), nullptr) << stack;
+  EXPECT_TRUE(software_named("llm-foundry")->fused_cross_entropy);
+  EXPECT_EQ(software_named("torchtitan")->selective_recompute, SelectiveRecompute::op);
+  auto refusal = [](const std::vector<std::string>& settings) {
+    try {
+      software_with("trident", settings);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal({"fp9=true"}).find("unknown software setting 'software.fp9' (did you mean 'software.fp8'?"),
+            std::string::npos) << refusal({"fp9=true"});
+  EXPECT_EQ(refusal({"fp8=maybe"}), "software.fp8: expected true or false, got 'maybe'");
+  EXPECT_EQ(refusal({"attention_kernel=xformers"}),
+            "software.attention_kernel: expected one of flash, flash1, memory_efficient, math, got 'xformers'");
+  EXPECT_EQ(refusal({"recompute_layer_every=0"}), "software.recompute_layer_every: expected a positive integer, got '0'");
+  EXPECT_EQ(refusal({"fp8"}), "software setting 'fp8': expected NAME=VALUE");
+}
+
+// A flash kernel's rate by sequence and head size: half the long-sequence rate at 512 keys, 82%
+// at 2048, 88% at head size 64 against 128; FlashAttention 1 slower, the plain multiplies
+// slowest at long sequences. Attention's share of a layer's time shrinks as sequences shorten.
+TEST(TimeModel, AttentionRateFollowsTheKernelSequenceAndHeadSize) {
+  EXPECT_NEAR(attention_rate_share(512, 128), 0.5, 1e-12);
+  EXPECT_NEAR(attention_rate_share(2048, 128), 0.8, 1e-12);
+  EXPECT_NEAR(attention_rate_share(1e9, 128), 1.0, 1e-6);
+  EXPECT_NEAR(attention_rate_share(1e9, 64) / attention_rate_share(1e9, 128), 0.88, 0.01);
+  const Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
+                                     {"parallel.tensor=1", "model.seq_length=32768", "batch.micro_batch_size=1",
+                                      "batch.global_batch_size=8", "recompute=full"});
+  Hardware hw;
+  hw.gpus = 8;
+  hw.device = h100_profile();
+  auto compute = [&](const char* kernel) {
+    hw.software = software_with("trident", {std::string("attention_kernel=") + kernel});
+    return evaluate_layout(config, resolve_layout(config, 8), hw).time.compute_s;
+  };
+  EXPECT_LT(compute("flash"), compute("flash1"));
+  EXPECT_LT(compute("flash1"), compute("memory_efficient") * 1.0001);
+  EXPECT_LT(compute("flash"), compute("math"));
+  hw.software = trident_software();
+  std::string explained;
+  for (const auto& line : evaluate_layout(config, resolve_layout(config, 8), hw).time.explanation) explained += line;
+  EXPECT_NE(explained.find("attention flash at 258.0 TFLOP/s (262 at long sequences)"), std::string::npos) << explained;
+}
+
+// FP8 multiplies run at the profile's FP8 rate where the device has one (an H100, not an A100),
+// their inputs cast first; compile fuses Llama's element-wise chains (RMSNorm, SwiGLU, rotary)
+// and leaves GPT-2's single-kernel LayerNorm and GELU as they were.
+TEST(TimeModel, Fp8AndCompileAreSettings) {
+  auto compute = [](const std::string& file, const DeviceProfile& device, const std::vector<std::string>& settings) {
+    const Config config = Config::load(kSource + "/configs/" + file, {"parallel.tensor=1", "parallel.pipeline=1"});
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = device;
+    hw.software = software_with("trident", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw).time.compute_s;
+  };
+  const double bf16 = compute("llama3-8b.yaml", h100_profile(), {});
+  EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"fp8=true"}), 0.8 * bf16);
+  EXPECT_GT(compute("llama3-8b.yaml", a100_profile(), {"fp8=true"}), compute("llama3-8b.yaml", a100_profile(), {}));
+  EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"compile=true"}), bf16);
+  EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=true"}), compute("gpt1.7b.yaml", h100_profile(), {}));
+}
+
+// What each policy keeps: per op (torchtitan) less than the attention core's policy, which keeps
+// less than none; every n-th layer whole lies between (n = 1: full recompute). FP8 keeps the
+// multiplies' inputs in a byte, a kernel that takes the key/value groups keeps them so, a fused
+// cross-entropy keeps 16-bit logits only; recomputation's time follows what it re-runs.
+TEST(Memory, RecomputePoliciesAndSoftwareKeepWhatTheySay) {
+  ModelConfig m = korthikanti_model();
+  m.num_query_groups = 8;
+  m.activation = Activation::swiglu;
+  m.ffn_hidden_size = 14336;
+  m.hidden_dropout = 0;
+  Layout l;
+  l.micro_batch = 1;
+  auto kept = [&](Recompute recompute, const std::vector<std::string>& settings) {
+    l.recompute = recompute;
+    return layer_activation_bytes(m, l, software_with("trident", settings));
+  };
+  const double none = kept(Recompute::none, {}), full = kept(Recompute::full, {});
+  const double attention = kept(Recompute::selective, {}), op = kept(Recompute::selective, {"selective_recompute=op"});
+  EXPECT_LT(op, attention);
+  EXPECT_LT(attention, none);
+  const double every_2nd = kept(Recompute::selective, {"selective_recompute=layers"});
+  EXPECT_DOUBLE_EQ(every_2nd, (none + full) / 2);
+  EXPECT_DOUBLE_EQ(kept(Recompute::selective, {"selective_recompute=layers", "recompute_layer_every=1"}), full);
+  const double sbh = 2048.0 * 4096;
+  // Per op: the input 2 and two h-wide outputs' halves 2, the attention output 2, half of Q, K,
+  // V (1.5) and of the gate and up outputs (7).
+  EXPECT_DOUBLE_EQ(op, sbh * (4 + 2 + 1.5 + 7));
+  EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"fp8=true"}), sbh * (2 + 14336.0 / 4096));
+  EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"attention_keeps_groups=true"}), sbh * (4 - 1));
+  EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"compile=true"}), sbh * 2 * 14336.0 / 4096);
+  m.vocab_size = 4096;
+  l.recompute = Recompute::none;
+  const MemoryEstimate plain = estimate_memory(m, 4096, l, Precision::bf16, trident_software());
+  const MemoryEstimate fused = estimate_memory(m, 4096, l, Precision::bf16, software_with("trident", {"fused_cross_entropy=true"}));
+  EXPECT_DOUBLE_EQ(plain.activations - fused.activations, 6.0 * 2048 * 4096);
+  EXPECT_GT(plain.transient, 0);
+  // Time: per op re-runs the element-wise work and half the multiplies, more than the attention core.
+  const Config config = Config::load(kSource + "/configs/llama3-8b.yaml", {"parallel.tensor=1", "recompute=selective"});
+  Hardware hw;
+  hw.gpus = 8;
+  hw.device = h100_profile();
+  auto compute = [&](const std::vector<std::string>& settings) {
+    hw.software = software_with("trident", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw).time.compute_s;
+  };
+  EXPECT_LT(compute({}), compute({"selective_recompute=op"}));
+  EXPECT_LT(compute({"selective_recompute=layers", "recompute_layer_every=4"}),
+            compute({"selective_recompute=layers", "recompute_layer_every=2"}));
+}
+
+// A layout whose estimate is within 10% of the memory, over or under, is near the edge: ranked
+// and marked, explained as such, not refused; beyond 10% over it does not fit. The rule of thumb
+// takes only layouts that fit.
+TEST(Plan, NearTheEdgeIsReportedNotRefused) {
+  const Config config = Config::load(kSource + "/configs/gpt1.7b.yaml", {"batch.micro_batch_size=8", "recompute=none"});
+  Hardware hw;
+  hw.gpus = 8;
+  const double estimate = evaluate_layout(config, resolve_layout(config, 8), hw).memory.total() / kGiB;
+  for (const double memory : {estimate * 0.95, estimate * 1.05, estimate / 1.2}) {
+    SCOPED_TRACE(memory);
+    hw.memory_gib = memory;
+    const PlanRow row = evaluate_layout(config, resolve_layout(config, 8), hw);
+    const std::string explained = explain_layout(config, row.layout, hw);
+    if (memory < estimate / 1.1) {
+      EXPECT_TRUE(row.refused());
+      EXPECT_NE(explained.find("# does not fit in"), std::string::npos) << explained;
+      continue;
+    }
+    EXPECT_TRUE(row.near_edge);
+    EXPECT_FALSE(row.refused());
+    EXPECT_EQ(row.fits, memory >= estimate);
+    EXPECT_NE(explained.find("# near the edge (the estimate within 10% of the memory: it may fit or not)"),
+              std::string::npos) << explained;
+    const Plan plan = make_plan(config, hw);
+    const bool ranked = std::any_of(plan.ranked.begin(), plan.ranked.end(), [&](const PlanRow& r) {
+      return r.layout.tp_size == 1 && r.layout.pp_size == 1 && r.layout.micro_batch == 8 && r.layout.recompute == Recompute::none;
+    });
+    EXPECT_TRUE(ranked);
+    EXPECT_NE(plan_table(plan, 200).find("(memory near the edge)"), std::string::npos);
+    if (plan.recommended) EXPECT_TRUE(plan.recommended->fits);
+  }
 }

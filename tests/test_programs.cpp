@@ -537,7 +537,7 @@ TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
   Result r = run(kBin + "/plan --size 39b --device h100 --inter-node-gbs 100 --software megatron-core --explain "
                  "parallel.sequence_parallel=true");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("# 512 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 627), 8 per node, links 450 "
+  EXPECT_NE(r.output.find("# 512 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 640), 8 per node, links 450 "
                           "GB/s within a node, 100 between nodes per GPU, 50 to the host; software megatron-core"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("overlapped with the multiplies"), std::string::npos) << r.output;
@@ -551,8 +551,23 @@ TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
   EXPECT_NE(r.output.find("--device excludes --validate"), std::string::npos) << r.output;
   r = run(kBin + "/plan --size 39b --software deepspeed");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--software: expected one of trident, megatron-2021, megatron-core, llama3, got 'deepspeed'"),
+  EXPECT_NE(r.output.find("--software: expected one of trident, megatron-2021, megatron-core, llama3, torchtitan, llm-foundry, got 'deepspeed'"),
             std::string::npos) << r.output;
+  // software.NAME=VALUE among the overrides sets one thing of the software; a name or value it
+  // does not know is one line naming it, before any planning.
+  r = run(kBin + "/plan --size 7.5b --device h100 --software torchtitan --explain software.fp8=true software.compile=true");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("software torchtitan (flash attention"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("element-wise work fused, FP8 multiplies"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("linear multiplies in FP8 at 1400 TFLOP/s"), std::string::npos) << r.output;
+  r = run(kBin + "/plan --size 7.5b software.fp9=true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output.rfind("error: unknown software setting 'software.fp9' (did you mean 'software.fp8'?", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  r = run(kBin + "/plan --size 7.5b software.overlap_tensor_comm=sometimes");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: software.overlap_tensor_comm: expected true or false, got 'sometimes'"), std::string::npos)
+      << r.output;
 }
 
 // The compute benchmark's table, at toy sizes: every row present, numbers where the device can

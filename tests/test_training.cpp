@@ -292,7 +292,7 @@ TEST(ZeroThree, GathersTwoBlocksAtATimeAndFreesThem) {
   EXPECT_EQ(held_by(*model), 0);
   const MemoryEstimate estimate =
       estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(), config.precision,
-                      build_software().fused_attention);
+                      build_software());
   EXPECT_EQ(double(trainer.optimizer().memory().gathered), estimate.gathered);
   EXPECT_EQ(double(trainer.optimizer().memory().weights), estimate.weights);
 

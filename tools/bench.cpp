@@ -38,6 +38,7 @@
 #include "core/files.h"
 #include "core/plan/device_profile.h"
 #include "core/plan/flops.h"
+#include "core/plan/time_model.h"
 #include "core/text.h"
 #include "train/device.h"
 
@@ -274,11 +275,15 @@ DeviceProfile measure_profile(const Options& o) {
     auto grad_out = torch::randn_like(q);
     const double ms = median_ms(o, [&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, true).backward(grad_out); });
     const double forward_flops = 4.0 * double(b * heads * s * s * d) / 2;  // causal: half the score blocks
-    p.attention_tflops = 3.5 * forward_flops / ms / 1e9;                   // backward 2.5 times the forward
+    // Backward 2.5 times the forward; the profile holds the long-sequence rate the kernel nears.
+    p.attention_tflops = 3.5 * forward_flops / ms / 1e9 / attention_rate_share(double(s), double(d));
   }
 #else
   p.attention_tflops = p.matmul_tflops / 2;  // no fused kernel to measure: a stated half of the multiplies
 #endif
+  // FP8 is not measured: the known device's FP8 rate scaled as its 16-bit one was, or none
+  // (the 16-bit rate) on a device the planner does not know.
+  p.fp8_matmul_tflops = known ? known->fp8_matmul_tflops * p.matmul_tflops / known->matmul_tflops : p.matmul_tflops;
   p.sms = multiprocessor_count(o.device);
   if (!gpu) p.tile_m = p.tile_n = p.alignment = 1;  // no tensor-core tiles or waves on the CPU
   const double peak = known_peak_tflops(device_name(o.device), Precision::bf16);

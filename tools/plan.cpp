@@ -1,16 +1,18 @@
 // plan: memory and throughput of every layout of a model on a cluster, and the rule of thumb.
 //
 //   plan (--config FILE | --size 1.7b) [--gpus N] [--memory-gib 80]
-//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core | llama3]
+//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core | llama3
+//                                                  | torchtitan | llm-foundry]
 //        [--gpus-per-node N] [--intra-node-gbs G] [--inter-node-gbs G] [--host-link-gbs G]
-//        [--rows 10] [--json FILE] [--explain] [section.key=value ...]
+//        [--rows 10] [--json FILE] [--explain] [section.key=value ...] [software.setting=value ...]
 //   plan --largest --gpus N [--memory-gib M] [--config FILE] [...]
 //   plan --validate
 //
 // The device profile (core/plan/device_profile.h) gives the time model its rates and the node's
 // links: a built-in one (--device, A100 by default) or a file (--profile; bench --profile
 // measures one); --gpus-per-node and the --*-gbs options override its links. --software picks
-// what the training program overlaps and fuses (core/plan/time_model.h). --explain prints the
+// what the training program overlaps and fuses, software.setting=value changes one of its
+// settings (core/plan/software.h: fp8, compile, each overlap, ...). --explain prints the
 // time and memory of the config's own layout term by term.
 // --size takes a row of Megatron's scaling table (1.7b 3.6b 7.5b 18b 39b 76b 145b 310b 530b 1t),
 // with its GPU count unless --gpus says otherwise. Prints a table; --json writes every layout.
@@ -29,6 +31,7 @@
 #include "core/plan/device_profile.h"
 #include "core/plan/largest_model.h"
 #include "core/plan/planner.h"
+#include "core/plan/validation.h"
 #include "core/text.h"
 
 using namespace trident;
@@ -89,7 +92,7 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->excludes(size);
   app.add_option("--json", o.json_path, "also write every layout to this file");
   app.add_flag("--explain", o.explain, "the time and memory of the config's own layout, term by term")->excludes("--largest");
-  app.add_option("overrides", o.overrides, "section.key=value config overrides");
+  app.add_option("overrides", o.overrides, "section.key=value config overrides, software.setting=value software settings");
   // Each published run is planned with its own device, software and layout.
   auto* validate = app.add_flag("--validate", o.validate,
                                 "the time model against Megatron's scaling table, the H100 run and Llama 3's runs, "
@@ -113,7 +116,12 @@ int main(int argc, char** argv) {
     device.intra_node_gbs = o.intra_node_gbs.value_or(device.intra_node_gbs);
     device.inter_node_gbs = o.inter_node_gbs.value_or(device.inter_node_gbs);
     device.host_link_gbs = o.host_link_gbs.value_or(device.host_link_gbs);
-    hardware.software = *software_named(o.software);
+    // software.NAME=VALUE among the overrides set the software; the rest the config.
+    std::vector<std::string> settings, overrides;
+    for (const std::string& item : o.overrides)
+      (item.rfind("software.", 0) == 0 ? settings : overrides).push_back(item.substr(item.rfind("software.", 0) == 0 ? 9 : 0));
+    o.overrides = overrides;
+    hardware.software = software_with(o.software, settings);
     Config config;
     if (o.validate) {
       std::fputs(validation_table(validate_time_model()).c_str(), stdout);

@@ -92,7 +92,7 @@ std::string keep_freed_host_memory() {
 
 Software build_software() {
   Software software = trident_software();
-  software.fused_attention = TORCH_VERSION_MAJOR >= 2;
+  if (TORCH_VERSION_MAJOR < 2) software.attention_kernel = AttentionKernel::math;
   return software;
 }
 

@@ -8,7 +8,11 @@
 // is also never faster than moving its operands through memory (a roofline). Memory-bound
 // operations (LayerNorm, GELU, dropout, residual adds, softmax, the optimizer) move their bytes
 // at memory_gbs x memory_efficiency. A fused (flash) attention kernel runs at
-// `attention_tflops`; whether the software uses one is core/plan/time_model.h's Software.
+// `attention_tflops` at long sequences and head size 128, less at shorter ones and smaller
+// heads (core/plan/time_model.h's attention_rate_share); whether the software uses one is
+// core/plan/software.h's. FP8 multiplies run at `fp8_matmul_tflops` (the 16-bit rate where the
+// device has no FP8). Communication overlapped with computation takes SMs and memory bandwidth
+// from it: the computation beside it slows by `overlap_contention` of the overlapped time.
 // The profile also names the machine the device sits in: GPUs per node, the link between them
 // inside a node, each GPU's share of the network between nodes and its link to host memory,
 // all as specified, of which collectives reach `link_efficiency`.
@@ -25,7 +29,10 @@ struct DeviceProfile {
   double matmul_tflops = 230;      // achieved by a large 16-bit multiply
   double memory_gbs = 2039;        // specified memory bandwidth
   double memory_efficiency = 0.9;  // fraction of it elementwise kernels achieve
-  double attention_tflops = 180;   // fused attention, forward and backward (causal FLOPs)
+  double attention_tflops = 180;   // fused attention, forward and backward (causal FLOPs), long sequences
+  double fp8_matmul_tflops = 230;  // achieved by a large FP8 multiply (no FP8 on an A100: the 16-bit rate)
+  double overlap_contention = 0.5; // share of overlapped communication time the computation loses
+                                   // (set from torchtitan's async-TP gain on H100s, taken for both)
   int64_t sms = 108;               // streaming multiprocessors: one tile each per wave
   int64_t tile_m = 256, tile_n = 128;
   int64_t alignment = 8;           // elements: tensor cores want dimensions in multiples of it
@@ -38,17 +45,21 @@ struct DeviceProfile {
 
 // A100 80 GB SXM in a DGX A100 or HGX node: the specification (312 TFLOP/s, 2039 GB/s, 108
 // SMs), the fp16 multiply measured at 230 TFLOP/s, FlashAttention-2's published
-// forward-and-backward rate on A100 at head sizes 64-128 (about 180 TFLOP/s; not measured here);
-// 8 GPUs on NVLink 3 (600 GB/s both ways: 300 each), one 200 Gb/s HDR port per GPU, PCIe 4.0.
+// forward-and-backward rate on A100 at head size 128 and long sequences (about 180 TFLOP/s; not
+// measured here); no FP8 (the 16-bit rate); overlap contention as the H100's (no A100 run
+// measures it); 8 GPUs on NVLink 3 (600 GB/s both ways: 300 each), one 200 Gb/s HDR port per
+// GPU, PCIe 4.0.
 DeviceProfile a100_profile();
 // H100 80 GB SXM: the specification (989 TFLOP/s, 3350 GB/s, 132 SMs), a 16-bit vector
-// multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and two rates
-// set from Llama 3 405B's published runs (Dubey et al. 2024, Table 4; docs/planning.md): the
-// multiplies at 627 TFLOP/s, which reproduces the 8192-GPU run at sequence 8192 (430 TFLOP/s
-// per GPU; a lone 8192^3 multiply reaches 771 in docs/gpu-h100, a ceiling training at scale
-// does not keep), and fused attention at 236 TFLOP/s, which reproduces the 131072-token run
-// (380); 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per GPU,
-// PCIe 5.0 (64 GB/s specified; 50 counted, as 25 of PCIe 4.0's 32).
+// multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and four
+// constants each set from one published run (docs/planning.md lists them): the multiplies at
+// 640 TFLOP/s, which reproduces Llama 3 405B's 8192-GPU run at sequence 8192 (Dubey et al. 2024,
+// Table 4: 430 TFLOP/s per GPU; a lone 8192^3 multiply reaches 771 in docs/gpu-h100, a ceiling
+// training at scale does not keep); flash attention at 262 TFLOP/s at long sequences, which
+// reproduces its 131072-token run (380); FP8 multiplies at 1400, which reproduce NeMo's Llama 3
+// 8B FP8 run on 8 GPUs; overlap contention 0.5, which reproduces torchtitan's async-TP gain on
+// Llama 3 70B. 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per
+// GPU, PCIe 5.0 (64 GB/s specified; 50 counted, as 25 of PCIe 4.0's 32).
 DeviceProfile h100_profile();
 // The built-in profile for a device name (as CUDA reports it, or "a100" / "h100"), or none.
 const DeviceProfile* known_profile(const std::string& device_name);

@@ -22,35 +22,43 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
   fail("unknown optimizer '", optimizer, "' (adamw, adam8bit, sgd)");
 }
 
-double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention) {
+namespace {
+
+// One layer's bytes kept under recompute `recompute`, the attention core's policy for selective.
+double kept_bytes(const ModelConfig& model, const Layout& layout, Recompute recompute, const Software& software) {
+  const bool fused_attention = software.fused_attention();
   const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), a = double(model.num_attention_heads),
                g = double(model.query_groups()), f = mean_active_ffn(model), t = double(layout.tp_size);
   const double sbh = s * b * h;
-  if (layout.recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
+  if (recompute == Recompute::full) return 2 * sbh / (layout.sequence_parallel ? t : 1);
   // Ring attention keeps no scores (USP's too: its Ulysses groups meet in a ring); Ulysses'
   // attention alone is the plain one, of a / c heads over whole sequences: c times the local
   // tokens' keys for 1 / c of the heads, per local token 5 a S / h as without context
   // parallelism (S the whole sequence).
   const bool ring = layout.ring_size() > 1;
-  const bool no_scores = layout.recompute == Recompute::selective || ring;
+  const bool no_scores = recompute == Recompute::selective || ring;
   const double attention_scores = no_scores || fused_attention ? 0 : 5 * a * double(model.seq_length) / h;
   // Per s b h, what TP splits: Q 2; K and V 2 each, or 2 g / a each where only the grouped ones
   // are kept (the attention core recomputed, or ring attention); the projection's input 2; the
   // MLP's 4 f / h (GELU's input and output) or 8 f / h (SwiGLU's gate, SiLU and up outputs and
-  // their product): 24 for GPT-2. What it does not: the two norms' inputs 4 (LayerNorm and
-  // RMSNorm alike keep their input and a statistic per row), the two linear layers' inputs 4 and
-  // two dropout masks 2.
+  // their product; fused, 6: the gate and up outputs and the product): 24 for GPT-2. What it
+  // does not: the two norms' inputs 4 (LayerNorm and RMSNorm alike keep their input and a
+  // statistic per row), the two linear layers' inputs 4 and two dropout masks 2 (none without
+  // dropout). In FP8 the multiplies keep their inputs in a byte: the two linear layers' inputs
+  // 2 and the MLP's output multiply's f / h. A kernel that takes the key/value groups as they
+  // are keeps them so (4 g / a), one that needs them repeated keeps the repeated ones (4).
   // After Ulysses a ring keeps the groups as dealt out: lcm(g / t, u) of a rank's a / t heads.
   const double kept_groups =
       layout.ulysses_size > 1 ? double(std::lcm(model.query_groups() / layout.tp_size, layout.ulysses_size)) * t : g;
-  const double kv = no_scores ? 4 * kept_groups / a : 4;
-  const double mlp = (model.activation == Activation::swiglu ? 8 : 4) * f / h;
+  const double kv = no_scores || (fused_attention && software.attention_keeps_groups) ? 4 * kept_groups / a : 4;
+  const double fp8 = software.fp8 ? 1 : 0;
+  const double mlp = (model.activation == Activation::swiglu ? (software.compile ? 6 : 8) : 4) * f / h - fp8 * f / h;
   // Q, K, V and the projection's input are a d wide per token (h unless model.kv_channels says
   // otherwise); model.qk_layernorm keeps the norms' inputs too, Q's and K's (2 and 2 g / a).
   const double width = double(model.attention_width()) / h;
   const double head_norms = model.qk_layernorm ? 2 * (1 + g / a) : 0;
-  const double split = (4 + kv + head_norms) * width + mlp, replicated = 10;
+  const double split = (4 + kv + head_norms) * width + mlp, replicated = (model.hidden_dropout > 0 ? 10 : 8) - 2 * fp8;
   // A Mixture-of-Experts layer also keeps its k copies of each token sorted by expert and the
   // experts' k outputs before their weighted sum (2k + 2k), for the whole sequence on every TP
   // rank, and its router's fp32 input (4): averaged over the layers, as f is.
@@ -58,6 +66,34 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bo
                          (4 * double(model.moe_router_topk) + 4);
   if (layout.sequence_parallel) return sbh * ((replicated + split + attention_scores) / t + experts);
   return sbh * (replicated + split / t + attention_scores / t + experts);
+}
+
+// Per op: per s b h, the layer input 2 and the two h-wide multiply outputs' half (2) where TP
+// does not split them (SP does), the attention output 2 a d / h, and half of Q, K and V
+// ((a + 2g) d / h) and the MLP's f-wide outputs (one or two of f / h) over TP.
+double kept_per_op(const ModelConfig& model, const Layout& layout) {
+  const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
+               h = double(model.hidden_size), t = double(layout.tp_size);
+  const double width = double(model.attention_width()) / h, qkv = double(model.qkv_rows()) / h;
+  const double wide = (model.activation == Activation::swiglu ? 2 : 1) * mean_active_ffn(model) / h;
+  const double replicated = 2 + 2, split = 2 * width + qkv + wide;
+  return s * b * h * (replicated / (layout.sequence_parallel ? t : 1) + split / t);
+}
+
+}  // namespace
+
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout, const Software& software) {
+  if (layout.recompute != Recompute::selective) return kept_bytes(model, layout, layout.recompute, software);
+  switch (software.selective_recompute) {
+    case SelectiveRecompute::attention: return kept_bytes(model, layout, Recompute::selective, software);
+    case SelectiveRecompute::op: return kept_per_op(model, layout);
+    case SelectiveRecompute::layers: {
+      const double n = double(software.recompute_layer_every);
+      return ((n - 1) * kept_bytes(model, layout, Recompute::none, software) +
+              kept_bytes(model, layout, Recompute::full, software)) / n;
+    }
+  }
+  return kept_bytes(model, layout, Recompute::selective, software);
 }
 
 namespace {
@@ -119,7 +155,7 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
-                               Precision precision, bool fused_attention, const std::string& optimizer) {
+                               Precision precision, const Software& software, const std::string& optimizer) {
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel, and
   // for the experts their expert-data-parallel copies.
   const ZeroSharding zero = layout.zero();
@@ -160,12 +196,15 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
     in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
-  out.activations = width * layer_activation_bytes(model, layout, fused_attention) * double(most_layers) * in_flight;
-  const double logits = 2 * 4.0 * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
+  out.activations = width * layer_activation_bytes(model, layout, software) * double(most_layers) * in_flight;
+  const double logits = (software.fused_cross_entropy ? 2 : 8.0) * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
                         double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;
+  Layout stored_whole = layout;
+  stored_whole.recompute = Recompute::none;
+  out.transient = width * std::max(layer_activation_bytes(model, stored_whole, software), layout.pp_size == 1 && !software.fused_cross_entropy ? logits / 2 : 0.0);
 
-  const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations;
+  const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations + out.transient;
   out.allowance = double(1 << 30) + 0.05 * rest;
   return out;
 }

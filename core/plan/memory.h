@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "core/layout.h"
+#include "core/plan/software.h"
 
 namespace trident {
 
@@ -25,10 +26,11 @@ struct MemoryEstimate {
   double parameters = 0;   // parameters held by the busiest rank (stage_parameters' most)
   double weights = 0, grads = 0, optimizer = 0;
   double activations = 0;  // peak, with the micro-batches in flight
+  double transient = 0;    // the backward's working set beside them (estimate_memory says which)
   double allowance = 0;    // CUDA context, allocator fragmentation, communication buffers
   double host = 0;         // offload: optimizer states and a gradient copy in host memory
   double gathered = 0;     // ZeRO-3: whole weights gathered at once (beside their shard in `weights`)
-  double total() const { return weights + gathered + grads + optimizer + activations + allowance; }  // on the device
+  double total() const { return weights + gathered + grads + optimizer + activations + transient + allowance; }  // on the device
 };
 
 // Activation bytes one transformer layer stores for one micro-batch of b sequences
@@ -45,10 +47,14 @@ struct MemoryEstimate {
 // groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
 // gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
 // the grouped ones are kept (selective recompute, ring attention). A fused attention kernel
-// (`fused_attention`) keeps no scores either: no 5 a s / h term, K and V as repeated for the
-// query heads (4). Mixture-of-Experts layers count f as their tokens' k experts' width and add
-// their routing copies (4k + 4, not split by TP), both averaged over the layers.
-double layer_activation_bytes(const ModelConfig& model, const Layout& layout, bool fused_attention);
+// (`software.fused_attention()`) keeps no scores either: no 5 a s / h term, K and V as repeated
+// for the query heads (4). Mixture-of-Experts layers count f as their tokens' k experts' width
+// and add their routing copies (4k + 4, not split by TP), both averaged over the layers.
+// Selective recompute keeps what the software's policy keeps (core/plan/software.h): without the
+// attention core as above; per op, the layer's input (2), its attention output (2 a d / h) and
+// every other multiply's output (half of Q, K, V, the projection's, the MLP's f-wide ones and
+// its output); per layer, one layer in n as under full recompute and the rest as under none.
+double layer_activation_bytes(const ModelConfig& model, const Layout& layout, const Software& software);
 
 // Parameters on one rank of pipeline stage `stage`: its layers (core/layout.h's stage_layers),
 // the embedding (and learned positions) on the first, the final norm and the head (untied, or
@@ -67,7 +73,10 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // 1 + (p-1)/(p v)) counted with the most layers any stage holds (a bound when the embedding and
 // the loss count as layers: the stages with most layers hold fewer micro-batches).
 // The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
-// counted as if on the same rank when p = 1. Allowance: 1 GiB + 5% of the rest (stated, not
+// counted as if on the same rank when p = 1. The backward works beside what is stored: one
+// layer's activations as without recomputation (the layer recomputed, or the gradients flowing
+// back through it: tensors of the same sizes), or, where the loss is, the logits' fp32 gradient
+// (4 s b V / t), whichever is larger. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). ZeRO shards over the data- and context-parallel ranks (d c), the experts over their
 // d c / ep copies; ZeRO-3 gathers the
 // stage's embeddings and final LayerNorm for the whole iteration and two blocks at a time (the
@@ -75,6 +84,6 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not
 // on the device. `optimizer` is adamw | adam8bit | sgd.
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
-                               Precision precision, bool fused_attention, const std::string& optimizer = "adamw");
+                               Precision precision, const Software& software, const std::string& optimizer = "adamw");
 
 }  // namespace trident

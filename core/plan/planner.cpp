@@ -42,8 +42,10 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   PlanRow row;
   row.layout = layout;
-  row.memory = estimate_memory(m, vocab, layout, config.precision, hw.software.fused_attention);
-  row.fits = row.memory.total() <= hw.memory_gib * kGiB;
+  row.memory = estimate_memory(m, vocab, layout, config.precision, hw.software);
+  const double memory = hw.memory_gib * kGiB, estimate = row.memory.total();
+  row.fits = estimate <= memory;
+  row.near_edge = std::abs(estimate / memory - 1) <= kMemoryMargin;
   row.time = estimate_iteration_time(config, layout, hw.device, hw.software);
   // Offload: this rank's shard of fp32 gradients goes to the host and its 16-bit weights come
   // back once per iteration, and the CPU runs AdamW over the shard.
@@ -84,7 +86,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
             for (int64_t ep : expert_degrees)
               if (auto l = shape(tp, cp, pp, micro, recompute, ep)) {
                 PlanRow row = evaluate_layout(config, *l, hw);
-                if (row.fits) plan.ranked.push_back(row);
+                if (!row.refused()) plan.ranked.push_back(row);
               }
   std::sort(plan.ranked.begin(), plan.ranked.end(),
             [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
@@ -188,56 +190,6 @@ Config llama3_run_config(const LlamaRun& run) {
            str("batch.global_batch_size=", global_batch), "precision=bf16", "recompute=none", "data.type=synthetic"});
 }
 
-std::vector<Validation> validate_time_model() {
-  std::vector<Validation> out;
-  for (const ScalingRow& row : megatron_scaling_table()) {
-    Hardware a100;
-    a100.gpus = row.gpus;
-    a100.software = megatron_2021_software();
-    const Config config = scaling_row_config(row);
-    const PlanRow estimate = evaluate_layout(config, resolve_layout(config, row.gpus), a100);
-    out.push_back({row.name, str(row.gpus, " x ", a100.device.name), "with recomputation (96)", row.tflops_per_gpu,
-                   estimate.hardware_tflops_per_gpu, "the terms (calibration table)"});
-  }
-  Hardware h100;
-  h100.gpus = 1;
-  h100.device = h100_profile();
-  Config config = scaling_row_config(megatron_scaling_table().front());
-  config.batch.micro_batch_size = 8;
-  config.recompute = Recompute::none;
-  const PlanRow estimate = evaluate_layout(config, resolve_layout(config, 1), h100);
-  out.push_back({"1.7b", str("1 x ", h100.device.name), "model (72)", 448.3, estimate.tflops_per_gpu, ""});
-  for (const LlamaRun& run : llama3_runs()) {
-    Hardware cluster;
-    cluster.gpus = run.gpus;
-    cluster.device = h100_profile();
-    cluster.software = llama3_software();
-    const Config llama = llama3_run_config(run);
-    const Layout layout = resolve_layout(llama, run.gpus);
-    TRIDENT_CHECK(layout.dp_size == run.data, run.name, " on ", run.gpus, " GPUs resolves to DP ", layout.dp_size);
-    const PlanRow row = evaluate_layout(llama, layout, cluster);
-    out.push_back({run.name, str(run.gpus, " x ", cluster.device.name, ", ", describe_axes(layout)), "model",
-                   run.tflops_per_gpu, row.tflops_per_gpu, run.sets});
-  }
-  return out;
-}
-
-std::string validation_table(const std::vector<Validation>& rows) {
-  std::string out =
-      "| row | GPUs | FLOPs counted | measured TFLOP/s per GPU | estimated | error | role |\n"
-      "| --- | --- | --- | --- | --- | --- | --- |\n";
-  double total = 0;
-  for (const auto& r : rows) {
-    char line[256];
-    std::snprintf(line, sizeof line, "| %s | %s | %s | %.1f | %.1f | %+.1f%% | %s |\n", r.name.c_str(),
-                  r.device.c_str(), r.formula.c_str(), r.measured, r.estimated, 100 * r.error(),
-                  r.sets.empty() ? "prediction" : ("sets " + r.sets).c_str());
-    out += line;
-    total += std::abs(r.error());
-  }
-  return out + str("mean absolute error ", int(1000 * total / double(rows.size()) + 0.5) / 10.0, "% over ", rows.size(), " rows\n");
-}
-
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config) {
   const auto published = candidate(config, row.gpus, row.tensor, 1, row.pipeline, row.micro_batch, config.recompute);
   if (!published) return str("Megatron's TP ", row.tensor, " x PP ", row.pipeline, " does not fit this config");
@@ -286,7 +238,7 @@ std::string plan_table(const Plan& plan, size_t max_rows) {
       std::snprintf(line, sizeof line, " %4lld %8.2f", (long long)l.ep_size, r.time.expert_comm_s);
       out += line;
     }
-    std::snprintf(line, sizeof line, " %9.1f%s\n", r.tflops_per_gpu, mark);
+    std::snprintf(line, sizeof line, " %9.1f%s%s\n", r.tflops_per_gpu, r.near_edge ? "  (memory near the edge)" : "", mark);
     out += line;
   };
   if (plan.recommended) row_line(*plan.recommended, "  <- rule of thumb");
@@ -307,7 +259,7 @@ std::string describe_row(const PlanRow& r) {
   const std::string host = m.host > 0 ? str(", host ", binary_bytes(m.host)) : "";
   return str("memory per GPU (estimate): weights ", binary_bytes(m.weights), gathered, ", grads ",
              binary_bytes(m.grads), ", optimizer ", binary_bytes(m.optimizer), host, ", activations ",
-             binary_bytes(m.activations), ", allowance ", binary_bytes(m.allowance), ", total ",
+             binary_bytes(m.activations), ", backward's working set ", binary_bytes(m.transient), ", allowance ", binary_bytes(m.allowance), ", total ",
              binary_bytes(m.total()), " (", si_units(m.parameters),
              " parameters on the busiest rank)\n", time);
 }
@@ -322,14 +274,17 @@ std::string explain_layout(const Config& config, const Layout& layout, const Har
   const MemoryEstimate& m = row.memory;
   const std::pair<const char*, double> parts[] = {{"weights", m.weights},     {"gathered", m.gathered},
                                                   {"grads", m.grads},         {"optimizer", m.optimizer},
-                                                  {"activations", m.activations}, {"allowance", m.allowance},
+                                                  {"activations", m.activations}, {"transient", m.transient},
+                                                  {"allowance", m.allowance},
                                                   {"total", m.total()},       {"host", m.host}};
   for (const auto& [what, bytes] : parts) {
     char line[96];
     std::snprintf(line, sizeof line, "%-11s %10s\n", what, binary_bytes(bytes).c_str());
     out += line;
   }
-  out += str("# ", row.fits ? "fits" : "does not fit", " in ", hw.memory_gib, " GiB\n");
+  out += str("# ", row.near_edge ? "near the edge (the estimate within 10% of the memory: it may fit or not)"
+                                  : row.fits ? "fits" : "does not fit",
+             " in ", hw.memory_gib, " GiB\n");
   for (const auto& warning : efficiency_warnings(config, layout, hw.device)) out += "# warning: " + warning + "\n";
   return out;
 }
@@ -345,7 +300,8 @@ std::string plan_json(const Plan& plan) {
         .add("memory_bytes", r.memory.total()).add("weights_bytes", r.memory.weights)
         .add("gathered_bytes", r.memory.gathered).add("host_bytes", r.memory.host)
         .add("grads_bytes", r.memory.grads).add("optimizer_bytes", r.memory.optimizer)
-        .add("activations_bytes", r.memory.activations).add("allowance_bytes", r.memory.allowance)
+        .add("activations_bytes", r.memory.activations).add("transient_bytes", r.memory.transient)
+        .add("allowance_bytes", r.memory.allowance)
         .add("iteration_s", r.seconds()).add("compute_s", r.time.compute_s).add("bubble_s", r.time.bubble_s)
         .add("tensor_comm_s", r.time.tensor_comm_s).add("context_comm_s", r.time.context_comm_s)
         .add("expert_comm_s", r.time.expert_comm_s)

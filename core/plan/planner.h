@@ -10,6 +10,7 @@
 #include "core/layout.h"
 #include "core/plan/device_profile.h"
 #include "core/plan/memory.h"
+#include "core/plan/software.h"
 #include "core/plan/time_model.h"
 
 namespace trident {
@@ -35,13 +36,19 @@ struct PlanRow {
   double seconds() const { return time.seconds() + offload_s; }
   double tflops_per_gpu = 0;           // model FLOPs (no recompute) / time / GPUs
   double hardware_tflops_per_gpu = 0;  // FLOPs computed, recomputation included (Megatron 2021's count)
-  bool fits = false;
+  // The estimate is checked against measured peaks (plan --validate): a row whose estimate is
+  // within kMemoryMargin of the GPU's memory, over or under, is near the edge (it may fit or not:
+  // try it); the rule of thumb takes rows that fit, the ranking those near the edge too, marked.
+  bool fits = false;  // the estimate is within the GPU's memory
+  bool near_edge = false;
+  bool refused() const { return !fits && !near_edge; }
 };
+constexpr double kMemoryMargin = 0.1;
 
 struct Plan {
   Hardware hardware;
   double parameters = 0;
-  std::vector<PlanRow> ranked;          // every valid layout that fits, fastest first
+  std::vector<PlanRow> ranked;          // every valid layout that fits or is near the edge, fastest first
   std::optional<PlanRow> recommended;   // the rule of thumb's choice for the config's batch
   std::vector<std::string> reasoning;   // how the rule of thumb decided, and warnings
 };
@@ -69,7 +76,7 @@ Plan make_plan(const Config& config, const Hardware& hardware);
 // with s (and the attention scores with s^2), which only CP divides.
 constexpr int64_t kLongSequence = 8192;
 
-// "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 627), 8 per node, links 450 GB/s
+// "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 640), 8 per node, links 450 GB/s
 // within a node, 50 between nodes per GPU, 50 to the host; software ...": what a plan assumes.
 std::string describe_hardware(const Hardware& hardware);
 
@@ -95,20 +102,6 @@ struct LlamaRun {
 };
 const std::vector<LlamaRun>& llama3_runs();
 Config llama3_run_config(const LlamaRun& run);
-
-// The time model against measurements: every row of the scaling table at its own layout on
-// A100s with Megatron 2021's software (estimated TFLOPS per GPU counting the recomputed forward,
-// as the table does); the 1.7B row on one H100 with trident's (micro-batch 8, no recomputation,
-// global batch 512: 448 TFLOP/s measured by the model FLOPs, docs/gpu-h100); Llama 3's runs on
-// H100s with Meta's software as Dubey et al. describe it (model FLOPs).
-struct Validation {
-  std::string name, device, formula;
-  double measured = 0, estimated = 0;
-  std::string sets;  // what this measurement set: a profile constant, the model's terms; "" for a prediction
-  double error() const { return estimated / measured - 1; }
-};
-std::vector<Validation> validate_time_model();
-std::string validation_table(const std::vector<Validation>& rows);
 
 // How the plan's recommendation relates to the row's published layout, in one sentence.
 std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Config& config);

@@ -33,10 +33,12 @@ struct StageWork {
 
 struct LayerShape {
   double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
+  double block_keys;  // keys per attention block: the sequence, or its ring attention block
   // A Mixture-of-Experts layer: each token through `copies` (k) experts of width ffn (the
   // experts' multiplies as one of k x tokens rows), its router's E scores; 1 and 0 otherwise.
   double copies = 1, experts = 0, shared = 0;  // shared: the shared expert's width (every token)
   bool gated;  // SwiGLU: gate and up multiplies
+  bool rms;    // RMSNorm, which eager PyTorch computes in several passes (LayerNorm is one kernel)
   bool sequence_parallel;
   bool hidden_dropout, attention_dropout, rotary;
 };
@@ -47,6 +49,7 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, bool experts)
   l.batch = double(layout.micro_batch);
   l.queries = double(m.seq_length / layout.cp_size);
   l.keys = double(m.seq_length);
+  l.block_keys = double(m.seq_length / layout.ring_size());
   l.tokens = l.batch * l.queries;
   l.hidden = double(m.hidden_size);
   l.qkv = double(m.qkv_rows());
@@ -57,6 +60,7 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, bool experts)
     l.shared = double(m.moe_shared_expert_intermediate_size);
   }
   l.gated = m.activation == Activation::swiglu;
+  l.rms = m.normalization == Normalization::rmsnorm;
   l.heads = double(m.num_attention_heads);
   l.head_dim = double(m.head_dim());
   l.t = double(layout.tp_size);
@@ -93,26 +97,69 @@ std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
   return out;
 }
 
-double linear_forward(const LayerShape& l, const DeviceProfile& d) {
-  double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l)) seconds += gemm_seconds(g, d);
-  return seconds;
+// The device the linear multiplies run on: in FP8 at its FP8 rate, each multiply's inputs cast
+// first (read 2 bytes, write 1, per element: the activation forward, the output gradient
+// backward; the weights' casts are cached across micro-batches).
+DeviceProfile multiplying(const DeviceProfile& d, const Software& software) {
+  DeviceProfile fp8 = d;
+  if (software.fp8) fp8.matmul_tflops = d.fp8_matmul_tflops;
+  return fp8;
+}
+double fp8_casts(const std::vector<GemmShape>& multiplies, bool backward, const Software& software,
+                 const DeviceProfile& d) {
+  if (!software.fp8) return 0;
+  double elements = 0;
+  for (const GemmShape& g : multiplies) elements += g.m * (backward ? g.n : g.k);
+  return memory_seconds(3 * elements, d);
 }
 
-double linear_backward(const LayerShape& l, const DeviceProfile& d) {
+double linear_forward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
+  const DeviceProfile device = multiplying(d, software);
   double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l))
-    seconds += gemm_seconds({g.m, g.k, g.n}, d) + gemm_seconds({g.k, g.n, g.m}, d);  // input, weight gradients
-  return seconds;
+  for (const GemmShape& g : layer_multiplies(l)) seconds += gemm_seconds(g, device);
+  return seconds + fp8_casts(layer_multiplies(l), false, software, d);
+}
+
+double linear_backward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
+  const DeviceProfile device = multiplying(d, software);
+  double seconds = 0;
+  for (const GemmShape& g : layer_multiplies(l))  // input, weight gradients
+    seconds += gemm_seconds({g.m, g.k, g.n}, device) + gemm_seconds({g.k, g.n, g.m}, device);
+  return seconds + fp8_casts(layer_multiplies(l), true, software, d);
+}
+
+// What running the multiplies that tensor-parallel overlap cuts (all but the router) as t pieces
+// of rows costs beyond running them whole, forward and the input gradients backward: a piece's
+// rows fill their tiles less (the pieces of a ring follow one another on all the SMs, so waves
+// are not counted: the library picks tiles that fill them).
+double piece_cost(const LayerShape& l, const DeviceProfile& d, const Software& software) {
+  DeviceProfile device = multiplying(d, software);
+  device.sms = 1;
+  double extra = 0;
+  for (const GemmShape& g : layer_multiplies(l)) {
+    if (g.n == l.experts) continue;
+    for (const GemmShape& whole : {g, GemmShape{g.m, g.k, g.n}})
+      extra += l.t * gemm_seconds({whole.m / l.t, whole.n, whole.k}, device) - gemm_seconds(whole, device);
+  }
+  return extra;
 }
 
 // Attention forward and backward of one layer: a fused kernel at its rate (causal: half the
 // score blocks), or the unfused batched multiplies and the softmax through memory.
-std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, bool fused) {
+double kernel_share(AttentionKernel kernel) {
+  return kernel == AttentionKernel::memory_efficient ? kMemoryEfficientShare : kernel == AttentionKernel::flash1 ? kFlash1Share : 1;
+}
+
+// TFLOP/s of attention blocks of `keys` keys at head size `head_dim`.
+double attention_tflops(double keys, double head_dim, const DeviceProfile& d, AttentionKernel kernel) {
+  return d.attention_tflops * attention_rate_share(keys, head_dim) * kernel_share(kernel);
+}
+
+std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, AttentionKernel kernel) {
   const double heads = l.heads / l.t, batches = l.batch * heads;
-  if (fused) {
+  if (kernel != AttentionKernel::math) {
     const double flops = 4 * l.batch * l.queries * l.keys * l.head_dim * heads / 2;
-    const double forward = flops / (d.attention_tflops * 1e12);
+    const double forward = flops / (attention_tflops(l.block_keys, l.head_dim, d, kernel) * 1e12);
     return {forward, 2.5 * forward};
   }
   const double q = l.queries, k = l.keys, hd = l.head_dim;
@@ -128,18 +175,36 @@ std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d,
   return {forward, backward};
 }
 
-// Bytes per element of T x h, 16-bit: two norms read and write (4 each); two residual adds read
-// two and write one (6 each), dropout writing its mask (1 more each); split over TP: the head
-// reshapes (16), the activation per element of f: GELU reads and writes (4), SwiGLU's SiLU
-// too and the product reads two and writes one (10); rotary reads and writes q and k (4 per
-// element of (a + g) d).
-double elementwise_forward(const LayerShape& l, const DeviceProfile& d) {
+// Bytes per element of T x h, 16-bit: two norms read and write (4 each; an eager RMSNorm 12: its
+// fp32 square, mean and scale in passes of their own); two residual adds read two and write one
+// (6 each), dropout writing its mask (1 more each); split over TP: the head reshapes (16), the
+// activation per element of f: GELU reads and writes (4), SwiGLU's SiLU too and the product
+// reads two and writes one (10; fused, read two and write one: 6); rotary reads and writes q
+// and k (4 per element of (a + g) d; eager, through fp32 or complex halves: 12). `compile`: the
+// fused counts.
+double elementwise_forward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
+  const bool fused = software.compile;
   const double elements = l.tokens * l.hidden;
-  const double replicated = (8 + 12 + (l.hidden_dropout ? 2 : 0)) * elements / (l.sequence_parallel ? l.t : 1);
-  const double activation = (l.gated ? 10 : 4) * l.ffn * l.copies / l.hidden;
-  const double rotary = l.rotary ? 4 * (l.heads * l.head_dim + (l.qkv - l.heads * l.head_dim) / 2) / l.hidden : 0;
+  const double norms = 2 * (l.rms && !fused ? 12 : 4);
+  const double replicated = (norms + 12 + (l.hidden_dropout ? 2 : 0)) * elements / (l.sequence_parallel ? l.t : 1);
+  const double activation = (l.gated ? (fused ? 6 : 10) : 4) * l.ffn * l.copies / l.hidden;
+  const double rotary_width = (l.heads * l.head_dim + (l.qkv - l.heads * l.head_dim) / 2) / l.hidden;
+  const double rotary = l.rotary ? (fused ? 4 : 12) * rotary_width : 0;
   const double split = (16 + activation + rotary) * elements / l.t;
   return memory_seconds(replicated + split, d);
+}
+
+// What recompute=selective re-runs in backward (core/plan/software.h's SelectiveRecompute): the
+// attention core; the element-wise work and every other multiply (the attention output and the
+// other multiplies' outputs kept); or one layer in n whole.
+double selective_recompute_seconds(const Software& software, double forward, double linear, double attention,
+                                   double elementwise) {
+  switch (software.selective_recompute) {
+    case SelectiveRecompute::attention: return attention;
+    case SelectiveRecompute::op: return elementwise + linear / 2;
+    case SelectiveRecompute::layers: return forward / double(software.recompute_layer_every);
+  }
+  return attention;
 }
 
 // `d` with its memory bandwidth divided by how many 16-bit widths an element of `precision`
@@ -160,19 +225,21 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   const int64_t with_experts = std::count_if(layers.begin(), layers.end(), [&](int64_t i) { return m.moe_layer(i); });
   StageWork work{0, 0};
   for (const auto& [l, count] : layer_kinds(m, layout, int64_t(layers.size()), with_experts)) {
-    const auto [attention_forward, attention_backward] = attention(l, d, software.fused_attention);
-    const double forward = linear_forward(l, d) + attention_forward + elementwise_forward(l, d);
-    double backward = linear_backward(l, d) + attention_backward + 2 * elementwise_forward(l, d);
+    const auto [attention_forward, attention_backward] = attention(l, d, software.attention_kernel);
+    const double linear = linear_forward(l, d, software), elementwise = elementwise_forward(l, d, software);
+    const double forward = linear + attention_forward + elementwise;
+    double backward = linear_backward(l, d, software) + attention_backward + 2 * elementwise;
     if (layout.recompute == Recompute::full) backward += forward;
-    if (layout.recompute == Recompute::selective) backward += attention_forward;
+    if (layout.recompute == Recompute::selective) backward += selective_recompute_seconds(software, forward, linear, attention_forward, elementwise);
     work.forward += count * forward;
     work.backward += count * backward;
   }
   const double T = double(layout.micro_batch * (m.seq_length / layout.cp_size)), h = double(m.hidden_size),
                V = double(vocab) / double(layout.tp_size);
   if (last) {
-    // The logits and softmax in fp32 (or fp64) whatever the model's width.
-    const double logits_bytes = 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
+    // The logits and softmax in fp32 (or fp64) whatever the model's width; fused, the 16-bit
+    // logits read once forward and their gradient written in place backward.
+    const double logits_bytes = software.fused_cross_entropy ? 2 * T * V : 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
     work.forward += gemm_seconds({T, V, h}, d) + memory_seconds(logits_bytes, device);
     work.backward += gemm_seconds({T, h, V}, d) + gemm_seconds({h, V, T}, d) + memory_seconds(logits_bytes, device);
   }
@@ -181,6 +248,13 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
     work.backward += memory_seconds(3 * kHalf * T * h, d);
   }
   return work;
+}
+
+// What `communication` seconds overlapped with `computation` seconds add to the time: what the
+// computation cannot cover, and what the communication's SMs and memory traffic take from the
+// computation while both run (the profile's overlap_contention).
+double overlapped(double communication, double computation, const DeviceProfile& d) {
+  return std::max(0.0, communication - computation) + d.overlap_contention * std::min(communication, computation);
 }
 
 std::string line(const char* name, double seconds, const std::string& what) {
@@ -210,6 +284,12 @@ double gemm_seconds(const GemmShape& g, const DeviceProfile& d) {
 }
 
 double memory_seconds(double bytes, const DeviceProfile& d) { return bytes / (d.memory_gbs * 1e9 * d.memory_efficiency); }
+
+double attention_rate_share(double keys, double head_dim) {
+  auto per_block = [](double s) { return s / (s + 512); };
+  auto per_score = [](double d) { return d / (d + 20); };
+  return per_block(keys) * per_score(head_dim) / per_score(128);
+}
 
 std::vector<std::string> efficiency_warnings(const Config& config, const Layout& layout, const DeviceProfile& d) {
   const ModelConfig& m = config.model;
@@ -275,6 +355,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
 
   const StateBytes bytes = state_bytes(config.precision);
   const double tokens = double(layout.micro_batch * (m.seq_length / layout.cp_size));
+  const double block_keys = double(m.seq_length / layout.ring_size()), head_dim = double(m.head_dim());
   const double activation_bytes = bytes.weights * tokens * double(m.hidden_size);
   // What crosses a pipeline stage boundary: split over TP with sequence parallelism.
   const double boundary_bytes = activation_bytes / double(layout.sequence_parallel ? layout.tp_size : 1);
@@ -287,18 +368,27 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double backward_calls = 2 + (gated ? (sp ? 0.5 : 1) : 0);
   const bool full_recompute = layout.recompute == Recompute::full;
   const double tp_calls = forward_calls * (full_recompute ? 2 : 1) + backward_calls;
-  const double tp_layer = tp_calls * all_reduce_seconds(activation_bytes, layout.tp_size, intra);
+  // In FP8 the all-gathers (half the volume with sequence parallelism) move 1-byte values.
+  const double tp_bytes = activation_bytes * (software.fp8 && sp ? 0.75 : 1);
+  const double tp_layer = tp_calls * all_reduce_seconds(tp_bytes, layout.tp_size, intra);
   // Overlapped (it needs sequence parallelism: the collectives are the all-gathers and
   // reduce-scatters it cuts into pieces), a layer's collectives hide behind its multiplies but
   // for one piece in t each.
   const bool tp_overlapped = software.overlap_tensor_comm && sp;
+  // Each overlapped collective is cut into t pieces, one of which has no multiply beside it; the
+  // rest run beside the multiplies, which run as t pieces themselves.
   const DeviceProfile at_precision = at_width(d, config.precision);
-  double multiplies = 0;  // a layer's, the layers' mean
-  for (const auto& [shape, count] : layer_kinds(m, layout, m.num_layers, m.moe_layers()))
-    multiplies += count * (linear_forward(shape, at_precision) * (full_recompute ? 2 : 1) +
-                           linear_backward(shape, at_precision));
+  double multiplies = 0, pieces = 0;  // a layer's, the layers' mean
+  for (const auto& [shape, count] : layer_kinds(m, layout, m.num_layers, m.moe_layers())) {
+    multiplies += count * (linear_forward(shape, at_precision, software) * (full_recompute ? 2 : 1) +
+                           linear_backward(shape, at_precision, software));
+    pieces += count * piece_cost(shape, at_precision, software) * (full_recompute ? 2 : 1);
+  }
   multiplies /= double(m.num_layers);
-  const double tp_exposed = tp_overlapped ? std::max(tp_layer - multiplies, tp_layer / double(layout.tp_size)) : tp_layer;
+  pieces /= double(m.num_layers);
+  const double t = double(layout.tp_size);
+  const double tp_exposed =
+      tp_overlapped ? tp_layer / t + overlapped(tp_layer * (t - 1) / t, multiplies, d) + pieces : tp_layer;
 
   // Context parallelism's two levels (Layout::context_grid): Ulysses within groups of u ranks,
   // ring attention across r = c / u of them; either may be one rank wide.
@@ -330,10 +420,11 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     // One block, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.ring_size()) * double(m.hidden_size) /
                                double(layout.tp_size);
-    const double block_rate = software.fused_attention ? d.attention_tflops : d.matmul_tflops;
+    const double block_rate = software.fused_attention() ? attention_tflops(block_keys, head_dim, d, software.attention_kernel)
+                                                         : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
     cp_layer += (3 * r - 2) * transfer_s;
-    cp_exposed += (3 * r - 2) * std::max(0.0, transfer_s - block_s);
+    cp_exposed += (3 * r - 2) * overlapped(transfer_s, block_s, d);
   }
 
   // Expert parallelism: a Mixture-of-Experts layer's k copies of each token a TP rank holds (all
@@ -395,7 +486,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   }
 
   // Data parallelism over the data x context ranks, on the parameters of the busiest stage.
-  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision, software.fused_attention);
+  const MemoryEstimate memory = estimate_memory(m, vocab, layout, config.precision, software);
   const ZeroSharding zero = layout.zero();
   const int64_t replicas = zero.replicas;
   // Across nodes NCCL drives every NIC of a node: a group with k members per node moves k links'
@@ -421,18 +512,24 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (replicas > 1) {
     const double backward_gather = zero.shards_weights() ? gather : 0;
     dp_total = reductions * reduce(grads);
-    out.data_comm_s = software.overlap_gradient_reduction
-                          ? reductions * std::max(reduce(grads) + backward_gather - work.backward, reduce(grad_bucket))
-                          : dp_total + M * std::max(0.0, backward_gather - work.backward);
+    const double last_bucket = reduce(grad_bucket);
+    out.data_comm_s =
+        software.overlap_gradient_reduction
+            ? reductions * (last_bucket + overlapped(std::max(0.0, reduce(grads) + backward_gather - last_bucket),
+                                                     work.backward, d))
+            : dp_total + M * overlapped(backward_gather, work.backward, d);
     if (zero.shards_weights()) {
-      // ZeRO-3: the weights gathered for every micro-batch's forward and backward.
+      // ZeRO-3: the weights gathered for every micro-batch's forward and backward; the first
+      // block's forward gather has nothing before it to hide behind.
       dp_total += 2 * M * gather;
-      out.data_comm_s += M * std::max(0.0, gather - work.forward);
+      const double first_block = gather / std::max(1.0, slowest.layers);
+      out.data_comm_s += M * (first_block + overlapped(gather - first_block, work.forward, d));
     } else if (zero.reduce_scatters()) {
       // ZeRO-1 and 2: the updated weights gathered after the step, or behind the next first forward.
       dp_total += gather;
+      const double first_bucket = half_collective_seconds(weight_bucket, replicas, dp_gbs);
       out.data_comm_s += software.overlap_weight_gather
-                             ? std::max(gather - work.forward, half_collective_seconds(weight_bucket, replicas, dp_gbs))
+                             ? first_bucket + overlapped(std::max(0.0, gather - first_bucket), work.forward, d)
                              : gather;
     }
   }
@@ -456,8 +553,13 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                " (", layers, " layers), the slowest, ", d.name, ": multiplies at ", d.matmul_tflops,
                " TFLOP/s with tile and wave quantization, memory at ", d.memory_gbs * d.memory_efficiency,
                " GB/s, attention ",
-               software.fused_attention
-                   ? str("fused at ", d.attention_tflops, " TFLOP/s") : std::string("unfused"),
+               software.fused_attention()
+                   ? str(name(software.attention_kernel), " at ",
+                         fixed(attention_tflops(block_keys, head_dim, d, software.attention_kernel), 1),
+                         " TFLOP/s (", d.attention_tflops, " at long sequences)")
+                   : std::string("unfused"),
+               software.fp8 ? str(", linear multiplies in FP8 at ", d.fp8_matmul_tflops, " TFLOP/s") : "",
+               software.compile ? ", element-wise chains fused" : "",
                software.fused_gradient_accumulation ? "" : ", 16-bit gradients added into fp32 (10 B per parameter)")),
       line("bubble", out.bubble_s, str("(p - 1) / v = ", (p - 1) / v, " stage times of ", stage_mb * 1e3, " ms")),
       line("tp-comm", out.tensor_comm_s,
@@ -500,58 +602,6 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                                        layout.ep_size, " and back, forward and backward, in ", m.moe_layers(), " of ",
                                        m.num_layers, " layers, not overlapped")));
   return out;
-}
-
-Software trident_software() { return Software{}; }
-
-Software megatron_2021_software() {
-  Software s;
-  s.name = "megatron-2021";
-  s.fused_attention = false;
-  s.overlap_gradient_reduction = false;
-  s.fused_gradient_accumulation = true;
-  return s;
-}
-
-Software megatron_core_software() {
-  Software s;
-  s.name = "megatron-core";
-  s.fused_gradient_accumulation = true;
-  s.overlap_tensor_comm = true;
-  s.overlap_weight_gather = true;
-  s.overlap_pipeline_comm = true;
-  return s;
-}
-
-Software llama3_software() {
-  Software s;
-  s.name = "llama3";
-  s.overlap_weight_gather = true;
-  s.overlap_pipeline_comm = true;
-  return s;
-}
-
-const std::vector<Software>& software_presets() {
-  static const std::vector<Software> all = {trident_software(), megatron_2021_software(), megatron_core_software(),
-                                            llama3_software()};
-  return all;
-}
-
-const Software* software_named(const std::string& name) {
-  for (const Software& s : software_presets())
-    if (s.name == name) return &s;
-  return nullptr;
-}
-
-std::string describe_software(const Software& s) {
-  std::vector<std::string> parts = {
-      s.fused_attention ? "fused attention" : "unfused attention",
-      s.overlap_gradient_reduction ? "gradient reduction overlapped" : "gradient reduction after backward",
-      s.fused_gradient_accumulation ? "gradient accumulation fused" : "16-bit gradients added into fp32",
-      s.overlap_tensor_comm ? "TP communication overlapped" : "TP communication exposed",
-      s.overlap_weight_gather ? "ZeRO weight gather overlapped" : "ZeRO weight gather after the step",
-      s.overlap_pipeline_comm ? "pipeline transfers asynchronous" : "pipeline transfers waited for"};
-  return s.name + " (" + join(parts, ", ") + ")";
 }
 
 }  // namespace trident

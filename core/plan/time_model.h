@@ -38,6 +38,7 @@
 #include "core/config.h"
 #include "core/layout.h"
 #include "core/plan/device_profile.h"
+#include "core/plan/software.h"
 
 namespace trident {
 
@@ -53,51 +54,18 @@ double gemm_seconds(const GemmShape& shape, const DeviceProfile& device);
 double quantization_efficiency(const GemmShape& shape, const DeviceProfile& device);
 // Seconds to move `bytes` through memory at the achieved bandwidth.
 double memory_seconds(double bytes, const DeviceProfile& device);
-
-// What the training program does, beside what the device can: each setting a technique with
-// what it assumes. Presets: trident (what trident does with LibTorch 2.x), the Megatron-LM of
-// 2021 that measured the A100 scaling table, Megatron-Core as of 2024-2025 and Llama 3's
-// (software_named).
-struct Software {
-  std::string name = "trident";
-  // Attention in a fused (flash) kernel at the profile's attention_tflops (LibTorch 2.x's SDPA),
-  // or as matmuls with the softmax through memory (LibTorch 1.x; Megatron 2021).
-  bool fused_attention = true;
-  // Gradient reduction during backward (trident's buckets) or after it (Megatron 2021;
-  // overlap_grad_reduce came in 2023).
-  bool overlap_gradient_reduction = true;
-  // Weight gradients accumulated into the fp32 buffer by their own multiply (Megatron's
-  // gradient_accumulation_fusion), or, as trident does for 16-bit weights, each micro-batch's
-  // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
-  bool fused_gradient_accumulation = false;
-  // Tensor-parallel collectives cut into t pieces, each sent while the multiply it feeds or
-  // follows computes on another (Megatron-Core's tp_comm_overlap, torchtitan's async TP; both
-  // need sequence parallelism, whose all-gathers and reduce-scatters are what is cut): hidden up
-  // to those multiplies' time, but for the one piece of t that has no multiply beside it.
-  bool overlap_tensor_comm = false;
-  // ZeRO-1 and 2's all-gather of the updated weights behind the next iteration's first forward,
-  // layer by layer (Megatron-Core's distributed optimizer with overlap_param_gather), not after
-  // the step.
-  bool overlap_weight_gather = false;
-  // Pipeline transfers asynchronous, behind other micro-batches' compute (Megatron-Core's
-  // overlap_p2p_comm; Llama 3's asynchronous point-to-point), with the interleaved schedule
-  // only, whose other chunks give them work to hide behind: only the pipeline's fill and drain
-  // wait for them.
-  bool overlap_pipeline_comm = false;
-};
-Software trident_software();
-Software megatron_2021_software();
-Software megatron_core_software();
-// Meta's stack as Dubey et al. 2024 describe it for Llama 3: fused attention, FSDP's gradient
-// reduction and weight gathering behind the computation, asynchronous pipeline transfers;
-// tensor-parallel collectives not overlapped (the paper describes no such overlap), gradients
-// accumulated by PyTorch's autograd (not fused).
-Software llama3_software();
-// Every preset, and the one with this name (nullptr for none).
-const std::vector<Software>& software_presets();
-const Software* software_named(const std::string& name);
-// "fused attention, gradient reduction overlapped, ...": what a preset assumes, for plans.
-std::string describe_software(const Software& software);
+// The share of a flash kernel's rate FlashAttention 1 and 2023's Triton flash kernels reach, set
+// from llm-foundry's MPT 1B run at sequence 32768 on 8 H100s (docs/planning.md); and a
+// memory-efficient kernel (xformers' CUTLASS kernel against FlashAttention-2's published A100
+// rates; stated, not measured here).
+constexpr double kFlash1Share = 0.65, kMemoryEfficientShare = 0.6;
+// The share of the profile's attention_tflops a flash kernel reaches on blocks of `keys` keys per
+// query (causal) at head size `head_dim`: s / (s + 512) for the work per query block against its
+// fixed costs (loading the queries, writing the output, the diagonal's masked half), and
+// d / (d + 20) for the softmax's work per score against the d multiply-adds of each, both
+// relative to long sequences at head size 128 (FlashAttention-2's published A100 curves: 82% of
+// the long-sequence rate at 2048, 52% at 512; head size 64 at 88% of 128's).
+double attention_rate_share(double keys, double head_dim);
 
 struct IterationTime {
   double compute_s = 0, bubble_s = 0, tensor_comm_s = 0, context_comm_s = 0, expert_comm_s = 0, data_comm_s = 0,

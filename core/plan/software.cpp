@@ -1,0 +1,185 @@
+#include "core/plan/software.h"
+
+#include <functional>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "core/values.h"
+
+namespace trident {
+namespace {
+
+const std::vector<std::pair<AttentionKernel, const char*>> kKernels = {
+    {AttentionKernel::flash, "flash"}, {AttentionKernel::flash1, "flash1"}, {AttentionKernel::memory_efficient, "memory_efficient"}, {AttentionKernel::math, "math"}};
+const std::vector<std::pair<SelectiveRecompute, const char*>> kPolicies = {
+    {SelectiveRecompute::attention, "attention"}, {SelectiveRecompute::op, "op"}, {SelectiveRecompute::layers, "layers"}};
+
+template <typename E>
+std::vector<std::string> spellings(const std::vector<std::pair<E, const char*>>& table) {
+  std::vector<std::string> out;
+  for (const auto& [value, spelling] : table) out.push_back(spelling);
+  return out;
+}
+
+// A setting: its name and how a text sets it ("" when it does, else what was expected).
+struct Setting {
+  const char* name;
+  std::function<std::string(Software&, const std::string&)> set;
+};
+
+Setting flag(const char* name, bool Software::*member) {
+  return {name, [member](Software& s, const std::string& text) {
+            return check_value(text, any<bool>("true or false"), s.*member);
+          }};
+}
+
+template <typename E>
+Setting choice(const char* name, E Software::*member, const std::vector<std::pair<E, const char*>>& table) {
+  return {name, [member, &table](Software& s, const std::string& text) -> std::string {
+            for (const auto& [value, spelling] : table)
+              if (text == spelling) return s.*member = value, "";
+            return "expected one of " + join(spellings(table), ", ") + ", got '" + text + "'";
+          }};
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> all = {
+      choice("attention_kernel", &Software::attention_kernel, kKernels),
+      flag("overlap_gradient_reduction", &Software::overlap_gradient_reduction),
+      flag("fused_gradient_accumulation", &Software::fused_gradient_accumulation),
+      flag("overlap_tensor_comm", &Software::overlap_tensor_comm),
+      flag("overlap_weight_gather", &Software::overlap_weight_gather),
+      flag("overlap_pipeline_comm", &Software::overlap_pipeline_comm),
+      flag("compile", &Software::compile),
+      flag("fp8", &Software::fp8),
+      flag("fused_cross_entropy", &Software::fused_cross_entropy),
+      flag("attention_keeps_groups", &Software::attention_keeps_groups),
+      choice("selective_recompute", &Software::selective_recompute, kPolicies),
+      {"recompute_layer_every",
+       [](Software& s, const std::string& text) { return check_value(text, at_least(1), s.recompute_layer_every); }},
+  };
+  return all;
+}
+
+}  // namespace
+
+const char* name(AttentionKernel kernel) {
+  for (const auto& [value, spelling] : kKernels)
+    if (value == kernel) return spelling;
+  return "?";
+}
+
+const char* name(SelectiveRecompute policy) {
+  for (const auto& [value, spelling] : kPolicies)
+    if (value == policy) return spelling;
+  return "?";
+}
+
+Software trident_software() { return Software{}; }
+
+Software megatron_2021_software() {
+  Software s;
+  s.name = "megatron-2021";
+  s.attention_kernel = AttentionKernel::math;
+  s.overlap_gradient_reduction = false;
+  s.fused_gradient_accumulation = true;
+  s.compile = true;  // its fused bias-GeLU, bias-dropout-add, scale-mask-softmax kernels
+  return s;
+}
+
+Software megatron_core_software() {
+  Software s;
+  s.name = "megatron-core";
+  s.fused_gradient_accumulation = true;
+  s.overlap_tensor_comm = true;
+  s.overlap_weight_gather = true;
+  s.overlap_pipeline_comm = true;
+  s.compile = true;  // Transformer Engine's fused norm-linear, its fused SwiGLU and rotary kernels
+  s.attention_keeps_groups = true;
+  return s;
+}
+
+Software llama3_software() {
+  Software s;
+  s.name = "llama3";
+  s.overlap_weight_gather = true;
+  s.attention_keeps_groups = true;
+  s.overlap_pipeline_comm = true;
+  return s;
+}
+
+Software torchtitan_software() {
+  Software s;
+  s.name = "torchtitan";
+  s.overlap_weight_gather = true;
+  s.selective_recompute = SelectiveRecompute::op;
+  return s;
+}
+
+Software llm_foundry_software() {
+  Software s;
+  s.name = "llm-foundry";
+  s.overlap_weight_gather = true;
+  s.fused_cross_entropy = true;
+  return s;
+}
+
+const std::vector<Software>& software_presets() {
+  static const std::vector<Software> all = {trident_software(),    megatron_2021_software(), megatron_core_software(),
+                                            llama3_software(),     torchtitan_software(),    llm_foundry_software()};
+  return all;
+}
+
+const Software* software_named(const std::string& name) {
+  for (const Software& s : software_presets())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> software_settings() {
+  std::vector<std::string> out;
+  for (const Setting& s : settings()) out.push_back(s.name);
+  return out;
+}
+
+void set_software(Software& software, const std::string& setting, const std::string& value) {
+  for (const Setting& s : settings())
+    if (setting == s.name) {
+      const std::string problem = s.set(software, value);
+      if (!problem.empty()) fail("software.", setting, ": ", problem);
+      return;
+    }
+  fail("unknown software setting 'software.", setting, "' (did you mean 'software.",
+       closest_match(setting, software_settings()), "'? the settings: ", join(software_settings(), ", "), ")");
+}
+
+Software software_with(const std::string& name, const std::vector<std::string>& assignments) {
+  const Software* preset = software_named(name);
+  if (!preset) fail("unknown software '", name, "'");
+  Software software = *preset;
+  for (const std::string& assignment : assignments) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0) fail("software setting '", assignment, "': expected NAME=VALUE");
+    set_software(software, assignment.substr(0, eq), assignment.substr(eq + 1));
+  }
+  return software;
+}
+
+std::string describe_software(const Software& s) {
+  std::vector<std::string> parts = {
+      str(name(s.attention_kernel), " attention"),
+      s.overlap_gradient_reduction ? "gradient reduction overlapped" : "gradient reduction after backward",
+      s.fused_gradient_accumulation ? "gradient accumulation fused" : "16-bit gradients added into fp32",
+      s.overlap_tensor_comm ? "TP communication overlapped" : "TP communication exposed",
+      s.overlap_weight_gather ? "ZeRO weight gather overlapped" : "ZeRO weight gather after the step",
+      s.overlap_pipeline_comm ? "pipeline transfers asynchronous" : "pipeline transfers waited for",
+      s.compile ? "element-wise work fused" : "element-wise work eager",
+      s.fp8 ? "FP8 multiplies" : "16-bit multiplies",
+      s.fused_cross_entropy ? "fused cross-entropy" : "fp32 cross-entropy",
+      s.selective_recompute == SelectiveRecompute::layers
+          ? str("selective recompute of every ", s.recompute_layer_every, " layers")
+          : str("selective recompute by ", name(s.selective_recompute))};
+  return s.name + " (" + join(parts, ", ") + ")";
+}
+
+}  // namespace trident

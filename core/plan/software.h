@@ -1,0 +1,99 @@
+// What the training program does, beside what the device can (core/plan/device_profile.h): each
+// setting a technique with what it assumes, for the time and memory models. Presets name the
+// stacks whose runs the planner is checked on; `software.KEY=VALUE` settings change one thing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// How attention runs: a flash kernel (FlashAttention 2/3, cuDNN's; LibTorch 2.x SDPA picks one)
+// at the profile's attention rate for its sequence and head size; FlashAttention 1 or a Triton
+// flash kernel of 2023 (llm-foundry's), or a memory-efficient kernel (xformers' CUTLASS one,
+// SDPA's fallback), each at a share of that (core/plan/time_model.h); or the plain multiplies
+// with the softmax through memory (math: LibTorch 1.x, Megatron 2021).
+enum class AttentionKernel { flash, flash1, memory_efficient, math };
+
+// What a layout's recompute=selective keeps and recomputes:
+//   attention: the attention core (scores, softmax, dropout) recomputed (Megatron's selective,
+//     trident's);
+//   op: each layer's activations recomputed but for its attention output and every other matmul
+//     output, kept (torchtitan's per-op policy);
+//   layers: every n-th layer (recompute_layer_every) recomputed whole, the others keep
+//     everything (torchtitan's per-layer policy).
+enum class SelectiveRecompute { attention, op, layers };
+
+struct Software {
+  std::string name = "trident";
+  AttentionKernel attention_kernel = AttentionKernel::flash;
+  // Gradient reduction during backward (trident's buckets) or after it (Megatron 2021;
+  // overlap_grad_reduce came in 2023).
+  bool overlap_gradient_reduction = true;
+  // Weight gradients accumulated into the fp32 buffer by their own multiply (Megatron's
+  // gradient_accumulation_fusion), or, as trident does for 16-bit weights, each micro-batch's
+  // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
+  bool fused_gradient_accumulation = false;
+  // Tensor-parallel collectives cut into t pieces, each sent while the piece of the multiply it
+  // feeds or follows computes (Megatron-Core's tp_comm_overlap, torchtitan's async TP; both need
+  // sequence parallelism, whose all-gathers and reduce-scatters are what is cut).
+  bool overlap_tensor_comm = false;
+  // ZeRO-1 and 2's all-gather of the updated weights behind the next iteration's first forward,
+  // layer by layer (Megatron-Core's overlap_param_gather, FSDP's prefetch), not after the step.
+  bool overlap_weight_gather = false;
+  // Pipeline transfers asynchronous, behind other micro-batches' compute (Megatron-Core's
+  // overlap_p2p_comm; Llama 3's asynchronous point-to-point), with the interleaved schedule
+  // only, whose other chunks give them work to hide behind.
+  bool overlap_pipeline_comm = false;
+  // A compiler (torch.compile, Megatron's fused kernels) fuses each layer's element-wise chains:
+  // a norm with the residual add before it, the activation with its gate, rotary with its
+  // reshape, so their bytes cross memory once.
+  bool compile = false;
+  // The linear layers' multiplies in FP8 (Transformer Engine, torchao's float8): at the
+  // profile's fp8 rate, each input cast to FP8 (its bytes read, a byte written) first.
+  bool fp8 = false;
+  // The loss in one kernel over the 16-bit logits, its gradient written in their place
+  // (FlashAttention's cross-entropy, llm-foundry's default): 2 bytes per logit kept, against the
+  // fp32 logits and softmax (8) and the fp32 gradient beside them (4) of a plain cross-entropy.
+  bool fused_cross_entropy = false;
+  // The attention kernel takes the key/value groups as they are (FlashAttention 2, cuDNN's and
+  // Transformer Engine's kernels) and keeps them so for backward, or needs them repeated for
+  // every query head (trident, torchtitan's repeat_kv) and keeps the repeated ones.
+  bool attention_keeps_groups = false;
+  SelectiveRecompute selective_recompute = SelectiveRecompute::attention;
+  int64_t recompute_layer_every = 2;  // with selective_recompute=layers
+  bool fused_attention() const { return attention_kernel != AttentionKernel::math; }
+};
+
+// trident with LibTorch 2.x; the Megatron-LM of 2021 that measured the A100 scaling table;
+// Megatron-Core as of 2024-2025 with its overlaps on; Meta's stack as Dubey et al. 2024 describe
+// it for Llama 3 (FSDP's gradient reduction and weight gathering behind the computation,
+// asynchronous pipeline transfers, no TP overlap described, gradients accumulated by autograd);
+// torchtitan (FSDP2: gradients reduced and weights gathered behind the computation by prefetch;
+// compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's FSDP
+// with its prefetch, a Triton or flash attention kernel).
+Software trident_software();
+Software megatron_2021_software();
+Software megatron_core_software();
+Software llama3_software();
+Software torchtitan_software();
+Software llm_foundry_software();
+// Every preset, and the one with this name (nullptr for none).
+const std::vector<Software>& software_presets();
+const Software* software_named(const std::string& name);
+
+// One setting by its name in `software.NAME=VALUE` (the fields above, without `name`), checked:
+// an unknown name (with the nearest one) or a value of the wrong kind fails naming both.
+void set_software(Software& software, const std::string& setting, const std::string& value);
+// Every setting's name, for help texts and errors.
+std::vector<std::string> software_settings();
+// The preset `name` with `settings` ("overlap_tensor_comm=false", ...) applied.
+Software software_with(const std::string& name, const std::vector<std::string>& settings);
+
+// "fused attention, gradient reduction overlapped, ...": what a preset assumes, for plans.
+std::string describe_software(const Software& software);
+const char* name(AttentionKernel kernel);
+const char* name(SelectiveRecompute policy);
+
+}  // namespace trident

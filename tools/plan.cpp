@@ -95,8 +95,9 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("overrides", o.overrides, "section.key=value config overrides, software.setting=value software settings");
   // Each published run is planned with its own device, software and layout.
   auto* validate = app.add_flag("--validate", o.validate,
-                                "the time model against Megatron's scaling table, the H100 run and Llama 3's runs, "
-                                "each with its own device, software and layout (takes no other option)");
+                                "the time and memory models against published runs (core/plan/published_runs.h), "
+                                "each with its own device, software and layout, calibration apart from held-out "
+                                "(takes no other option)");
   for (auto* other : app.get_options())
     if (other != validate && other != app.get_help_ptr()) validate->excludes(other);
   return app;
@@ -117,9 +118,12 @@ int main(int argc, char** argv) {
     device.inter_node_gbs = o.inter_node_gbs.value_or(device.inter_node_gbs);
     device.host_link_gbs = o.host_link_gbs.value_or(device.host_link_gbs);
     // software.NAME=VALUE among the overrides set the software; the rest the config.
+    const std::string prefix = "software.";
     std::vector<std::string> settings, overrides;
-    for (const std::string& item : o.overrides)
-      (item.rfind("software.", 0) == 0 ? settings : overrides).push_back(item.substr(item.rfind("software.", 0) == 0 ? 9 : 0));
+    for (const std::string& item : o.overrides) {
+      if (item.rfind(prefix, 0) == 0) settings.push_back(item.substr(prefix.size()));
+      else overrides.push_back(item);
+    }
     o.overrides = overrides;
     hardware.software = software_with(o.software, settings);
     Config config;

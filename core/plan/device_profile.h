@@ -61,12 +61,17 @@ DeviceProfile a100_profile();
 // Llama 3 70B. 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per
 // GPU, PCIe 5.0 (64 GB/s specified; 50 counted, as 25 of PCIe 4.0's 32).
 DeviceProfile h100_profile();
+// The H100s of torchtitan's benchmarks: 96 GB of HBM2e at 2.4 TB/s, power-limited to 500 W
+// (Meta's Grand Teton servers): every tensor-core rate the SXM H100's times a clock share set
+// from torchtitan's Llama 3 8B FSDP 8 compile run (docs/planning.md). Not picked by a device
+// name: the published runs (core/plan/published_runs.h) name it.
+DeviceProfile h100_hbm2e_profile();
 // The built-in profile for a device name (as CUDA reports it, or "a100" / "h100"), or none.
 const DeviceProfile* known_profile(const std::string& device_name);
 
 // A profile file: YAML with the fields above by name (every field required: `bench --profile`
 // writes them all); errors name the file and the field. Rates, sizes and links must be positive,
-// the efficiencies in (0, 1].
+// the efficiencies in (0, 1], overlap_contention in [0, 1].
 DeviceProfile load_device_profile(const std::string& path);
 std::string device_profile_yaml(const DeviceProfile& profile);
 

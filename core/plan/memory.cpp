@@ -24,6 +24,14 @@ StateBytes state_bytes(Precision precision, const std::string& optimizer) {
 
 namespace {
 
+// Per s b h, what a Mixture-of-Experts layer keeps beside the rest: its k copies of each token
+// sorted by expert and the experts' k outputs before their weighted sum (2k + 2k), for the whole
+// sequence on every TP rank, and its router's fp32 input (4), averaged over the layers as the
+// experts' width is.
+double routing_bytes(const ModelConfig& model) {
+  return double(model.moe_layers()) / double(model.num_layers) * (4 * double(model.moe_router_topk) + 4);
+}
+
 // One layer's bytes kept under recompute `recompute`, the attention core's policy for selective.
 double kept_bytes(const ModelConfig& model, const Layout& layout, Recompute recompute, const Software& software) {
   const bool fused_attention = software.fused_attention();
@@ -58,26 +66,23 @@ double kept_bytes(const ModelConfig& model, const Layout& layout, Recompute reco
   // otherwise); model.qk_layernorm keeps the norms' inputs too, Q's and K's (2 and 2 g / a).
   const double width = double(model.attention_width()) / h;
   const double head_norms = model.qk_layernorm ? 2 * (1 + g / a) : 0;
-  const double split = (4 + kv + head_norms) * width + mlp, replicated = (model.hidden_dropout > 0 ? 10 : 8) - 2 * fp8;
-  // A Mixture-of-Experts layer also keeps its k copies of each token sorted by expert and the
-  // experts' k outputs before their weighted sum (2k + 2k), for the whole sequence on every TP
-  // rank, and its router's fp32 input (4): averaged over the layers, as f is.
-  const double experts = double(model.moe_layers()) / double(model.num_layers) *
-                         (4 * double(model.moe_router_topk) + 4);
+  const double split = (4 - fp8 + kv + head_norms) * width + mlp, replicated = (model.hidden_dropout > 0 ? 10 : 8) - 2 * fp8;
+  const double experts = routing_bytes(model);
   if (layout.sequence_parallel) return sbh * ((replicated + split + attention_scores) / t + experts);
   return sbh * (replicated + split / t + attention_scores / t + experts);
 }
 
 // Per op: per s b h, the layer input 2 and the two h-wide multiply outputs' half (2) where TP
 // does not split them (SP does), the attention output 2 a d / h, and half of Q, K and V
-// ((a + 2g) d / h) and the MLP's f-wide outputs (one or two of f / h) over TP.
+// ((a + 2g) d / h) and the MLP's f-wide outputs (one or two of f / h) over TP; a
+// Mixture-of-Experts layer's routing copies as without recomputation.
 double kept_per_op(const ModelConfig& model, const Layout& layout) {
   const double s = double(model.seq_length) / double(layout.cp_size), b = double(layout.micro_batch),
                h = double(model.hidden_size), t = double(layout.tp_size);
   const double width = double(model.attention_width()) / h, qkv = double(model.qkv_rows()) / h;
   const double wide = (model.activation == Activation::swiglu ? 2 : 1) * mean_active_ffn(model) / h;
   const double replicated = 2 + 2, split = 2 * width + qkv + wide;
-  return s * b * h * (replicated / (layout.sequence_parallel ? t : 1) + split / t);
+  return s * b * h * (replicated / (layout.sequence_parallel ? t : 1) + split / t + routing_bytes(model));
 }
 
 }  // namespace
@@ -202,7 +207,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   if (layout.pp_size == 1) out.activations += logits;
   Layout stored_whole = layout;
   stored_whole.recompute = Recompute::none;
-  out.transient = width * std::max(layer_activation_bytes(model, stored_whole, software), layout.pp_size == 1 && !software.fused_cross_entropy ? logits / 2 : 0.0);
+  const double logits_gradient = layout.pp_size == 1 && !software.fused_cross_entropy ? logits / 2 : 0;  // fp32 already
+  out.transient = std::max(width * layer_activation_bytes(model, stored_whole, software), logits_gradient);
 
   const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations + out.transient;
   out.allowance = double(1 << 30) + 0.05 * rest;

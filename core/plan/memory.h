@@ -43,12 +43,13 @@ struct MemoryEstimate {
 // s b h (34 / c) with the per-token terms as above and no 5 a s / h term; Ulysses' plain
 // attention of a / c heads over whole sequences keeps the 5 a s / h term of the whole sequence s
 // for each of its s / c tokens (Ulysses alone: USP's groups meet in a ring, which keeps none).
-// With g key/value
-// groups and an MLP of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU:
-// gate, SiLU and up outputs and their product), K and V counting 4 g / a instead of 4 where only
-// the grouped ones are kept (selective recompute, ring attention). A fused attention kernel
-// (`software.fused_attention()`) keeps no scores either: no 5 a s / h term, K and V as repeated
-// for the query heads (4). Mixture-of-Experts layers count f as their tokens' k experts' width
+// The 34 counts two dropout masks (2): 32 without dropout. With g key/value groups and an MLP
+// of f the 24 that TP splits is 4 + 4 + 4 f / h (GELU) or + 8 f / h (SwiGLU: gate, SiLU and up
+// outputs and their product; fused, 6 f / h), K and V counting 4 g / a instead of 4 where only
+// the grouped ones are kept (selective recompute, ring attention, a kernel that takes the groups
+// as they are). A fused attention kernel (`software.fused_attention()`) keeps no scores either:
+// no 5 a s / h term. In FP8 the multiplies' inputs are kept in a byte (the two replicated ones,
+// the projection's and the MLP output multiply's). Mixture-of-Experts layers count f as their tokens' k experts' width
 // and add their routing copies (4k + 4, not split by TP), both averaged over the layers.
 // Selective recompute keeps what the software's policy keeps (core/plan/software.h): without the
 // attention core as above; per op, the layer's input (2), its attention output (2 a d / h) and
@@ -72,8 +73,9 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // up to p micro-batches of activations (M under GPipe; interleaving adds a factor
 // 1 + (p-1)/(p v)) counted with the most layers any stage holds (a bound when the embedding and
 // the loss count as layers: the stages with most layers hold fewer micro-batches).
-// The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that) are
-// counted as if on the same rank when p = 1. The backward works beside what is stored: one
+// The last stage's fp32 logits (4 s b V / t bytes, kept with their softmax: twice that; a fused
+// cross-entropy keeps the 16-bit logits only, 2 s b V / t) are counted as if on the same rank
+// when p = 1. The backward works beside what is stored: one
 // layer's activations as without recomputation (the layer recomputed, or the gradients flowing
 // back through it: tensors of the same sizes), or, where the loss is, the logits' fp32 gradient
 // (4 s b V / t), whichever is larger. Allowance: 1 GiB + 5% of the rest (stated, not

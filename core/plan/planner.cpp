@@ -282,7 +282,8 @@ std::string explain_layout(const Config& config, const Layout& layout, const Har
     std::snprintf(line, sizeof line, "%-11s %10s\n", what, binary_bytes(bytes).c_str());
     out += line;
   }
-  out += str("# ", row.near_edge ? "near the edge (the estimate within 10% of the memory: it may fit or not)"
+  out += str("# ", row.near_edge ? str("near the edge (the estimate within ", int(100 * kMemoryMargin),
+                                      "% of the memory: it may fit or not)")
                                   : row.fits ? "fits" : "does not fit",
              " in ", hw.memory_gib, " GiB\n");
   for (const auto& warning : efficiency_warnings(config, layout, hw.device)) out += "# warning: " + warning + "\n";

@@ -15,20 +15,22 @@ Overrides joined(Overrides a, const Overrides& b) {
   return a;
 }
 
-// Llama 3.1's shapes (torchtitan's model arguments; Dubey et al. 2024, Table 3).
-Overrides llama3(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, int64_t seq) {
+// A Llama-shaped decoder: RMSNorm, RoPE, SwiGLU, no biases, untied output, no dropout, bf16.
+Overrides llama(int64_t layers, int64_t hidden, int64_t heads, int64_t groups, int64_t ffn, int64_t vocab, int64_t seq) {
   return {str("model.num_layers=", layers), str("model.hidden_size=", hidden), str("model.num_attention_heads=", heads),
-          "model.num_query_groups=8", str("model.ffn_hidden_size=", ffn), "model.vocab_size=128256",
+          str("model.num_query_groups=", groups), str("model.ffn_hidden_size=", ffn), str("model.vocab_size=", vocab),
           str("model.seq_length=", seq), "model.normalization=rmsnorm", "model.position_embedding_type=rope",
           "model.activation=swiglu", "model.add_bias_linear=false", "model.untie_embeddings_and_output_weights=true",
           "model.hidden_dropout=0", "model.attention_dropout=0", "precision=bf16", "data.type=synthetic"};
 }
-// Llama 2's (Touvron et al. 2023): vocabulary 32000, the 70B with 8 key/value groups.
+// Llama 3.1's shapes (torchtitan's model arguments; Dubey et al. 2024, Table 3): 8 key/value
+// groups, vocabulary 128256.
+Overrides llama3(int64_t layers, int64_t hidden, int64_t heads, int64_t ffn, int64_t seq) {
+  return llama(layers, hidden, heads, 8, ffn, 128256, seq);
+}
+// Llama 2's (Touvron et al. 2023): vocabulary 32000, sequences of 4096.
 Overrides llama2(int64_t layers, int64_t hidden, int64_t heads, int64_t groups, int64_t ffn) {
-  Overrides out = llama3(layers, hidden, heads, ffn, 4096);
-  out[3] = str("model.num_query_groups=", groups);
-  out[5] = "model.vocab_size=32000";
-  return out;
+  return llama(layers, hidden, heads, groups, ffn, 32000, 4096);
 }
 // GPT-3's (Brown et al. 2020) as NeMo trains them: learned positions, LayerNorm, GELU MLP of 4 h
 // with biases, tied embeddings, vocabulary 51200, sequences of 2048.
@@ -74,8 +76,8 @@ PublishedRun run(std::string stack, std::string id, std::string source, DevicePr
 // ---- torchtitan: benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024, "A") and
 // benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (June 2025, "B"), pytorch/torchtitan. ----
 void torchtitan_runs(std::vector<PublishedRun>& out) {
-  const char* a = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md";
-  const char* b = "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md";
+  const char* a = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md";
+  const char* b = "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md";
   const DeviceProfile h100 = h100_hbm2e_profile();
   auto titan = [](Overrides settings) { return software_with("torchtitan", settings); };
   const Overrides compiled = {"compile=true"}, fp8 = {"compile=true", "fp8=true"};
@@ -118,10 +120,12 @@ void torchtitan_runs(std::vector<PublishedRun>& out) {
 // docs/performance-summary-archive.md, "B"). The distributed optimizer (ZeRO-1) with its
 // gradient reduction and weight gathers overlapped, sequence parallelism, no recomputation. ----
 void megatron_runs(std::vector<PublishedRun>& out) {
-  const char* nemo = "NeMo performance summary 24.07";
-  const char* bridge = "Megatron-Bridge performance summary";
+  const char* nemo = "NVIDIA/NeMo docs/source/performance/performance_summary.md (24.07)";
+  const char* bridge = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md";
   const DeviceProfile h100 = h100_profile();
   auto core = [](Overrides settings) { return software_with("megatron-core", joined({"fp8=true"}, settings)); };
+  // Megatron-Bridge's recipes fuse the loss into Transformer Engine's cross-entropy.
+  const Overrides bridge_loss = {"fused_cross_entropy=true"};
   const Overrides no_tp_overlap = {"overlap_tensor_comm=false"};
   const Overrides as_layers = {"parallel.embedding_and_loss_as_layers=true"};
   out.push_back(run("megatron-core", "N11 Llama 3 8B CP 2", nemo, h100, 80, 8,
@@ -129,16 +133,18 @@ void megatron_runs(std::vector<PublishedRun>& out) {
   out.push_back(run("megatron-core", "N12 Llama 3 70B TP 4 CP 2 PP 4 VP 5", nemo, h100, 80, 64,
                     joined(llama3_70b(8192), layout(4, 2, 4, 1, 1, 128, "none", 5)), core({}), 1524));
   out.push_back(run("megatron-core", "B01 Llama 3 8B FSDP 8 (25.09)", bridge, h100, 80, 8,
-                    joined(llama3_8b(8192), layout(1, 1, 1, 3, 1, 128, "none")), core({}), 14079));
+                    joined(llama3_8b(8192), layout(1, 1, 1, 3, 1, 128, "none")),
+                    core(joined(bridge_loss, {"fused_gradient_accumulation=false"})), 14079));
   for (const auto& [id, global, tps] : std::vector<std::tuple<const char*, int64_t, double>>{
-           {"B05 Llama 3 70B TP 4 PP 8 VP 5 (25.11)", 128, 1602.0}, {"B11 Llama 3 70B TP 4 PP 8 VP 5 (26.04.01)", 256, 1664.0}})
+           {"B05 Llama 3 70B TP 4 PP 8 VP 5 (25.11)", 128, 1602.0}, {"B10 Llama 3 70B TP 4 PP 8 VP 5 (26.04)", 256, 1633.0}})
     out.push_back(run("megatron-core", id, bridge, h100, 80, 64, joined(llama3_70b(8192), layout(4, 1, 8, 1, 1, global, "none", 5)),
-                      core({}), tps));
+                      core(bridge_loss), tps));
   for (const auto& [id, global, tps] : std::vector<std::tuple<const char*, int64_t, double>>{
            {"B06 Llama 3.1 405B TP 8 CP 2 PP 8 VP 8 (25.11)", 512, 292.0},
            {"B13 Llama 3.1 405B TP 8 CP 2 PP 8 VP 8 (26.06)", 1536, 326.0}})
     out.push_back(run("megatron-core", id, bridge, h100, 80, 1024,
-                      joined(joined(llama3_405b(8192), layout(8, 2, 8, 1, 1, global, "none", 8)), as_layers), core({}), tps));
+                      joined(joined(llama3_405b(8192), layout(8, 2, 8, 1, 1, global, "none", 8)), as_layers),
+                      core(bridge_loss), tps));
   out.push_back(run("megatron-core", "N05 Llama 2 7B", nemo, h100, 80, 8,
                     joined(llama2(32, 4096, 32, 32, 11008), layout(1, 1, 1, 1, 1, 128, "none")), core({}), 16934));
   out.push_back(run("megatron-core", "N06 Llama 2 13B PP 4 VP 10", nemo, h100, 80, 16,
@@ -151,7 +157,7 @@ void megatron_runs(std::vector<PublishedRun>& out) {
                     joined(gpt3(44, 6144, 48), layout(2, 1, 1, 1, 2, 256, "none")), core(no_tp_overlap), 5851));
   out.push_back(run("megatron-core", "N03 GPT-3 175B TP 4 PP 8 VP 6", nemo, h100, 80, 128,
                     joined(gpt3(96, 12288, 96), layout(4, 1, 8, 1, 1, 256, "none", 6)), core(no_tp_overlap), 716));
-  out.push_back(run("megatron-core", "N19 GPT-3 175B TP 4 PP 8 VP 6 (25.02)", "NeMo performance summary 25.02", h100, 80, 512,
+  out.push_back(run("megatron-core", "N19 GPT-3 175B TP 4 PP 8 VP 6 (25.02)", "NeMo performance summary 25.02 (docs.nvidia.com)", h100, 80, 512,
                     joined(gpt3(96, 12288, 96), layout(4, 1, 8, 1, 2, 2048, "none", 6)), core(no_tp_overlap), 866));
 }
 
@@ -184,7 +190,7 @@ Overrides mpt(const std::string& size, int64_t seq) {
       return {str("model.num_layers=", s.layers), str("model.hidden_size=", s.hidden),
               str("model.num_attention_heads=", s.heads), str("model.seq_length=", seq), "model.vocab_size=50368",
               "model.hidden_dropout=0", "model.attention_dropout=0", "precision=bf16", "data.type=synthetic"};
-  return {};
+  fail("llm-foundry run of an MPT size with no shape here: '", size, "'");
 }
 
 void llm_foundry_runs(std::vector<PublishedRun>& out) {
@@ -274,26 +280,13 @@ void llm_foundry_runs(std::vector<PublishedRun>& out) {
     const Overrides config =
         joined(mpt(r.model, r.seq), layout(1, 1, 1, r.zero, r.micro, r.global, r.checkpointing ? "full" : "none"));
     out.push_back(run("llm-foundry", str(r.id, " ", r.model, " seq ", r.seq, " on ", r.gpus, r.fp8 ? " fp8" : ""),
-                      "llm-foundry scripts/train/benchmarking/README.md", h100, 80, r.gpus, config,
+                      "mosaicml/llm-foundry scripts/train/benchmarking/README.md", h100, 80, r.gpus, config,
                       software_with("llm-foundry", large_scale ? settings : joined(settings, {"attention_kernel=flash1"})),
                       r.tokens_per_s_per_gpu, 0, std::string(r.id) == "BF-34" ? "flash1's share" : ""));
   }
 }
 
 }  // namespace
-
-DeviceProfile h100_hbm2e_profile() {
-  DeviceProfile p = h100_profile();
-  p.name = "H100 96GB HBM2e 500 W";
-  p.memory_gbs = 2400;
-  // The power limit lowers the clock: every tensor-core rate by the same share, set from
-  // torchtitan's 8B FSDP 8 compile run.
-  constexpr double kClockShare = 0.9;
-  p.matmul_tflops *= kClockShare;
-  p.fp8_matmul_tflops *= kClockShare;
-  p.attention_tflops *= kClockShare;
-  return p;
-}
 
 const std::vector<PublishedRun>& published_runs() {
   static const std::vector<PublishedRun> all = [] {

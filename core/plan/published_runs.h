@@ -30,8 +30,4 @@ struct PublishedRun {
 
 const std::vector<PublishedRun>& published_runs();
 
-// The H100s of torchtitan's benchmarks: 96 GB of HBM2e at 2.4 TB/s, power-limited to 500 W
-// (Meta's Grand Teton servers); the multiply rate set from one of its runs.
-DeviceProfile h100_hbm2e_profile();
-
 }  // namespace trident

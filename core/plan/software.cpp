@@ -75,53 +75,51 @@ const char* name(SelectiveRecompute policy) {
   return "?";
 }
 
-Software trident_software() { return Software{}; }
+namespace {
 
-Software megatron_2021_software() {
+// `assignments` (NAME=VALUE each) set on `software`.
+void assign(Software& software, const std::vector<std::string>& assignments) {
+  for (const std::string& assignment : assignments) {
+    const auto eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0) fail("'software.", assignment, "': expected software.NAME=VALUE");
+    set_software(software, assignment.substr(0, eq), assignment.substr(eq + 1));
+  }
+}
+
+// A preset: trident's defaults with `settings` changed.
+Software preset(const char* name, const std::vector<std::string>& settings) {
   Software s;
-  s.name = "megatron-2021";
-  s.attention_kernel = AttentionKernel::math;
-  s.overlap_gradient_reduction = false;
-  s.fused_gradient_accumulation = true;
-  s.compile = true;  // its fused bias-GeLU, bias-dropout-add, scale-mask-softmax kernels
+  s.name = name;
+  assign(s, settings);
   return s;
 }
 
+}  // namespace
+
+Software trident_software() { return Software{}; }
+
+// Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
+Software megatron_2021_software() {
+  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false",
+                                  "fused_gradient_accumulation=true", "compile=true"});
+}
+
+// Megatron-Core: Transformer Engine's fused norm-linear, SwiGLU and rotary kernels and its
+// attention, which takes the key/value groups as they are.
 Software megatron_core_software() {
-  Software s;
-  s.name = "megatron-core";
-  s.fused_gradient_accumulation = true;
-  s.overlap_tensor_comm = true;
-  s.overlap_weight_gather = true;
-  s.overlap_pipeline_comm = true;
-  s.compile = true;  // Transformer Engine's fused norm-linear, its fused SwiGLU and rotary kernels
-  s.attention_keeps_groups = true;
-  return s;
+  return preset("megatron-core", {"fused_gradient_accumulation=true", "overlap_tensor_comm=true",
+                                  "overlap_weight_gather=true", "overlap_pipeline_comm=true", "compile=true",
+                                  "attention_keeps_groups=true"});
 }
 
 Software llama3_software() {
-  Software s;
-  s.name = "llama3";
-  s.overlap_weight_gather = true;
-  s.attention_keeps_groups = true;
-  s.overlap_pipeline_comm = true;
-  return s;
+  return preset("llama3", {"overlap_weight_gather=true", "overlap_pipeline_comm=true", "attention_keeps_groups=true"});
 }
 
-Software torchtitan_software() {
-  Software s;
-  s.name = "torchtitan";
-  s.overlap_weight_gather = true;
-  s.selective_recompute = SelectiveRecompute::op;
-  return s;
-}
+Software torchtitan_software() { return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op"}); }
 
 Software llm_foundry_software() {
-  Software s;
-  s.name = "llm-foundry";
-  s.overlap_weight_gather = true;
-  s.fused_cross_entropy = true;
-  return s;
+  return preset("llm-foundry", {"overlap_weight_gather=true", "fused_cross_entropy=true"});
 }
 
 const std::vector<Software>& software_presets() {
@@ -154,14 +152,14 @@ void set_software(Software& software, const std::string& setting, const std::str
 }
 
 Software software_with(const std::string& name, const std::vector<std::string>& assignments) {
-  const Software* preset = software_named(name);
-  if (!preset) fail("unknown software '", name, "'");
-  Software software = *preset;
-  for (const std::string& assignment : assignments) {
-    const auto eq = assignment.find('=');
-    if (eq == std::string::npos || eq == 0) fail("software setting '", assignment, "': expected NAME=VALUE");
-    set_software(software, assignment.substr(0, eq), assignment.substr(eq + 1));
+  const Software* named = software_named(name);
+  if (!named) {
+    std::vector<std::string> names;
+    for (const Software& s : software_presets()) names.push_back(s.name);
+    fail("unknown software '", name, "' (", join(names, ", "), ")");
   }
+  Software software = *named;
+  assign(software, assignments);
   return software;
 }
 
@@ -176,6 +174,7 @@ std::string describe_software(const Software& s) {
       s.compile ? "element-wise work fused" : "element-wise work eager",
       s.fp8 ? "FP8 multiplies" : "16-bit multiplies",
       s.fused_cross_entropy ? "fused cross-entropy" : "fp32 cross-entropy",
+      s.attention_keeps_groups ? "K/V groups kept" : "K/V repeated for every head",
       s.selective_recompute == SelectiveRecompute::layers
           ? str("selective recompute of every ", s.recompute_layer_every, " layers")
           : str("selective recompute by ", name(s.selective_recompute))};

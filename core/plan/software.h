@@ -40,15 +40,16 @@ struct Software {
   // sequence parallelism, whose all-gathers and reduce-scatters are what is cut).
   bool overlap_tensor_comm = false;
   // ZeRO-1 and 2's all-gather of the updated weights behind the next iteration's first forward,
-  // layer by layer (Megatron-Core's overlap_param_gather, FSDP's prefetch), not after the step.
+  // layer by layer (Megatron-Core's overlap_param_gather), not after the step. ZeRO-3's gathers
+  // (FSDP's) run behind the computation whatever this says.
   bool overlap_weight_gather = false;
   // Pipeline transfers asynchronous, behind other micro-batches' compute (Megatron-Core's
   // overlap_p2p_comm; Llama 3's asynchronous point-to-point), with the interleaved schedule
   // only, whose other chunks give them work to hide behind.
   bool overlap_pipeline_comm = false;
   // A compiler (torch.compile, Megatron's fused kernels) fuses each layer's element-wise chains:
-  // a norm with the residual add before it, the activation with its gate, rotary with its
-  // reshape, so their bytes cross memory once.
+  // a norm's passes, the activation with its gate, rotary's halves, so their bytes cross memory
+  // once.
   bool compile = false;
   // The linear layers' multiplies in FP8 (Transformer Engine, torchao's float8): at the
   // profile's fp8 rate, each input cast to FP8 (its bytes read, a byte written) first.
@@ -84,14 +85,15 @@ const std::vector<Software>& software_presets();
 const Software* software_named(const std::string& name);
 
 // One setting by its name in `software.NAME=VALUE` (the fields above, without `name`), checked:
-// an unknown name (with the nearest one) or a value of the wrong kind fails naming both.
+// an unknown name (with the nearest one) or a value of the wrong kind fails naming both. The
+// presets are trident's defaults with such settings changed.
 void set_software(Software& software, const std::string& setting, const std::string& value);
 // Every setting's name, for help texts and errors.
 std::vector<std::string> software_settings();
 // The preset `name` with `settings` ("overlap_tensor_comm=false", ...) applied.
 Software software_with(const std::string& name, const std::vector<std::string>& settings);
 
-// "fused attention, gradient reduction overlapped, ...": what a preset assumes, for plans.
+// "flash attention, gradient reduction overlapped, ...": what a preset assumes, for plans.
 std::string describe_software(const Software& software);
 const char* name(AttentionKernel kernel);
 const char* name(SelectiveRecompute policy);

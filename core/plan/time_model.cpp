@@ -129,17 +129,17 @@ double linear_backward(const LayerShape& l, const DeviceProfile& d, const Softwa
 }
 
 // What running the multiplies that tensor-parallel overlap cuts (all but the router) as t pieces
-// of rows costs beyond running them whole, forward and the input gradients backward: a piece's
-// rows fill their tiles less (the pieces of a ring follow one another on all the SMs, so waves
-// are not counted: the library picks tiles that fill them).
-double piece_cost(const LayerShape& l, const DeviceProfile& d, const Software& software) {
+// of rows costs beyond running them whole, the forward's (`backward` false) or the input
+// gradients' (true): a piece's rows fill their tiles less (the pieces of a ring follow one
+// another on all the SMs, so waves are not counted: the library picks tiles that fill them).
+double piece_cost(const LayerShape& l, const DeviceProfile& d, const Software& software, bool backward) {
   DeviceProfile device = multiplying(d, software);
   device.sms = 1;
   double extra = 0;
   for (const GemmShape& g : layer_multiplies(l)) {
     if (g.n == l.experts) continue;
-    for (const GemmShape& whole : {g, GemmShape{g.m, g.k, g.n}})
-      extra += l.t * gemm_seconds({whole.m / l.t, whole.n, whole.k}, device) - gemm_seconds(whole, device);
+    const GemmShape whole = backward ? GemmShape{g.m, g.k, g.n} : g;
+    extra += l.t * gemm_seconds({whole.m / l.t, whole.n, whole.k}, device) - gemm_seconds(whole, device);
   }
   return extra;
 }
@@ -382,7 +382,8 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   for (const auto& [shape, count] : layer_kinds(m, layout, m.num_layers, m.moe_layers())) {
     multiplies += count * (linear_forward(shape, at_precision, software) * (full_recompute ? 2 : 1) +
                            linear_backward(shape, at_precision, software));
-    pieces += count * piece_cost(shape, at_precision, software) * (full_recompute ? 2 : 1);
+    pieces += count * (piece_cost(shape, at_precision, software, false) * (full_recompute ? 2 : 1) +
+                       piece_cost(shape, at_precision, software, true));
   }
   multiplies /= double(m.num_layers);
   pieces /= double(m.num_layers);
@@ -540,8 +541,12 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (!layout.offload) out.optimizer_s = memory_seconds(42 * shard * (config.precision == Precision::fp64 ? 2 : 1), d);
 
   // Both parts rounded first, so that what is printed adds up.
+  // An overlap whose cost (contention, the multiplies' pieces) exceeds the traffic it hides says so.
   auto overlap_split = [](double total, double exposed) {
     const double total_ms = std::round(total * 1e3), exposed_ms = std::round(exposed * 1e3);
+    if (exposed_ms > total_ms)
+      return str(": ", fixed(total_ms / 1e3, 3), " s in all, ", fixed(exposed_ms / 1e3, 3),
+                 " exposed with what overlapping it takes from the computation");
     return str(": ", fixed(total_ms / 1e3, 3), " s in all, ", fixed((total_ms - exposed_ms) / 1e3, 3), " hidden, ",
                fixed(exposed_ms / 1e3, 3), " exposed");
   };
@@ -563,7 +568,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                software.fused_gradient_accumulation ? "" : ", 16-bit gradients added into fp32 (10 B per parameter)")),
       line("bubble", out.bubble_s, str("(p - 1) / v = ", (p - 1) / v, " stage times of ", stage_mb * 1e3, " ms")),
       line("tp-comm", out.tensor_comm_s,
-           str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(activation_bytes), " over TP ",
+           str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(tp_bytes), " over TP ",
                layout.tp_size, " at ", intra, " GB/s, ",
                tp_overlapped ? "overlapped with the multiplies (one piece in t cannot hide)" : "not overlapped",
                overlap_split(M * layers * tp_layer, out.tensor_comm_s))),

@@ -5,29 +5,37 @@
 //   per layer, forward: the linear multiplies (QKV T x (a + 2g) d / t x h with g key/value
 //     groups, projection T x h x h/t, MLP up T x f/t x h (and SwiGLU's gate) and down
 //     T x h x f/t), attention (fused: 4 b (s/c) s h / t FLOPs, half of them masked away by
-//     causality, at attention_tflops; unfused: QK^T and PV as batched multiplies per head plus
-//     the softmax, mask and dropout through memory), and the memory-bound rest, in bytes per
-//     element of T x h: two norms (4 each) and two residual adds (6 each, 1 more with dropout),
-//     divided by t only with sequence parallelism; head reshapes (16), the activation (GELU 4,
-//     SwiGLU 10 per element of f) and rotary embeddings (4 per element of q and k), divided by t;
+//     causality, at the kernel's rate for its block's keys and head size (attention_rate_share);
+//     unfused: QK^T and PV as batched multiplies per head plus the softmax, mask and dropout
+//     through memory), and the memory-bound rest, in bytes per element of T x h: two norms (4
+//     each; an eager RMSNorm 12) and two residual adds (6 each, 1 more with dropout), divided by
+//     t only with sequence parallelism; head reshapes (16), the activation (GELU 4, SwiGLU 10 per
+//     element of f, fused 6) and rotary embeddings (4 per element of q and k fused, 12 eager),
+//     divided by t; in FP8 (core/plan/software.h) the linear multiplies at the FP8 rate after
+//     casting their inputs (3 bytes per element);
 //   backward: each multiply twice (input and weight gradients, their own shapes), fused
 //     attention 2.5 times its forward, the memory-bound work twice; recomputation adds the
-//     forward again (full) or the attention core (selective); unless fused, adding the 16-bit
-//     weight gradients into the fp32 buffer (10 bytes per parameter);
-//   the last stage adds the logits multiply (T x V/t x h) and the fp32 cross-entropy, the first
+//     forward again (full) or what the software's selective policy re-runs (the attention core;
+//     per op, the memory-bound work and half the multiplies; or one layer in n whole); unless
+//     fused, adding the 16-bit weight gradients into the fp32 buffer (10 bytes per parameter);
+//   the last stage adds the logits multiply (T x V/t x h) and the cross-entropy (fp32 or fused), the first
 //   the embedding lookup; the slowest of the first, a middle and the last stage sets the pace
 //   (each holding its layers: core/layout.h's stage_layers);
 //   TP: 4 all-reduces of T h 16-bit values per layer (6 with full recomputation, more for
-//   SwiGLU's two inputs) on the intra-node link at the profile's link efficiency; overlapped
-//   (Software; with sequence parallelism), hidden behind the layer's multiplies but for one
-//   piece in t. The slowest stage, counting its TP and CP communication, sets the pace.
+//   SwiGLU's two inputs; in FP8 the all-gathers' half moves a byte per value) on the intra-node
+//   link at the profile's link efficiency; overlapped (with sequence parallelism), hidden behind
+//   the layer's multiplies but for one piece in t, the multiplies run as t pieces. The slowest
+//   stage, counting its TP and CP communication, sets the pace.
+// Whatever is overlapped costs the computation beside it the profile's overlap_contention of
+// the hidden time (SMs and memory bandwidth the collectives take).
 // The pipeline runs M micro-batches and the bubble of (p - 1) / v stage times; point-to-point
 // transfers are counted twice per micro-batch and stage boundary crossed (asynchronous, with the
 // interleaved schedule: only the fill and drain's). Data-parallel gradient reduction, when the
 // software overlaps it, hides behind the last micro-batch's backward except its last bucket;
 // ZeRO-1 and 2 all-gather the updated weights after the step (or behind the next forward);
 // ZeRO-2 and 3 reduce each micro-batch; ZeRO-3 gathers the weights twice per micro-batch behind
-// the forward and the backward, the latter sharing the backward with the reduction. The
+// the forward and the backward, the latter sharing the backward with the reduction, the first
+// block's forward gather with nothing before it to hide behind. The
 // optimizer step moves 42 bytes per parameter of the shard through memory (twice that in fp64).
 // Byte counts are for 16-bit activations; fp32 and fp64 models move 2 and 4 times them.
 #pragma once
@@ -63,8 +71,9 @@ constexpr double kFlash1Share = 0.65, kMemoryEfficientShare = 0.6;
 // query (causal) at head size `head_dim`: s / (s + 512) for the work per query block against its
 // fixed costs (loading the queries, writing the output, the diagonal's masked half), and
 // d / (d + 20) for the softmax's work per score against the d multiply-adds of each, both
-// relative to long sequences at head size 128 (FlashAttention-2's published A100 curves: 82% of
-// the long-sequence rate at 2048, 52% at 512; head size 64 at 88% of 128's).
+// relative to long sequences at head size 128: 80% of the long-sequence rate at 2048, 50% at
+// 512, head size 64 at 88% of 128's (FlashAttention-2's published A100 curves: about 82%, 52%
+// and 88%).
 double attention_rate_share(double keys, double head_dim);
 
 struct IterationTime {

@@ -510,7 +510,7 @@ TEST(Plan, LargestModelPerStrategy) {
 // (calibration) stay within 10% of what set them; Megatron's A100 table within 10%, 5% on
 // average. The held-out runs of every stack (Megatron-Core in NVIDIA's stacks, torchtitan,
 // llm-foundry, Llama 3's, trident's own) hold their present accuracy: 7% on average, each stack's
-// mean under the bound below, at most 8 runs beyond 20% (docs/planning.md names them and why).
+// mean under the bound below, at most 5 runs beyond 20% (docs/planning.md names them and why).
 // No layout that ran is answered "does not fit", and where peak memory is published the estimate
 // is within 10% of it on average, 30% at most.
 TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
@@ -523,15 +523,15 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   EXPECT_LT(summarize(rows, [](const Validation& r) { return !r.held_out(); }).largest, 0.10);
   const ErrorSummary held_out = summarize(rows, [](const Validation& r) { return r.held_out(); });
   EXPECT_GT(held_out.rows, 100u);
-  EXPECT_LT(held_out.mean, 0.075);
+  EXPECT_LT(held_out.mean, 0.065);
   const std::map<std::string, double> bounds = {
-      {"megatron-core", 0.075}, {"llm-foundry", 0.065}, {"torchtitan", 0.12}, {"llama3", 0.05}, {"trident", 0.06}};
+      {"megatron-core", 0.07}, {"llm-foundry", 0.055}, {"torchtitan", 0.115}, {"llama3", 0.05}, {"trident", 0.06}};
   for (const auto& [stack, bound] : bounds) {
     const ErrorSummary s = summarize(rows, [&](const Validation& r) { return r.held_out() && r.stack == stack; });
     EXPECT_GT(s.rows, 0u) << stack;
     EXPECT_LT(s.mean, bound) << stack;
   }
-  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 8);
+  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 5);
   for (const auto& r : rows) EXPECT_FALSE(r.refused && r.memory_checked) << r.name << ": " << r.estimated_memory_gib << " GiB estimated";
   const ErrorSummary memory = summarize_memory(rows);
   EXPECT_GE(memory.rows, 12u);

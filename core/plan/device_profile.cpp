@@ -13,8 +13,9 @@
 namespace trident {
 namespace {
 
-// What a field's value must be: any (the name), positive, a fraction in (0, 1] or a share in [0, 1].
-enum class Range { any, positive, fraction, share };
+// What a field's value must be: any (the name), positive, non-negative, a fraction in (0, 1] or
+// a share in [0, 1].
+enum class Range { any, positive, non_negative, fraction, share };
 
 // Every field of a profile by name, read, written and checked alike.
 struct Field {
@@ -43,6 +44,7 @@ const std::vector<Field>& fields() {
       field("attention_tflops", &DeviceProfile::attention_tflops),
       field("fp8_matmul_tflops", &DeviceProfile::fp8_matmul_tflops),
       field("overlap_contention", &DeviceProfile::overlap_contention, Range::share),
+      field("collective_step_us", &DeviceProfile::collective_step_us, Range::non_negative),
       field("sms", &DeviceProfile::sms),
       field("tile_m", &DeviceProfile::tile_m),
       field("tile_n", &DeviceProfile::tile_n),
@@ -132,6 +134,8 @@ DeviceProfile load_device_profile(const std::string& path) {
       fail("device profile '", path, "': '", f.name, "' must be positive (got ", value, ")");
     if (f.range == Range::fraction && !(value > 0 && value <= 1))
       fail("device profile '", path, "': '", f.name, "' must be in (0, 1] (got ", value, ")");
+    if (f.range == Range::non_negative && !(value >= 0))
+      fail("device profile '", path, "': '", f.name, "' must be 0 or more (got ", value, ")");
     if (f.range == Range::share && !(value >= 0 && value <= 1))
       fail("device profile '", path, "': '", f.name, "' must be in [0, 1] (got ", value, ")");
   }

@@ -12,7 +12,8 @@
 // heads (core/plan/time_model.h's attention_rate_share); whether the software uses one is
 // core/plan/software.h's. FP8 multiplies run at `fp8_matmul_tflops` (the 16-bit rate where the
 // device has no FP8). Communication overlapped with computation takes SMs and memory bandwidth
-// from it: the computation beside it slows by `overlap_contention` of the overlapped time.
+// from it: the computation beside it slows by `overlap_contention` of the overlapped time. A
+// collective between nodes waits `collective_step_us` at each step of its ring.
 // The profile also names the machine the device sits in: GPUs per node, the link between them
 // inside a node, each GPU's share of the network between nodes and its link to host memory,
 // all as specified, of which collectives reach `link_efficiency`.
@@ -31,6 +32,8 @@ struct DeviceProfile {
   double memory_efficiency = 0.9;  // fraction of it elementwise kernels achieve
   double attention_tflops = 180;   // fused attention, forward and backward (causal FLOPs), long sequences
   double fp8_matmul_tflops = 230;  // achieved by a large FP8 multiply (no FP8 on an A100: the 16-bit rate)
+  double collective_step_us = 8;   // latency of each ring step of a collective between nodes
+                                   // (set from llm-foundry's 7B run on 512 H100s, taken for both)
   double overlap_contention = 0.5; // share of overlapped communication time the computation loses
                                    // (set from torchtitan's async-TP gain on H100s, taken for both)
   int64_t sms = 108;               // streaming multiprocessors: one tile each per wave
@@ -46,19 +49,20 @@ struct DeviceProfile {
 // A100 80 GB SXM in a DGX A100 or HGX node: the specification (312 TFLOP/s, 2039 GB/s, 108
 // SMs), the fp16 multiply measured at 230 TFLOP/s, FlashAttention-2's published
 // forward-and-backward rate on A100 at head size 128 and long sequences (about 180 TFLOP/s; not
-// measured here); no FP8 (the 16-bit rate); overlap contention as the H100's (no A100 run
-// measures it); 8 GPUs on NVLink 3 (600 GB/s both ways: 300 each), one 200 Gb/s HDR port per
+// measured here); no FP8 (the 16-bit rate); overlap contention and collective latency as the
+// H100's (no A100 run measures them); 8 GPUs on NVLink 3 (600 GB/s both ways: 300 each), one 200 Gb/s HDR port per
 // GPU, PCIe 4.0.
 DeviceProfile a100_profile();
 // H100 80 GB SXM: the specification (989 TFLOP/s, 3350 GB/s, 132 SMs), a 16-bit vector
-// multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and four
+// multiply at 3.0 TB/s (0.90 of the specification, docs/gpu-h100's tools/bench), and five
 // constants each set from one published run (docs/planning.md lists them): the multiplies at
 // 640 TFLOP/s, which reproduces Llama 3 405B's 8192-GPU run at sequence 8192 (Dubey et al. 2024,
 // Table 4: 430 TFLOP/s per GPU; a lone 8192^3 multiply reaches 771 in docs/gpu-h100, a ceiling
 // training at scale does not keep); flash attention at 262 TFLOP/s at long sequences, which
 // reproduces its 131072-token run (380); FP8 multiplies at 1400, which reproduce NeMo's Llama 3
 // 8B FP8 run on 8 GPUs; overlap contention 0.5, which reproduces torchtitan's async-TP gain on
-// Llama 3 70B. 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per
+// Llama 3 70B; 8 us per ring step between nodes, which reproduces llm-foundry's 7B run on 512
+// GPUs. 8 GPUs on NVLink 4 (900 GB/s both ways: 450 each), one 400 Gb/s NDR port per
 // GPU, PCIe 5.0 (64 GB/s specified; 50 counted, as 25 of PCIe 4.0's 32).
 DeviceProfile h100_profile();
 // The H100s of torchtitan's benchmarks: 96 GB of HBM2e at 2.4 TB/s, power-limited to 500 W

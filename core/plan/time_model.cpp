@@ -504,31 +504,39 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // iteration, or after every micro-batch from ZeRO-2 on; overlapped, all but the last bucket
   // hide behind the backward, which ZeRO-3's backward weight gathers use too (trident
   // prefetches them: parallel/sharded_parameters.h).
-  auto reduce = [&](double b) {
-    return !zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs);
+  // Across nodes each step of a ring waits the network's latency (the profile's
+  // collective_step_us): a reduce-scatter or all-gather over n ranks takes n - 1 steps, an
+  // all-reduce twice that, once per block of the stage (FSDP's units; gradient buckets of about
+  // a layer's size).
+  const double step_s = layout.grid().extent({"cp", "dp"}) > d.gpus_per_node ? d.collective_step_us * 1e-6 : 0;
+  const double dp_pieces = std::max(1.0, slowest.layers);
+  auto latency = [&](double count, bool all_reduce) { return count * (all_reduce ? 2 : 1) * double(replicas - 1) * step_s; };
+  auto reduce = [&](double b, double count) {
+    return (!zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs)) +
+           latency(count, !zero.reduce_scatters());
   };
   const double reductions = zero.shards_grads() ? M : 1;
-  const double gather = half_collective_seconds(weights, replicas, dp_gbs);
+  const double gather = half_collective_seconds(weights, replicas, dp_gbs) + latency(dp_pieces, false);
   double dp_total = 0;
   if (replicas > 1) {
     const double backward_gather = zero.shards_weights() ? gather : 0;
-    dp_total = reductions * reduce(grads);
-    const double last_bucket = reduce(grad_bucket);
+    dp_total = reductions * reduce(grads, dp_pieces);
+    const double last_bucket = reduce(grad_bucket, 1);
     out.data_comm_s =
         software.overlap_gradient_reduction
-            ? reductions * (last_bucket + overlapped(std::max(0.0, reduce(grads) + backward_gather - last_bucket),
+            ? reductions * (last_bucket + overlapped(std::max(0.0, reduce(grads, dp_pieces) + backward_gather - last_bucket),
                                                      work.backward, d))
             : dp_total + M * overlapped(backward_gather, work.backward, d);
     if (zero.shards_weights()) {
       // ZeRO-3: the weights gathered for every micro-batch's forward and backward; the first
       // block's forward gather has nothing before it to hide behind.
       dp_total += 2 * M * gather;
-      const double first_block = gather / std::max(1.0, slowest.layers);
+      const double first_block = gather / dp_pieces;
       out.data_comm_s += M * (first_block + overlapped(gather - first_block, work.forward, d));
     } else if (zero.reduce_scatters()) {
       // ZeRO-1 and 2: the updated weights gathered after the step, or behind the next first forward.
       dp_total += gather;
-      const double first_bucket = half_collective_seconds(weight_bucket, replicas, dp_gbs);
+      const double first_bucket = half_collective_seconds(weight_bucket, replicas, dp_gbs) + latency(1, false);
       out.data_comm_s += software.overlap_weight_gather
                              ? first_bucket + overlapped(std::max(0.0, gather - first_bucket), work.forward, d)
                              : gather;

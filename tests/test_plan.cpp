@@ -510,7 +510,7 @@ TEST(Plan, LargestModelPerStrategy) {
 // (calibration) stay within 10% of what set them; Megatron's A100 table within 10%, 5% on
 // average. The held-out runs of every stack (Megatron-Core in NVIDIA's stacks, torchtitan,
 // llm-foundry, Llama 3's, trident's own) hold their present accuracy: 7% on average, each stack's
-// mean under the bound below, at most 5 runs beyond 20% (docs/planning.md names them and why).
+// mean under the bound below, at most 4 runs beyond 20% (docs/planning.md names them and why).
 // No layout that ran is answered "does not fit", and where peak memory is published the estimate
 // is within 10% of it on average, 30% at most.
 TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
@@ -523,15 +523,15 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   EXPECT_LT(summarize(rows, [](const Validation& r) { return !r.held_out(); }).largest, 0.10);
   const ErrorSummary held_out = summarize(rows, [](const Validation& r) { return r.held_out(); });
   EXPECT_GT(held_out.rows, 100u);
-  EXPECT_LT(held_out.mean, 0.065);
+  EXPECT_LT(held_out.mean, 0.06);
   const std::map<std::string, double> bounds = {
-      {"megatron-core", 0.07}, {"llm-foundry", 0.055}, {"torchtitan", 0.115}, {"llama3", 0.05}, {"trident", 0.06}};
+      {"megatron-core", 0.075}, {"llm-foundry", 0.055}, {"torchtitan", 0.10}, {"llama3", 0.05}, {"trident", 0.06}};
   for (const auto& [stack, bound] : bounds) {
     const ErrorSummary s = summarize(rows, [&](const Validation& r) { return r.held_out() && r.stack == stack; });
     EXPECT_GT(s.rows, 0u) << stack;
     EXPECT_LT(s.mean, bound) << stack;
   }
-  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 5);
+  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 4);
   for (const auto& r : rows) EXPECT_FALSE(r.refused && r.memory_checked) << r.name << ": " << r.estimated_memory_gib << " GiB estimated";
   const ErrorSummary memory = summarize_memory(rows);
   EXPECT_GE(memory.rows, 12u);
@@ -777,7 +777,7 @@ TEST(Software, SettingsAreCheckedByName) {
   EXPECT_TRUE(fp8.compile);
   EXPECT_EQ(fp8.attention_kernel, AttentionKernel::flash1);
   EXPECT_EQ(fp8.recompute_layer_every, 3);
-  EXPECT_NE(describe_software(fp8).find("FP8 multiplies"), std::string::npos) << describe_software(fp8);
+  EXPECT_NE(describe_software(fp8).find("FP8 multiplies (current scaling)"), std::string::npos) << describe_software(fp8);
   EXPECT_NE(describe_software(fp8).find("selective recompute of every 3 layers"), std::string::npos);
   for (const char* stack : {"trident", "megatron-2021", "megatron-core", "llama3", "torchtitan", "llm-foundry"})
     EXPECT_NE(software_named(stack), nullptr) << stack;
@@ -841,6 +841,9 @@ TEST(TimeModel, Fp8AndCompileAreSettings) {
   };
   const double bf16 = compute("llama3-8b.yaml", h100_profile(), {});
   EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"fp8=true"}), 0.8 * bf16);
+  // Current scaling reads each cast's input once more for its amax.
+  EXPECT_GT(compute("llama3-8b.yaml", h100_profile(), {"fp8=true", "fp8_scaling=current"}),
+            compute("llama3-8b.yaml", h100_profile(), {"fp8=true"}));
   EXPECT_GT(compute("llama3-8b.yaml", a100_profile(), {"fp8=true"}), compute("llama3-8b.yaml", a100_profile(), {}));
   EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"compile=true"}), bf16);
   EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=true"}), compute("gpt1.7b.yaml", h100_profile(), {}));

@@ -11,6 +11,8 @@ namespace {
 
 const std::vector<std::pair<AttentionKernel, const char*>> kKernels = {
     {AttentionKernel::flash, "flash"}, {AttentionKernel::flash1, "flash1"}, {AttentionKernel::memory_efficient, "memory_efficient"}, {AttentionKernel::math, "math"}};
+const std::vector<std::pair<Fp8Scaling, const char*>> kScalings = {{Fp8Scaling::delayed, "delayed"},
+                                                                    {Fp8Scaling::current, "current"}};
 const std::vector<std::pair<SelectiveRecompute, const char*>> kPolicies = {
     {SelectiveRecompute::attention, "attention"}, {SelectiveRecompute::op, "op"}, {SelectiveRecompute::layers, "layers"}};
 
@@ -52,6 +54,7 @@ const std::vector<Setting>& settings() {
       flag("overlap_pipeline_comm", &Software::overlap_pipeline_comm),
       flag("compile", &Software::compile),
       flag("fp8", &Software::fp8),
+      choice("fp8_scaling", &Software::fp8_scaling, kScalings),
       flag("fused_cross_entropy", &Software::fused_cross_entropy),
       flag("attention_keeps_groups", &Software::attention_keeps_groups),
       choice("selective_recompute", &Software::selective_recompute, kPolicies),
@@ -66,6 +69,12 @@ const std::vector<Setting>& settings() {
 const char* name(AttentionKernel kernel) {
   for (const auto& [value, spelling] : kKernels)
     if (value == kernel) return spelling;
+  return "?";
+}
+
+const char* name(Fp8Scaling scaling) {
+  for (const auto& [value, spelling] : kScalings)
+    if (value == scaling) return spelling;
   return "?";
 }
 
@@ -116,7 +125,10 @@ Software llama3_software() {
   return preset("llama3", {"overlap_weight_gather=true", "overlap_pipeline_comm=true", "attention_keeps_groups=true"});
 }
 
-Software torchtitan_software() { return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op"}); }
+// torchtitan: FSDP2's prefetch, per-op selective recomputation, torchao's dynamic FP8 scaling.
+Software torchtitan_software() {
+  return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op", "fp8_scaling=current"});
+}
 
 Software llm_foundry_software() {
   return preset("llm-foundry", {"overlap_weight_gather=true", "fused_cross_entropy=true"});
@@ -172,7 +184,7 @@ std::string describe_software(const Software& s) {
       s.overlap_weight_gather ? "ZeRO weight gather overlapped" : "ZeRO weight gather after the step",
       s.overlap_pipeline_comm ? "pipeline transfers asynchronous" : "pipeline transfers waited for",
       s.compile ? "element-wise work fused" : "element-wise work eager",
-      s.fp8 ? "FP8 multiplies" : "16-bit multiplies",
+      s.fp8 ? str("FP8 multiplies (", name(s.fp8_scaling), " scaling)") : std::string("16-bit multiplies"),
       s.fused_cross_entropy ? "fused cross-entropy" : "fp32 cross-entropy",
       s.attention_keeps_groups ? "K/V groups kept" : "K/V repeated for every head",
       s.selective_recompute == SelectiveRecompute::layers

@@ -25,6 +25,8 @@ enum class AttentionKernel { flash, flash1, memory_efficient, math };
 //     everything (torchtitan's per-layer policy).
 enum class SelectiveRecompute { attention, op, layers };
 
+enum class Fp8Scaling { delayed, current };
+
 struct Software {
   std::string name = "trident";
   AttentionKernel attention_kernel = AttentionKernel::flash;
@@ -54,6 +56,10 @@ struct Software {
   // The linear layers' multiplies in FP8 (Transformer Engine, torchao's float8): at the
   // profile's fp8 rate, each input cast to FP8 (its bytes read, a byte written) first.
   bool fp8 = false;
+  // How FP8 casts find their scale: from the amax history, found by the cast itself (delayed:
+  // Transformer Engine's default of 2023-2024), or from the tensor's own amax, a pass over it
+  // before the cast (current: torchao's dynamic scaling, Transformer Engine's current scaling).
+  Fp8Scaling fp8_scaling = Fp8Scaling::delayed;
   // The loss in one kernel over the 16-bit logits, its gradient written in their place
   // (FlashAttention's cross-entropy, llm-foundry's default): 2 bytes per logit kept, against the
   // fp32 logits and softmax (8) and the fp32 gradient beside them (4) of a plain cross-entropy.
@@ -97,5 +103,6 @@ Software software_with(const std::string& name, const std::vector<std::string>& 
 std::string describe_software(const Software& software);
 const char* name(AttentionKernel kernel);
 const char* name(SelectiveRecompute policy);
+const char* name(Fp8Scaling scaling);
 
 }  // namespace trident

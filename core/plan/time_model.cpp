@@ -99,7 +99,8 @@ std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
 
 // The device the linear multiplies run on: in FP8 at its FP8 rate, each multiply's inputs cast
 // first (read 2 bytes, write 1, per element: the activation forward, the output gradient
-// backward; the weights' casts are cached across micro-batches).
+// backward; the weights' casts are cached across micro-batches), with current scaling after a
+// pass that finds their amax (2 more).
 DeviceProfile multiplying(const DeviceProfile& d, const Software& software) {
   DeviceProfile fp8 = d;
   if (software.fp8) fp8.matmul_tflops = d.fp8_matmul_tflops;
@@ -110,7 +111,7 @@ double fp8_casts(const std::vector<GemmShape>& multiplies, bool backward, const 
   if (!software.fp8) return 0;
   double elements = 0;
   for (const GemmShape& g : multiplies) elements += g.m * (backward ? g.n : g.k);
-  return memory_seconds(3 * elements, d);
+  return memory_seconds((software.fp8_scaling == Fp8Scaling::current ? 5 : 3) * elements, d);
 }
 
 double linear_forward(const LayerShape& l, const DeviceProfile& d, const Software& software) {

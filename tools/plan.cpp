@@ -51,12 +51,6 @@ struct Options {
   std::optional<double> intra_node_gbs, inter_node_gbs, host_link_gbs;
 };
 
-std::vector<std::string> software_names() {
-  std::vector<std::string> names;
-  for (const auto& s : software_presets()) names.push_back(s.name);
-  return names;
-}
-
 std::vector<std::string> row_names() {
   std::vector<std::string> names;
   for (const auto& row : megatron_scaling_table()) names.push_back(row.name);

@@ -17,6 +17,13 @@ const std::vector<std::pair<SelectiveRecompute, const char*>> kPolicies = {
     {SelectiveRecompute::attention, "attention"}, {SelectiveRecompute::op, "op"}, {SelectiveRecompute::layers, "layers"}};
 
 template <typename E>
+const char* spelling_of(const std::vector<std::pair<E, const char*>>& table, E value) {
+  for (const auto& [entry, spelling] : table)
+    if (entry == value) return spelling;
+  return "?";
+}
+
+template <typename E>
 std::vector<std::string> spellings(const std::vector<std::pair<E, const char*>>& table) {
   std::vector<std::string> out;
   for (const auto& [value, spelling] : table) out.push_back(spelling);
@@ -66,23 +73,9 @@ const std::vector<Setting>& settings() {
 
 }  // namespace
 
-const char* name(AttentionKernel kernel) {
-  for (const auto& [value, spelling] : kKernels)
-    if (value == kernel) return spelling;
-  return "?";
-}
-
-const char* name(Fp8Scaling scaling) {
-  for (const auto& [value, spelling] : kScalings)
-    if (value == scaling) return spelling;
-  return "?";
-}
-
-const char* name(SelectiveRecompute policy) {
-  for (const auto& [value, spelling] : kPolicies)
-    if (value == policy) return spelling;
-  return "?";
-}
+const char* name(AttentionKernel kernel) { return spelling_of(kKernels, kernel); }
+const char* name(Fp8Scaling scaling) { return spelling_of(kScalings, scaling); }
+const char* name(SelectiveRecompute policy) { return spelling_of(kPolicies, policy); }
 
 namespace {
 
@@ -140,6 +133,12 @@ const std::vector<Software>& software_presets() {
   return all;
 }
 
+std::vector<std::string> software_names() {
+  std::vector<std::string> names;
+  for (const Software& s : software_presets()) names.push_back(s.name);
+  return names;
+}
+
 const Software* software_named(const std::string& name) {
   for (const Software& s : software_presets())
     if (s.name == name) return &s;
@@ -165,11 +164,7 @@ void set_software(Software& software, const std::string& setting, const std::str
 
 Software software_with(const std::string& name, const std::vector<std::string>& assignments) {
   const Software* named = software_named(name);
-  if (!named) {
-    std::vector<std::string> names;
-    for (const Software& s : software_presets()) names.push_back(s.name);
-    fail("unknown software '", name, "' (", join(names, ", "), ")");
-  }
+  if (!named) fail("unknown software '", name, "' (", join(software_names(), ", "), ")");
   Software software = *named;
   assign(software, assignments);
   return software;

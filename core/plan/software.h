@@ -88,6 +88,7 @@ Software torchtitan_software();
 Software llm_foundry_software();
 // Every preset, and the one with this name (nullptr for none).
 const std::vector<Software>& software_presets();
+std::vector<std::string> software_names();  // the presets' names, in order
 const Software* software_named(const std::string& name);
 
 // One setting by its name in `software.NAME=VALUE` (the fields above, without `name`), checked:

@@ -116,17 +116,19 @@ double fp8_casts(const std::vector<GemmShape>& multiplies, bool backward, const 
 
 double linear_forward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
   const DeviceProfile device = multiplying(d, software);
+  const std::vector<GemmShape> multiplies = layer_multiplies(l);
   double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l)) seconds += gemm_seconds(g, device);
-  return seconds + fp8_casts(layer_multiplies(l), false, software, d);
+  for (const GemmShape& g : multiplies) seconds += gemm_seconds(g, device);
+  return seconds + fp8_casts(multiplies, false, software, d);
 }
 
 double linear_backward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
   const DeviceProfile device = multiplying(d, software);
+  const std::vector<GemmShape> multiplies = layer_multiplies(l);
   double seconds = 0;
-  for (const GemmShape& g : layer_multiplies(l))  // input, weight gradients
+  for (const GemmShape& g : multiplies)  // input, weight gradients
     seconds += gemm_seconds({g.m, g.k, g.n}, device) + gemm_seconds({g.k, g.n, g.m}, device);
-  return seconds + fp8_casts(layer_multiplies(l), true, software, d);
+  return seconds + fp8_casts(multiplies, true, software, d);
 }
 
 // What running the multiplies that tensor-parallel overlap cuts (all but the router) as t pieces
@@ -145,8 +147,7 @@ double piece_cost(const LayerShape& l, const DeviceProfile& d, const Software& s
   return extra;
 }
 
-// Attention forward and backward of one layer: a fused kernel at its rate (causal: half the
-// score blocks), or the unfused batched multiplies and the softmax through memory.
+// The share of a flash kernel's rate `kernel` reaches (core/plan/time_model.h's constants).
 double kernel_share(AttentionKernel kernel) {
   return kernel == AttentionKernel::memory_efficient ? kMemoryEfficientShare : kernel == AttentionKernel::flash1 ? kFlash1Share : 1;
 }
@@ -156,6 +157,8 @@ double attention_tflops(double keys, double head_dim, const DeviceProfile& d, At
   return d.attention_tflops * attention_rate_share(keys, head_dim) * kernel_share(kernel);
 }
 
+// Attention forward and backward of one layer: a fused kernel at its rate (causal: half the
+// score blocks), or the unfused batched multiplies and the softmax through memory.
 std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, AttentionKernel kernel) {
   const double heads = l.heads / l.t, batches = l.batch * heads;
   if (kernel != AttentionKernel::math) {

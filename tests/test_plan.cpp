@@ -509,8 +509,8 @@ TEST(Plan, LargestModelPerStrategy) {
 // software, one profile per device and no per-row factor. The rows that set a constant
 // (calibration) stay within 10% of what set them; Megatron's A100 table within 10%, 5% on
 // average. The held-out runs of every stack (Megatron-Core in NVIDIA's stacks, torchtitan,
-// llm-foundry, Llama 3's, trident's own) hold their present accuracy: 7% on average, each stack's
-// mean under the bound below, at most 4 runs beyond 20% (docs/planning.md names them and why).
+// llm-foundry, Llama 3's, trident's own) hold their present accuracy: 6% on average, each stack's
+// mean under the bound below, at most 2 runs beyond 20% (docs/planning.md names them and why).
 // No layout that ran is answered "does not fit", and where peak memory is published the estimate
 // is within 10% of it on average, 30% at most.
 TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
@@ -525,13 +525,13 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   EXPECT_GT(held_out.rows, 100u);
   EXPECT_LT(held_out.mean, 0.06);
   const std::map<std::string, double> bounds = {
-      {"megatron-core", 0.075}, {"llm-foundry", 0.055}, {"torchtitan", 0.10}, {"llama3", 0.05}, {"trident", 0.06}};
+      {"megatron-core", 0.07}, {"llm-foundry", 0.055}, {"torchtitan", 0.095}, {"llama3", 0.05}, {"trident", 0.06}};
   for (const auto& [stack, bound] : bounds) {
     const ErrorSummary s = summarize(rows, [&](const Validation& r) { return r.held_out() && r.stack == stack; });
     EXPECT_GT(s.rows, 0u) << stack;
     EXPECT_LT(s.mean, bound) << stack;
   }
-  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 4);
+  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 2);
   for (const auto& r : rows) EXPECT_FALSE(r.refused && r.memory_checked) << r.name << ": " << r.estimated_memory_gib << " GiB estimated";
   const ErrorSummary memory = summarize_memory(rows);
   EXPECT_GE(memory.rows, 12u);
@@ -847,6 +847,31 @@ TEST(TimeModel, Fp8AndCompileAreSettings) {
   EXPECT_GT(compute("llama3-8b.yaml", a100_profile(), {"fp8=true"}), compute("llama3-8b.yaml", a100_profile(), {}));
   EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"compile=true"}), bf16);
   EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=true"}), compute("gpt1.7b.yaml", h100_profile(), {}));
+}
+
+// Data-parallel collectives from registered buffers (Megatron-FSDP's nccl_ub) cost the
+// computation they overlap only the memory bandwidth they move: ZeRO-3's gathers and reductions
+// on 8 H100s expose less, but never less than the first block's gather, which nothing hides.
+TEST(TimeModel, RegisteredBuffersCostOnlyTheirMemoryTraffic) {
+  const Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
+                                     {"parallel.tensor=1", "parallel.pipeline=1", "parallel.zero_stage=3"});
+  auto data_comm = [&](const std::vector<std::string>& settings) {
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = h100_profile();
+    hw.software = software_with("megatron-core", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw).time.data_comm_s;
+  };
+  const double plain = data_comm({}), registered = data_comm({"registered_buffers=true"});
+  EXPECT_LT(registered, 0.6 * plain);
+  EXPECT_GT(registered, 0);
+  // Contention at its floor: collectives that take nothing from the computation.
+  Hardware hw;
+  hw.gpus = 8;
+  hw.device = h100_profile();
+  hw.device.overlap_contention = 0;
+  hw.software = software_with("megatron-core", {});
+  EXPECT_LT(evaluate_layout(config, resolve_layout(config, 8), hw).time.data_comm_s, registered);
 }
 
 // What each policy keeps: per op (torchtitan) less than the attention core's policy, which keeps

@@ -49,12 +49,18 @@ struct Software {
   // overlap_p2p_comm; Llama 3's asynchronous point-to-point), with the interleaved schedule
   // only, whose other chunks give them work to hide behind.
   bool overlap_pipeline_comm = false;
+  // The data-parallel collectives run from buffers registered with NCCL (Megatron-FSDP's
+  // nccl_ub): NVLink SHARP or copy engines move them, not SMs, so the computation beside them
+  // loses only the memory bandwidth the transfer takes (twice the link's rate: read at one end,
+  // written at the other), not the profile's overlap_contention.
+  bool registered_buffers = false;
   // A compiler (torch.compile, Megatron's fused kernels) fuses each layer's element-wise chains:
   // a norm's passes, the activation with its gate, rotary's halves, so their bytes cross memory
   // once.
   bool compile = false;
   // The linear layers' multiplies in FP8 (Transformer Engine, torchao's float8): at the
-  // profile's fp8 rate, each input cast to FP8 (its bytes read, a byte written) first.
+  // profile's fp8 rate, each input cast to FP8 first (its bytes read, a byte written for it and
+  // one for its transpose).
   bool fp8 = false;
   // How FP8 casts find their scale: from the amax history, found by the cast itself (delayed:
   // Transformer Engine's default of 2023-2024), or from the tensor's own amax, a pass over it

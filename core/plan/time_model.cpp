@@ -98,9 +98,10 @@ std::vector<GemmShape> layer_multiplies(const LayerShape& l) {
 }
 
 // The device the linear multiplies run on: in FP8 at its FP8 rate, each multiply's inputs cast
-// first (read 2 bytes, write 1, per element: the activation forward, the output gradient
-// backward; the weights' casts are cached across micro-batches), with current scaling after a
-// pass that finds their amax (2 more).
+// first (read 2 bytes, write 1 twice per element: Hopper's FP8 tensor cores take only the TN
+// layout, so the cast also writes the transpose the other multiply of the backward needs; the
+// activation forward, the output gradient backward; the weights' casts are cached across
+// micro-batches), with current scaling after a pass that finds their amax (2 more).
 DeviceProfile multiplying(const DeviceProfile& d, const Software& software) {
   DeviceProfile fp8 = d;
   if (software.fp8) fp8.matmul_tflops = d.fp8_matmul_tflops;
@@ -111,7 +112,7 @@ double fp8_casts(const std::vector<GemmShape>& multiplies, bool backward, const 
   if (!software.fp8) return 0;
   double elements = 0;
   for (const GemmShape& g : multiplies) elements += g.m * (backward ? g.n : g.k);
-  return memory_seconds((software.fp8_scaling == Fp8Scaling::current ? 5 : 3) * elements, d);
+  return memory_seconds((software.fp8_scaling == Fp8Scaling::current ? 6 : 4) * elements, d);
 }
 
 double linear_forward(const LayerShape& l, const DeviceProfile& d, const Software& software) {
@@ -256,9 +257,10 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
 
 // What `communication` seconds overlapped with `computation` seconds add to the time: what the
 // computation cannot cover, and what the communication's SMs and memory traffic take from the
-// computation while both run (the profile's overlap_contention).
-double overlapped(double communication, double computation, const DeviceProfile& d) {
-  return std::max(0.0, communication - computation) + d.overlap_contention * std::min(communication, computation);
+// computation while both run (`contention`: the profile's overlap_contention, or less for
+// collectives that take no SMs, Software::registered_buffers).
+double overlapped(double communication, double computation, double contention) {
+  return std::max(0.0, communication - computation) + contention * std::min(communication, computation);
 }
 
 std::string line(const char* name, double seconds, const std::string& what) {
@@ -393,7 +395,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   pieces /= double(m.num_layers);
   const double t = double(layout.tp_size);
   const double tp_exposed =
-      tp_overlapped ? tp_layer / t + overlapped(tp_layer * (t - 1) / t, multiplies, d) + pieces : tp_layer;
+      tp_overlapped ? tp_layer / t + overlapped(tp_layer * (t - 1) / t, multiplies, d.overlap_contention) + pieces : tp_layer;
 
   // Context parallelism's two levels (Layout::context_grid): Ulysses within groups of u ranks,
   // ring attention across r = c / u of them; either may be one rank wide.
@@ -429,7 +431,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                                                          : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
     cp_layer += (3 * r - 2) * transfer_s;
-    cp_exposed += (3 * r - 2) * overlapped(transfer_s, block_s, d);
+    cp_exposed += (3 * r - 2) * overlapped(transfer_s, block_s, d.overlap_contention);
   }
 
   // Expert parallelism: a Mixture-of-Experts layer's k copies of each token a TP rank holds (all
@@ -501,6 +503,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   const double dp_gbs = layout.grid().extent({"cp", "dp"}) <= d.gpus_per_node
                             ? intra
                             : std::min(intra, inter * double(members_per_node));
+  const double dp_contention = software.registered_buffers
+                                   ? std::min(d.overlap_contention, 2 * dp_gbs / (d.memory_gbs * d.memory_efficiency))
+                                   : d.overlap_contention;
   const double grads = bytes.grads * memory.parameters, weights = bytes.weights * memory.parameters;
   const double grad_bucket = std::min(grads, config.parallel.bucket_mb * double(1 << 20));
   const double weight_bucket = grad_bucket * bytes.weights / bytes.grads;
@@ -529,20 +534,20 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     out.data_comm_s =
         software.overlap_gradient_reduction
             ? reductions * (last_bucket + overlapped(std::max(0.0, reduce(grads, dp_pieces) + backward_gather - last_bucket),
-                                                     work.backward, d))
-            : dp_total + M * overlapped(backward_gather, work.backward, d);
+                                                     work.backward, dp_contention))
+            : dp_total + M * overlapped(backward_gather, work.backward, dp_contention);
     if (zero.shards_weights()) {
       // ZeRO-3: the weights gathered for every micro-batch's forward and backward; the first
       // block's forward gather has nothing before it to hide behind.
       dp_total += 2 * M * gather;
       const double first_block = gather / dp_pieces;
-      out.data_comm_s += M * (first_block + overlapped(gather - first_block, work.forward, d));
+      out.data_comm_s += M * (first_block + overlapped(gather - first_block, work.forward, dp_contention));
     } else if (zero.reduce_scatters()) {
       // ZeRO-1 and 2: the updated weights gathered after the step, or behind the next first forward.
       dp_total += gather;
       const double first_bucket = half_collective_seconds(weight_bucket, replicas, dp_gbs) + latency(1, false);
       out.data_comm_s += software.overlap_weight_gather
-                             ? first_bucket + overlapped(std::max(0.0, gather - first_bucket), work.forward, d)
+                             ? first_bucket + overlapped(std::max(0.0, gather - first_bucket), work.forward, dp_contention)
                              : gather;
     }
   }

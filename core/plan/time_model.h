@@ -12,7 +12,7 @@
 //     t only with sequence parallelism; head reshapes (16), the activation (GELU 4, SwiGLU 10 per
 //     element of f, fused 6) and rotary embeddings (4 per element of q and k fused, 12 eager),
 //     divided by t; in FP8 (core/plan/software.h) the linear multiplies at the FP8 rate after
-//     casting their inputs (3 bytes per element);
+//     casting their inputs (4 bytes per element: the cast writes the transpose too);
 //   backward: each multiply twice (input and weight gradients, their own shapes), fused
 //     attention 2.5 times its forward, the memory-bound work twice; recomputation adds the
 //     forward again (full) or what the software's selective policy re-runs (the attention core;
@@ -27,7 +27,8 @@
 //   the layer's multiplies but for one piece in t, the multiplies run as t pieces. The slowest
 //   stage, counting its TP and CP communication, sets the pace.
 // Whatever is overlapped costs the computation beside it the profile's overlap_contention of
-// the hidden time (SMs and memory bandwidth the collectives take).
+// the hidden time (SMs and memory bandwidth the collectives take); data-parallel collectives
+// from registered buffers (Software::registered_buffers) only the memory bandwidth they move.
 // The pipeline runs M micro-batches and the bubble of (p - 1) / v stage times; point-to-point
 // transfers are counted twice per micro-batch and stage boundary crossed (asynchronous, with the
 // interleaved schedule: only the fill and drain's). Data-parallel gradient reduction, when the

@@ -308,6 +308,7 @@ const std::vector<Field>& schema() {
             any<std::string>("a Hugging Face GPT-2 or Llama folder (config.json and safetensors)")),
       field("train.metrics_file", TRIDENT_MEMBER(train.metrics_file), any<std::string>("a file")),
       field("train.log_dir", TRIDENT_MEMBER(train.log_dir), any<std::string>("a folder")),
+      field("train.tensorboard_dir", TRIDENT_MEMBER(train.tensorboard_dir), any<std::string>("a folder")),
       enum_field<TrainDevice>("train.device", TRIDENT_MEMBER(train.device)),
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),

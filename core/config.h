@@ -274,6 +274,7 @@ struct TrainConfig {
   std::string init_from;       // a Hugging Face GPT-2 or Llama folder to start from (unless resuming)
   std::string metrics_file;    // JSON lines, one object per iteration
   std::string log_dir;         // one log per rank; empty: beside metrics_file, else none
+  std::string tensorboard_dir;  // the metrics file's scalars as TensorBoard events; empty: none
   TrainDevice device = TrainDevice::cpu;
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks

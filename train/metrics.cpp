@@ -16,6 +16,7 @@
 #include "core/text.h"
 #include "optim/zero.h"
 #include "train/device.h"
+#include "train/tensorboard_writer.h"
 
 namespace trident {
 
@@ -25,6 +26,8 @@ RunLog::RunLog(const Config& config, const Layout& layout, int64_t vocab, double
       vocab_(vocab),
       peak_tflops_(peak_tflops),
       flops_(iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute)) {}
+
+RunLog::~RunLog() = default;
 
 void RunLog::add_rates(IterationMetrics& m) const {
   const double seconds = m.elapsed_ms / 1e3;
@@ -126,38 +129,61 @@ void RunLog::iteration(const IterationMetrics& m) const {
   log::info(text);
 }
 
-void RunLog::open_metrics(bool resumed) {
+void RunLog::open_metrics(int64_t resumed_at) {
+  if (!log::primary()) return;
   const std::string& path = config_.train.metrics_file;
-  if (path.empty() || !log::primary()) return;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
-  metrics_.open(path, resumed ? std::ios::app : std::ios::trunc);
-  if (!metrics_) fail("train.metrics_file '", path, "' cannot be written: ", std::strerror(errno));
+  if (!path.empty()) {
+    const auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    metrics_.open(path, resumed_at > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_) fail("train.metrics_file '", path, "' cannot be written: ", std::strerror(errno));
+  }
+  if (!config_.train.tensorboard_dir.empty())
+    tensorboard_ = std::make_unique<TensorBoardWriter>(config_.train.tensorboard_dir, resumed_at);
+}
+
+std::vector<RunLog::Value> RunLog::values(const IterationMetrics& m) const {
+  std::vector<Value> out = {{"iteration", double(m.iteration), true},
+                            {"consumed_samples", double(m.consumed_samples), true},
+                            {"loss", m.loss, false}};
+  for (const auto& [name, value] : m.auxiliary_losses) out.push_back({"aux/" + name, value, false});
+  for (const auto& [name, value] : m.expert_balance) out.push_back({"moe/" + name, value, false});
+  out.insert(out.end(), {{"lr", m.learning_rate, false},
+                         {"grad_norm", m.grad_norm, false},
+                         {"loss_scale", m.loss_scale, false},
+                         {"skipped", double(m.skipped), true},
+                         {"elapsed_ms", m.elapsed_ms, false},
+                         {"tokens_per_s", m.tokens_per_second, false},
+                         {"tflops_6pd", m.tflops_6pd, false},
+                         {"tflops_model", m.tflops_model, false},
+                         {"tflops_hardware", m.tflops_hardware, false}});
+  if (!std::isnan(m.mfu)) out.push_back({"mfu", m.mfu, false});
+  if (!std::isnan(m.valid_loss)) out.push_back({"valid_loss", m.valid_loss, false});
+  for (const auto& [dataset, loss] : m.valid_losses) out.push_back({"valid_loss/" + dataset, loss, false});
+  for (const auto& [name, value] : m.scalars) out.push_back({name, value, false});
+  if (layout_.pp_size > 1)
+    out.insert(out.end(), {{"max_in_flight", double(m.max_in_flight), true},
+                           {"pipeline_transfer_ms", m.pipeline_transfer_ms, false}});
+  return out;
 }
 
 void RunLog::record(const IterationMetrics& m) {
+  if (!metrics_.is_open() && !tensorboard_) return;
+  const std::vector<Value> named = values(m);
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const Value& v : named)
+      if (v.name != "iteration") scalars.emplace_back(v.name, v.value);  // the event's step
+    if (!tensorboard_->write(m.iteration, scalars)) {
+      log::warn(str("train.tensorboard_dir: ", tensorboard_->path(), " cannot be written (",
+                    errno ? std::strerror(errno) : "write failed", "): iteration ", m.iteration,
+                    " and later are missing from it"));
+      tensorboard_.reset();
+    }
+  }
   if (!metrics_.is_open()) return;
   JsonLine json;
-  json.add("iteration", m.iteration)
-      .add("consumed_samples", m.consumed_samples)
-      .add("loss", m.loss);
-  for (const auto& [name, value] : m.auxiliary_losses) json.add("aux/" + name, value);
-  for (const auto& [name, value] : m.expert_balance) json.add("moe/" + name, value);
-  json.add("lr", m.learning_rate)
-      .add("grad_norm", m.grad_norm)
-      .add("loss_scale", m.loss_scale)
-      .add("skipped", int64_t(m.skipped))
-      .add("elapsed_ms", m.elapsed_ms)
-      .add("tokens_per_s", m.tokens_per_second)
-      .add("tflops_6pd", m.tflops_6pd)
-      .add("tflops_model", m.tflops_model)
-      .add("tflops_hardware", m.tflops_hardware);
-  if (!std::isnan(m.mfu)) json.add("mfu", m.mfu);
-  if (!std::isnan(m.valid_loss)) json.add("valid_loss", m.valid_loss);
-  for (const auto& [dataset, loss] : m.valid_losses) json.add("valid_loss/" + dataset, loss);
-  for (const auto& [name, value] : m.scalars) json.add(name, value);
-  if (layout_.pp_size > 1)
-    json.add("max_in_flight", m.max_in_flight).add("pipeline_transfer_ms", m.pipeline_transfer_ms);
+  for (const Value& v : named) v.integer ? json.add(v.name, int64_t(v.value)) : json.add(v.name, v.value);
   errno = 0;
   metrics_ << json.str() << "\n" << std::flush;
   if (metrics_) return;

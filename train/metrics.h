@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 namespace trident {
 
 struct StateMemory;
+class TensorBoardWriter;
 
 struct IterationMetrics {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
@@ -56,6 +58,7 @@ class RunLog {
   // `vocab`: the padded vocabulary the model holds; `peak_tflops`: the device's, 0 if unknown
   // (no MFU then).
   RunLog(const Config& config, const Layout& layout, int64_t vocab, double peak_tflops);
+  ~RunLog();
 
   // Tokens per second, TFLOPS per device (6PD, Megatron's model and hardware formulas) and MFU
   // of an iteration from its elapsed time.
@@ -72,9 +75,12 @@ class RunLog {
   // third logged iteration on, a run under half of it is warned about once.
   void expect_throughput(double tflops, std::string device);
 
-  // train.metrics_file, on rank 0: continued by a resumed run, else started anew. Error naming
-  // the file when it cannot be opened; a later failed write is one warning and ends the file.
-  void open_metrics(bool resumed);
+  // On rank 0, train.metrics_file (continued by a run resumed after iteration `resumed_at` > 0,
+  // else started anew) and train.tensorboard_dir (a new event file, TensorBoard told of the
+  // resumption). Error naming the key when one cannot be opened; a later failed write is one
+  // warning and ends that record.
+  void open_metrics(int64_t resumed_at);
+  // The iteration's values into both, under the same names.
   void record(const IterationMetrics& m);
 
  private:
@@ -88,6 +94,14 @@ class RunLog {
   mutable int64_t logged_ = 0;
   mutable bool warned_ = false;
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+
+  struct Value {
+    std::string name;
+    double value;
+    bool integer;  // written as an integer into the metrics file
+  };
+  std::vector<Value> values(const IterationMetrics& m) const;
 };
 
 }  // namespace trident

@@ -235,7 +235,7 @@ TrainingEnd Trainer::train() {
     stop_requested_ = false;  // nothing to stop: a later train() runs on
     return {};
   }
-  log_->open_metrics(/*resumed=*/iteration_ > 0);
+  log_->open_metrics(/*resumed_at=*/iteration_);
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one

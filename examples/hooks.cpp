@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
     hooks.after_save = [&](int64_t iteration, const std::string&) {
       if (primary) std::printf("hooks: saved iteration %lld\n", (long long)iteration);
     };
-    hooks.loss = [](const torch::Tensor& logits, const torch::Tensor& targets, trident::Communicator& tp) {
-      return trident::vocab_parallel_cross_entropy(logits, targets, tp) + 1e-4 * vocab_parallel_log_z(logits, tp).pow(2);
+    hooks.loss = [](const trident::TokenLossInput& in) {
+      return trident::vocab_parallel_cross_entropy(in.logits, in.targets, in.tp) +
+             1e-4 * vocab_parallel_log_z(in.logits, in.tp).pow(2);
     };
     trainer.set_hooks(hooks);
     const trident::TrainingEnd end = trainer.train();

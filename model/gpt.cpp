@@ -260,7 +260,8 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& tar
     losses = fused::cross_entropy(logits.flatten(0, 1), targets.flatten());
   } else {
     if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-    losses = token_loss ? token_loss(logits.flatten(0, 1), targets.flatten(), *tp_.group)
+    losses = token_loss ? token_loss({logits.flatten(0, 1), targets.flatten(),
+                                      loss_mask.defined() ? loss_mask.flatten() : loss_mask, is_training(), *tp_.group})
                         : vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
   }
   if (loss_mask.defined()) losses = losses * loss_mask.flatten().to(losses.scalar_type());

@@ -33,14 +33,18 @@ struct KvCache {
   int64_t tokens = 0;                       // positions 0 .. tokens - 1 are held
 };
 
-// A loss per token on the stage that holds the head: `logits` [N, vocabulary / t] are this
-// tensor-parallel rank's slice of the vocabulary (in fp32, or fp64 for precision=fp64),
-// `targets` [N] the next tokens over the whole vocabulary, `tp` the group that holds the other
-// slices. Returns [N] losses, identical on every rank of `tp`; GPTImpl::loss masks and averages
-// them as it does the built-in cross-entropy. Must be built only from vocabulary-parallel
-// operations (vocab_parallel_cross_entropy, reduce_from_tensor_parallel: parallel/tensor_parallel.h).
-using TokenLoss = std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets,
-                                              Communicator& tp)>;
+// What a loss per token gets on the stage that holds the head.
+struct TokenLossInput {
+  torch::Tensor logits;     // [N, vocabulary / t]: this TP rank's slice (fp32, or fp64 for precision=fp64)
+  torch::Tensor targets;    // [N]: the next tokens, over the whole vocabulary
+  torch::Tensor loss_mask;  // [N]: 1 where a token counts, 0 where not; undefined: every token counts
+  bool training;            // false in validation
+  Communicator& tp;         // the group that holds the other slices
+};
+// Returns [N] losses, identical on every rank of `tp`; GPTImpl::loss masks and averages them as
+// it does the built-in cross-entropy. Must be built only from vocabulary-parallel operations
+// (vocab_parallel_cross_entropy, reduce_from_tensor_parallel: parallel/tensor_parallel.h).
+using TokenLoss = std::function<torch::Tensor(const TokenLossInput& in)>;
 
 class SelfAttentionImpl : public torch::nn::Module {
  public:

@@ -4,10 +4,11 @@
 // aux/activation_l2), and one that is not right ("rank_scaled": scales its output by 1 + the
 // tensor-parallel rank, as a block that mixes up its ranks would), and can throw from a hook or
 // add a rank-local term to its loss.
-//   library_program [--throw-in-hook | --rank-local-loss] [section.key=value ...]
+//   library_program [--throw-in-hook | --rank-local-loss | --last-stage-scalars] [section.key=value ...]
 #include <trident/trident.h>
 
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -79,10 +80,24 @@ int main(int argc, char** argv) {
         if (m.iteration == 2) throw std::runtime_error("the program's own check failed");
       };
     if (flag == "--rank-local-loss")
-      hooks.loss = [](const torch::Tensor& logits, const torch::Tensor& targets, trident::Communicator& tp) {
+      hooks.loss = [](const trident::TokenLossInput& in) {
         // z-loss on this rank's slice of the vocabulary only: the mistake to catch.
-        return trident::vocab_parallel_cross_entropy(logits, targets, tp) + 1e-4 * logits.logsumexp(1).square();
+        return trident::vocab_parallel_cross_entropy(in.logits, in.targets, in.tp) + 1e-4 * in.logits.logsumexp(1).square();
       };
+    if (flag == "--last-stage-scalars") {
+      // The tokens the loss counted in training, a value only the last pipeline stage's ranks
+      // know, logged from there; validation's calls (training false) are not counted.
+      auto counted = std::make_shared<double>(0);
+      hooks.loss = [counted](const trident::TokenLossInput& in) {
+        if (in.training)
+          *counted += in.loss_mask.defined() ? in.loss_mask.sum().item<double>() : double(in.targets.numel());
+        return trident::vocab_parallel_cross_entropy(in.logits, in.targets, in.tp);
+      };
+      hooks.after_step = [counted](trident::IterationMetrics& m) {
+        if (*counted > 0) m.scalars.emplace_back("loss_tokens", *counted);
+        *counted = 0;
+      };
+    }
     trainer.set_hooks(hooks);
   });
 }

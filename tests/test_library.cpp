@@ -323,17 +323,13 @@ TEST(Hooks, TheProgramsLossReplacesCrossEntropy) {
     return training_losses(trainer, hooks);
   };
   const auto built_in = run({});
-  EXPECT_EQ(run([](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
-              return vocab_parallel_cross_entropy(logits, targets, tp);
-            }),
+  EXPECT_EQ(run([](const TokenLossInput& in) { return vocab_parallel_cross_entropy(in.logits, in.targets, in.tp); }),
             built_in);
-  EXPECT_DOUBLE_EQ(run([](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
-                     return 2 * vocab_parallel_cross_entropy(logits, targets, tp);
+  EXPECT_DOUBLE_EQ(run([](const TokenLossInput& in) {
+                     return 2 * vocab_parallel_cross_entropy(in.logits, in.targets, in.tp);
                    }).front(),
                    2 * built_in.front());
-  EXPECT_NE(error_of([&] {
-              run([](const torch::Tensor& logits, const torch::Tensor&, Communicator&) { return logits.sum(); });
-            }).find("the program's hook loss at iteration 1: Hooks::loss must return one floating-point loss per "
+  EXPECT_NE(error_of([&] { run([](const TokenLossInput& in) { return in.logits.sum(); }); }).find("the program's hook loss at iteration 1: Hooks::loss must return one floating-point loss per "
                     "token (shape [32]), not Float of shape []"),
             std::string::npos);
 }
@@ -486,6 +482,26 @@ TEST(Hooks, ALossThatDiffersAcrossTensorParallelRanksIsRefused) {
                             "tensor-parallel ranks"),
             std::string::npos)
       << run.output;
+}
+
+// A program's value that only the last pipeline stage computes (in Hooks::loss, which is told
+// training from validation) reaches rank 0's log line and metrics file: 4 micro-batches of 2 x 16
+// tokens per iteration, validation's tokens not among them.
+TEST(Hooks, AValueFromAnyRankReachesTheLogAndTheMetricsFile) {
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = scratch_dir();
+  const CommandResult run = run_command("timeout 120 " + kMpirun + "2 " + kBin +
+                                        "/tests/library_program --last-stage-scalars parallel.pipeline=2 "
+                                        "train.eval_interval=1 train.eval_iters=1 data.valid_fraction=0.25 "
+                                        "train.metrics_file=" + (dir / "metrics.jsonl").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("iter 3/3 | "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" | loss_tokens 128\n"), std::string::npos) << run.output;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines)
+    EXPECT_NE(line.find("\"loss_tokens\": 128"), std::string::npos) << line;
+  EXPECT_EQ(lines, 3);
 }
 
 // A hook's error on every rank of a job under mpirun ends it in bounded time, its cause (naming

@@ -21,13 +21,15 @@ struct Hooks {
   // Before iteration `iteration` (1, 2, ...) runs.
   std::function<void(int64_t iteration)> before_step;
   // After each iteration, with its numbers read from the device (which makes the host wait for
-  // each step): add to `m.scalars` to log more values (the log line and train.metrics_file).
+  // each step): add to `m.scalars` to log more values (the log line, train.metrics_file and
+  // train.tensorboard_dir), from any rank: they are gathered after it (train/program_scalars.h).
   std::function<void(IterationMetrics& m)> after_step;
   // After a validation, with the iteration's numbers (m.valid_loss, and m.valid_losses for a blend).
   std::function<void(const IterationMetrics& m)> after_validation;
   // Around each checkpoint save of iteration `iteration` into `folder` (collective on every rank).
   std::function<void(int64_t iteration, const std::string& folder)> before_save, after_save;
-  // Replaces next-token cross-entropy in training and validation (model/gpt.h).
+  // Replaces next-token cross-entropy in training and validation (model/gpt.h's TokenLossInput
+  // says what it gets).
   TokenLoss loss;
 };
 

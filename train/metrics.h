@@ -46,7 +46,8 @@ struct IterationMetrics {
   std::vector<std::pair<std::string, double>> valid_losses;  // each dataset's, when data.path blends several
   int64_t max_in_flight = 0;     // this rank's pipeline stage: peak micro-batches held
   double pipeline_transfer_ms = 0;  // this rank's time in pipeline exchanges
-  // A program's own values (Hooks::after_step), logged after the others under these names.
+  // A program's own values (Hooks::after_step), logged after the others under these names; every
+  // rank's, once gathered (train/program_scalars.h).
   std::vector<std::pair<std::string, double>> scalars;
 };
 

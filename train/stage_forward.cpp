@@ -51,12 +51,11 @@ torch::Tensor StageForward::operator()(const Samples& samples, int64_t consumed,
   const torch::Tensor mask = loss_mask(batch);
   TokenLoss token_loss;
   if (hooks_.loss)
-    token_loss = [this](const torch::Tensor& logits, const torch::Tensor& targets, Communicator& tp) {
+    token_loss = [this](const TokenLossInput& in) {
       torch::Tensor losses;
-      const bool training = chunks_.front()->is_training();
-      run_hook("loss", training ? iteration_ + 1 : iteration_, layout_.world_size(), [&] {
-        losses = hooks_.loss(logits, targets, tp);
-        check_program_loss(losses, targets, tp);
+      run_hook("loss", in.training ? iteration_ + 1 : iteration_, layout_.world_size(), [&] {
+        losses = hooks_.loss(in);
+        check_program_loss(losses, in.targets, in.tp);
       });
       return losses;
     };

@@ -28,6 +28,7 @@
 #include "train/divergence_stop.h"
 #include "train/evaluation.h"
 #include "train/profile.h"
+#include "train/program_scalars.h"
 #include "train/stage_forward.h"
 #include "train/stop_signals.h"
 
@@ -167,11 +168,13 @@ IterationMetrics Trainer::complete(PendingStep& pending) {
         groups_->world().rank() == 0)
       checkpoints_->clear_unhealthy(*resumed_unhealthy_);
   }
-  if (hooks_.after_step)
+  if (hooks_.after_step) {
     run_hook("after_step", m.iteration, layout_.world_size(), [&] {
       hooks_.after_step(m);
       check_scalar_names(m);
     });
+    if (cpu_world_->size() > 1) gather_program_scalars(*cpu_world_, m);
+  }
   return m;
 }
 

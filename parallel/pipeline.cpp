@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "parallel/comm/trace_span.h"
 
 namespace trident {
 namespace {
@@ -51,9 +52,10 @@ class StageRunner {
   // Runs a forward and stores its input and output; returns what goes to the next stage
   // (nothing after the loss).
   torch::Tensor forward_step(int64_t chunk, int64_t micro, torch::Tensor input) {
+    TRIDENT_TRACE_SPAN("pipeline forward: micro-batch ", micro, ", chunk ", chunk);
     if (input.defined()) input.requires_grad_(true);
     torch::Tensor output = forward_(chunk, micro, input);
-    chunks_[size_t(chunk)].push_back({input, output});
+    chunks_[size_t(chunk)].push_back({input, output, micro});
     ++in_flight_;
     stats_.max_in_flight = std::max(stats_.max_in_flight, in_flight_);
     return holds_loss(chunk) ? torch::Tensor() : output;
@@ -63,8 +65,9 @@ class StageRunner {
   torch::Tensor backward_step(int64_t chunk, const torch::Tensor& output_grad) {
     auto& stored = chunks_[size_t(chunk)];
     TRIDENT_CHECK(!stored.empty(), "backward of chunk ", chunk, " with no forward stored");
-    auto [input, output] = stored.front();
+    auto [input, output, micro] = stored.front();
     stored.pop_front();
+    TRIDENT_TRACE_SPAN("pipeline backward: micro-batch ", micro, ", chunk ", chunk);
     --in_flight_;
     if (holds_loss(chunk)) {
       output.backward();
@@ -144,7 +147,11 @@ class StageRunner {
   Communicator& group_;
   const PipelineOptions& options_;
   const PipelineForward& forward_;
-  std::vector<std::deque<std::pair<torch::Tensor, torch::Tensor>>> chunks_;
+  struct Stored {
+    torch::Tensor input, output;
+    int64_t micro;
+  };
+  std::vector<std::deque<Stored>> chunks_;
   const int rank_, size_;
   int64_t in_flight_ = 0;
   std::vector<Posted> sends_;

@@ -17,12 +17,19 @@
 #include "optim/parameter_groups.h"
 #include "parallel/comm/communicator.h"
 #include "tests/helpers.h"
+#include "tests/launchers.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/device.h"
 #include "train/trainer.h"
 
 using namespace trident;
+using trident::testing::CommandResult;
 using trident::testing::error_of;
+using trident::testing::kBin;
+using trident::testing::kMpirun;
+using trident::testing::kSource;
+using trident::testing::missing_backend;
+using trident::testing::run_command;
 using trident::testing::scratch_dir;
 using trident::testing::training_losses;
 using trident::testing::write_documents;
@@ -135,6 +142,30 @@ TEST(Training, AProfiledIterationLeavesATraceAndWhereTheTimeWent) {
   const std::string table = read_text_file(profiles + "/rank0.txt", "table");
   EXPECT_EQ(table.rfind("rank 0, iteration 2: operators by total time", 0), 0u) << table;
   EXPECT_NE(table.find("aten::"), std::string::npos) << table;
+#endif
+}
+
+// A traced iteration of TP 2 x PP 2 shows each rank's own work in its trace, in trident's spans:
+// its collectives by group and size, its pipeline's forwards and backwards by micro-batch, its
+// data loading (both stages read the batch: the first its tokens, the last its targets).
+TEST(Training, ATracedIterationShowsEachRanksCommunicationAndPipeline) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.13 (Debian's) has no Kineto to trace with";
+#else
+  if (const std::string why = missing_backend(kMpirun); !why.empty()) GTEST_SKIP() << why;
+  const auto profiles = scratch_dir() / "profiles";
+  const CommandResult run = run_command(
+      "timeout 300 " + kMpirun + "4 " + kBin + "/train --config " + kSource +
+      "/configs/gpt-tiny.yaml data.type=synthetic train.iters=2 train.eval_interval=0 train.metrics_file= "
+      "parallel.tensor=2 parallel.pipeline=2 train.profile_iteration=2 train.profile_dir=" + profiles.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string trace = read_text_file(str(profiles.string(), "/rank", rank, ".json"), "trace");
+    for (const std::string span : {"\"all_reduce tensor-parallel ", "\"exchange (start) pipeline ",
+                                   "\"pipeline forward: micro-batch 0, chunk 0\"",
+                                   "\"pipeline backward: micro-batch 0, chunk 0\"", "\"data: micro-batch 0 of "})
+      EXPECT_NE(trace.find(span), std::string::npos) << "rank " << rank << ": no span " << span;
+  }
 #endif
 }
 

@@ -5,6 +5,7 @@
 #include "core/text.h"
 #include "core/timer.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/comm/trace_span.h"
 #include "train/checkpoint/background_save.h"
 
 namespace trident {
@@ -33,6 +34,7 @@ void CheckpointSaving::save(const CheckpointRequest& request) {
   if (last_saved_ == iteration) return;  // saved (or resumed from) already: the same on every rank
   before_save(iteration);
   const Stopwatch stopped;
+  TRIDENT_TRACE_SPAN("checkpoint save: iteration ", iteration);
   save_checkpoint(store_, cpu_world_, groups_, request);
   last_saved_ = iteration;
   log::info(str("saved checkpoint ", store_.path(iteration), " in ", fixed(stopped.elapsed_s(), 2),

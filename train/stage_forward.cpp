@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/comm/trace_span.h"
 #include "parallel/context_parallel.h"
 
 namespace trident {
@@ -30,8 +31,10 @@ torch::Tensor StageForward::operator()(const Samples& samples, int64_t consumed,
   const int64_t size = layout_.micro_batch;
   const auto& at = groups_.coordinates();
   Batch batch;
-  if (first || last || data.documents())  // every layer needs the documents
+  if (first || last || data.documents()) {  // every layer needs the documents
+    TRIDENT_TRACE_SPAN("data: micro-batch ", micro, " of ", size, " samples");
     batch = samples.batch(sample_position(consumed, micro, size, at.dp, layout_.dp_size), size);
+  }
   // This rank's chunks of each sequence; from pinned memory, copies to the GPU do not make the
   // host wait for them.
   auto to_device = [&](const torch::Tensor& t) {

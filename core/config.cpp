@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -129,6 +130,23 @@ const char* name_in_table(E value) {
   for (const auto& [known, spelling] : names_of<E>())
     if (known == value) return spelling;
   return "?";
+}
+
+// Whether `text` spells train.profile_ranks, and its ranks.
+std::pair<bool, std::vector<int64_t>> checked_profile_ranks(const std::string& text) {
+  if (text == "all") return {true, {}};
+  std::vector<int64_t> ranks;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    int64_t rank = 0;
+    if (!parse_value(text.substr(from, comma - from), rank) || rank < 0 ||
+        std::find(ranks.begin(), ranks.end(), rank) != ranks.end())
+      return {false, {}};
+    ranks.push_back(rank);
+    from = comma + 1;
+  }
+  return {true, ranks};
 }
 
 // ---- The schema. ----
@@ -313,6 +331,10 @@ const std::vector<Field>& schema() {
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
       field("train.profile_iteration", TRIDENT_MEMBER(train.profile_iteration), at_least(0)),
+      field("train.profile_ranks", TRIDENT_MEMBER(train.profile_ranks),
+            Rule<std::string>{"all, or ranks separated by commas (0,3)",
+                              [](const std::string& text) { return checked_profile_ranks(text).first; }}),
+      field("train.profile_shapes", TRIDENT_MEMBER(train.profile_shapes), any<bool>("true or false")),
       field("train.profile_dir", TRIDENT_MEMBER(train.profile_dir),
             Rule<std::string>{"a folder", [](const std::string& v) { return !v.empty(); }}),
   };
@@ -568,6 +590,12 @@ std::vector<BlendPart> data_blend(const std::string& path, const std::string& ke
   }
   for (auto& part : parts) part.weight /= total;  // as Megatron normalises them
   return parts;
+}
+
+std::vector<int64_t> profile_ranks(const std::string& text) {
+  const auto [valid, ranks] = checked_profile_ranks(text);
+  if (!valid) fail("config key 'train.profile_ranks': expected all, or ranks separated by commas (0,3), got '", text, "'");
+  return ranks;
 }
 
 }  // namespace trident

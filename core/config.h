@@ -250,6 +250,10 @@ struct BlendPart {
 // data.path read as Megatron's --data-path: one prefix, or weights and prefixes in pairs,
 // "0.7 data/web 0.3 data/code", the weights normalised to sum to 1. Error naming `key` and what
 // is wrong (an odd count, a weight that is not a positive number).
+// train.profile_ranks as ranks, in its order; empty for "all". Fails naming the key unless the
+// text is "all" or non-negative integers separated by commas, none twice.
+std::vector<int64_t> profile_ranks(const std::string& text);
+
 std::vector<BlendPart> data_blend(const std::string& path, const std::string& key = "data.path");
 
 struct TrainConfig {
@@ -278,8 +282,10 @@ struct TrainConfig {
   TrainDevice device = TrainDevice::cpu;
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks
-  int64_t profile_iteration = 0;         // profile this iteration on every rank (train/profile.h); 0: none
-  std::string profile_dir = "profiles";  // where each rank writes its trace and table
+  int64_t profile_iteration = 0;         // profile this iteration (train/profile.h); 0: none
+  std::string profile_ranks = "all";     // the ranks that profile it: all, or ranks by commas ("0,3")
+  bool profile_shapes = true;            // the operators' input shapes in the trace
+  std::string profile_dir = "profiles";  // where each profiled rank writes its trace and table
 };
 
 struct Config {

@@ -698,9 +698,12 @@ TEST(RankLogs, EveryRankLogsAndAnErrorNamesItsLog) {
     const std::string log = read_text_file((dir / "logs" / ("rank-" + rank + ".log")).string(), "log");
     EXPECT_NE(log.find("Z iter 2/2 | samples 32 |"), std::string::npos) << log;
   }
-  // The straggler report of each log interval.
+  // The straggler report of each log interval, in the log and in the metrics file.
   EXPECT_NE(r.output.find("[rank 0] ranks over iterations 2-2: computing slowest rank "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" s; waiting in communication min "), std::string::npos) << r.output;
+  const std::string metrics = read_text_file((dir / "metrics.jsonl").string(), "metrics");
+  for (const char* key : {"\"straggler/slowest_rank\": ", "\"straggler/slowest_compute_s\": ", "\"straggler/wait_max_s\": "})
+    EXPECT_NE(metrics.find(key), std::string::npos) << key << " not in\n" << metrics;
   const Timed killed = run_timed("timeout 120 " + kEnvLaunch +
                                  "2 --kill-rank 1 --once-said 'memory on rank 0' --after 1 -- " +
                                  train_command("", {"data.type=synthetic", "train.iters=1000000",

@@ -130,6 +130,13 @@ TEST(Training, AProfiledIterationLeavesATraceAndWhereTheTimeWent) {
   EXPECT_NE(error_of([&] { Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=4"})); })
                 .find("train.profile_iteration=4 is past train.iters=3: no iteration would be profiled"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=2", "train.profile_ranks=0,1"}));
+            }).find("train.profile_ranks=0,1 names rank 1, but the job has 1 process(es): ranks 0 to 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { small_config(data, {"train.profile_ranks=0,0"}); })
+                .find("config key 'train.profile_ranks': expected all, or ranks separated by commas (0,3), got '0,0'"),
+            std::string::npos);
 #if TORCH_VERSION_MAJOR < 2
   EXPECT_NE(error_of([&] { Trainer trainer(config); }).find("train.profile_iteration=2 needs a LibTorch whose profiler"),
             std::string::npos);
@@ -165,7 +172,20 @@ TEST(Training, ATracedIterationShowsEachRanksCommunicationAndPipeline) {
                                    "\"pipeline forward: micro-batch 0, chunk 0\"",
                                    "\"pipeline backward: micro-batch 0, chunk 0\"", "\"data: micro-batch 0 of "})
       EXPECT_NE(trace.find(span), std::string::npos) << "rank " << rank << ": no span " << span;
+    EXPECT_NE(trace.find("\"Input Dims\""), std::string::npos) << "rank " << rank << ": no input shapes";
   }
+  // Only the ranks asked for, without the operators' input shapes when so asked.
+  const auto some = scratch_dir() / "some";
+  const CommandResult chosen = run_command(
+      "timeout 300 " + kMpirun + "4 " + kBin + "/train --config " + kSource +
+      "/configs/gpt-tiny.yaml data.type=synthetic train.iters=2 train.eval_interval=0 train.metrics_file= "
+      "parallel.tensor=2 parallel.pipeline=2 train.profile_iteration=1 train.profile_ranks=3 train.profile_shapes=false "
+      "train.profile_dir=" + some.string());
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("profiled iteration 1 (the traces and tables of ranks 3 in " + some.string() + "/)"),
+            std::string::npos) << chosen.output;
+  for (int rank = 0; rank < 3; ++rank) EXPECT_FALSE(std::filesystem::exists(str(some.string(), "/rank", rank, ".json")));
+  EXPECT_EQ(read_text_file(some.string() + "/rank3.json", "trace").find("\"Input Dims\""), std::string::npos);
 #endif
 }
 

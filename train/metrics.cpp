@@ -93,7 +93,7 @@ void check_scalar_names(const IterationMetrics& m) {
   std::set<std::string> seen;
   for (const auto& [name, value] : m.scalars) {
     if (name.empty() || kUsed.count(name) || name.rfind("valid_loss/", 0) == 0 || name.rfind("aux/", 0) == 0 ||
-        name.rfind("moe/", 0) == 0)
+        name.rfind("moe/", 0) == 0 || name.rfind("straggler/", 0) == 0 || name.rfind("memory/", 0) == 0)
       fail("IterationMetrics::scalars: '", name, "' is not a name of its own (empty, or one the metrics file uses)");
     if (!seen.insert(name).second) fail("IterationMetrics::scalars: '", name, "' is given twice");
   }
@@ -160,6 +160,21 @@ std::vector<RunLog::Value> RunLog::values(const IterationMetrics& m) const {
   if (!std::isnan(m.mfu)) out.push_back({"mfu", m.mfu, false});
   if (!std::isnan(m.valid_loss)) out.push_back({"valid_loss", m.valid_loss, false});
   for (const auto& [dataset, loss] : m.valid_losses) out.push_back({"valid_loss/" + dataset, loss, false});
+  if (m.stragglers) {
+    const StragglerFigures& f = *m.stragglers;
+    out.insert(out.end(), {{"straggler/slowest_rank", double(f.slowest_rank), true},
+                           {"straggler/slowest_compute_s", f.slowest_compute_s, false},
+                           {"straggler/fastest_rank", double(f.fastest_rank), true},
+                           {"straggler/fastest_compute_s", f.fastest_compute_s, false},
+                           {"straggler/wait_min_s", f.wait_min_s, false},
+                           {"straggler/wait_median_s", f.wait_median_s, false},
+                           {"straggler/wait_max_s", f.wait_max_s, false}});
+  }
+  if (m.memory) {
+    const double gib = double(1 << 30);
+    out.insert(out.end(), {{"memory/peak_allocated_gib", double(m.memory->peak_allocated) / gib, false},
+                           {"memory/reserved_gib", double(m.memory->reserved) / gib, false}});
+  }
   for (const auto& [name, value] : m.scalars) out.push_back({name, value, false});
   if (layout_.pp_size > 1)
     out.insert(out.end(), {{"max_in_flight", double(m.max_in_flight), true},

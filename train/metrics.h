@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "core/config.h"
 #include "core/layout.h"
 #include "core/plan/flops.h"
+#include "train/device.h"
+#include "train/straggler_report.h"
 
 namespace trident {
 
@@ -46,6 +49,12 @@ struct IterationMetrics {
   std::vector<std::pair<std::string, double>> valid_losses;  // each dataset's, when data.path blends several
   int64_t max_in_flight = 0;     // this rank's pipeline stage: peak micro-batches held
   double pipeline_transfer_ms = 0;  // this rank's time in pipeline exchanges
+  // At a logged iteration of a job of several ranks, the straggler report's figures since the
+  // last one (train/straggler_report.h), as straggler/<name>.
+  std::optional<StragglerFigures> stragglers;
+  // At a logged iteration on a GPU, the allocator's peak since the last one and what it holds
+  // (train/device.h), as memory/<name> in GiB.
+  std::optional<AllocatorStats> memory;
   // A program's own values (Hooks::after_step), logged after the others under these names; every
   // rank's, once gathered (train/program_scalars.h).
   std::vector<std::pair<std::string, double>> scalars;

@@ -22,10 +22,9 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-// Input shapes recorded: scripts/kernel_sources.py names the operator and shapes behind a kernel.
-ProfilerConfig kineto_config() {
-  return ProfilerConfig(ProfilerState::KINETO, /*report_input_shapes=*/true, /*profile_memory=*/false,
-                        /*with_stack=*/false);
+// With input shapes, scripts/kernel_sources.py names the operator and shapes behind a kernel.
+ProfilerConfig kineto_config(bool input_shapes) {
+  return ProfilerConfig(ProfilerState::KINETO, input_shapes, /*profile_memory=*/false, /*with_stack=*/false);
 }
 
 double event_ms(const profiler::KinetoEvent& event) {
@@ -73,8 +72,12 @@ std::string time_table(const profiler::ProfilerResult& result, bool cuda, int ra
 
 }  // namespace
 
-void check_profile_settings(const TrainConfig& train) {
+void check_profile_settings(const TrainConfig& train, int64_t world_size) {
   if (train.profile_iteration == 0) return;
+  for (const int64_t rank : profile_ranks(train.profile_ranks))
+    if (rank >= world_size)
+      fail("train.profile_ranks=", train.profile_ranks, " names rank ", rank, ", but the job has ", world_size,
+           " process(es): ranks 0 to ", world_size - 1);
   if (train.profile_iteration > train.iters)
     fail("train.profile_iteration=", train.profile_iteration, " is past train.iters=", train.iters,
          ": no iteration would be profiled");
@@ -84,11 +87,16 @@ void check_profile_settings(const TrainConfig& train) {
 #endif
 }
 
-IterationProfile::IterationProfile(const torch::Device& device) : device_(device) {
+bool profiles_rank(const TrainConfig& train, int64_t rank) {
+  const std::vector<int64_t> ranks = profile_ranks(train.profile_ranks);
+  return ranks.empty() || std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+
+IterationProfile::IterationProfile(const torch::Device& device, bool input_shapes) : device_(device) {
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (device.is_cuda()) activities.insert(ActivityType::CUDA);
-  profiler::prepareProfiler(kineto_config(), activities);
-  profiler::enableProfiler(kineto_config(), activities);
+  profiler::prepareProfiler(kineto_config(input_shapes), activities);
+  profiler::enableProfiler(kineto_config(input_shapes), activities);
 }
 
 IterationProfile::~IterationProfile() {

@@ -1,5 +1,6 @@
-// train.profile_iteration: LibTorch's profiler (Kineto) over one training iteration on every
-// rank. Each rank writes, in train.profile_dir, rank<R>.json, a trace to open in Perfetto or
+// train.profile_iteration: LibTorch's profiler (Kineto) over one training iteration on the
+// ranks of train.profile_ranks (every rank by default), with the operators' input shapes unless
+// train.profile_shapes is false. Each of them writes, in train.profile_dir, rank<R>.json, a trace to open in Perfetto or
 // chrome://tracing, and rank<R>.txt, where the iteration's time went: on CUDA the GPU kernels by
 // their total time (one stream's kernels do not overlap, so the shares add up), on the CPU
 // LibTorch's operators by their total time (an operator's time includes those it calls).
@@ -14,12 +15,16 @@
 namespace trident {
 
 // Fails naming train.profile_iteration when it is past train.iters (nothing would be profiled)
-// or this LibTorch cannot write traces (one built without Kineto, as Debian's 1.13 is).
-void check_profile_settings(const TrainConfig& train);
+// or this LibTorch cannot write traces (one built without Kineto, as Debian's 1.13 is), and
+// train.profile_ranks when it names a rank the job of `world_size` does not have.
+void check_profile_settings(const TrainConfig& train, int64_t world_size);
+
+// Whether `rank` profiles train.profile_iteration.
+bool profiles_rank(const TrainConfig& train, int64_t rank);
 
 class IterationProfile {
  public:
-  explicit IterationProfile(const torch::Device& device);  // starts recording
+  IterationProfile(const torch::Device& device, bool input_shapes);  // starts recording
   IterationProfile(const IterationProfile&) = delete;
   IterationProfile& operator=(const IterationProfile&) = delete;
   ~IterationProfile();  // stops recording if finish() did not

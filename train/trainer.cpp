@@ -63,7 +63,8 @@ Trainer::PendingStep Trainer::run_step() {
   if (hooks_.before_step)
     run_hook("before_step", iteration_ + 1, layout_.world_size(), [&] { hooks_.before_step(iteration_ + 1); });
   PendingStep pending;
-  if (iteration_ + 1 == config_.train.profile_iteration) profile_ = std::make_unique<IterationProfile>(device_);
+  if (iteration_ + 1 == config_.train.profile_iteration && profiles_rank(config_.train, groups_->world().rank()))
+    profile_ = std::make_unique<IterationProfile>(device_, config_.train.profile_shapes);
   pending.timer = std::make_unique<IntervalTimer>(device_);
   pending.timer->start();
   for (auto& chunk : model_.chunks) {
@@ -130,12 +131,15 @@ Trainer::PendingStep Trainer::run_step() {
   m.pipeline_transfer_ms = stats.transfer_ms;
   pending.loss = loss_sum;
   pending.grad_norm = grad_norm;
-  if (profile_) {
-    const std::string table = profile_->finish(config_.train.profile_dir, groups_->world().rank(), iteration_);
+  if (iteration_ == config_.train.profile_iteration) {
+    const std::string table =
+        profile_ ? profile_->finish(config_.train.profile_dir, groups_->world().rank(), iteration_) : "";
     profile_.reset();
+    const std::string& ranks = config_.train.profile_ranks;
     if (groups_->world().rank() == 0)
-      log::info(str("profiled iteration ", iteration_, " (every rank's trace and table in ", config_.train.profile_dir,
-                    "/): ", table));
+      log::info(str("profiled iteration ", iteration_, " (",
+                    ranks == "all" ? std::string("every rank's trace and table") : "the traces and tables of ranks " + ranks,
+                    " in ", config_.train.profile_dir, "/)", table.empty() ? "" : ": " + table));
   }
   return pending;
 }
@@ -257,9 +261,17 @@ TrainingEnd Trainer::train() {
     const bool save = checkpoints_ && t.save_interval > 0 && it % t.save_interval == 0 && !stop;
     const bool logged = it % t.log_interval == 0 || it == t.iters || it == first_iteration + 1 || stop;
     if (!(validate || save || logged)) continue;
+    for (auto& step : pending) complete(step);
+    // The training steps' figures (before validation and saving, which the next interval leaves out too).
+    std::optional<StragglerFigures> stragglers;
+    if (logged && cpu_world_->size() > 1) stragglers = stragglers_.measure(*cpu_world_);
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
       if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
+      if (m.iteration == it && logged) {
+        m.stragglers = stragglers;
+        m.memory = allocator_stats(device_);
+      }
       if (m.iteration == it && validate) {
         validate_into(m);
         if (hooks_.after_validation && !std::isnan(m.valid_loss))
@@ -271,13 +283,17 @@ TrainingEnd Trainer::train() {
       log_->record(m);
     }
     pending.clear();
-    if (logged && cpu_world_->size() > 1) stragglers_.report(*cpu_world_, last_reported + 1, it);
-    if (logged) last_reported = it;
+    if (stragglers) log::info(straggler_line(*stragglers, last_reported + 1, it));
+    if (logged) {
+      last_reported = it;
+      reset_peak_memory(device_);
+    }
     if (save && t.async_save) saving_->start_background(checkpoint_request());
     else if (save) save_checkpoint();
     // A stop asked for after validating or saving (hooks) holds before the next step: the
     // checkpoint then holds the weights just validated.
     if ((validate || save) && !stop) stop = agree_on_control();
+    if (stragglers) stragglers_.restart();  // validation and saving belong to no interval
   }
   if (checkpoints_) save_checkpoint();  // publishes a background save; saves unless done already
   stop_requested_ = false;                         // honoured: a later train() runs on

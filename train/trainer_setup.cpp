@@ -66,7 +66,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
       FlightRecorder::process().keep_records_in(dir, launch.job, int(launch.rank));
     }
     check_block_registered(config_.model.block);
-    check_profile_settings(config_.train);
+    check_profile_settings(config_.train, launch.world_size);
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });

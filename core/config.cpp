@@ -132,6 +132,8 @@ const char* name_in_table(E value) {
   return "?";
 }
 
+constexpr const char* kProfileRanksExpected = "all, or ranks separated by commas (0,3)";
+
 // Whether `text` spells train.profile_ranks, and its ranks.
 std::pair<bool, std::vector<int64_t>> checked_profile_ranks(const std::string& text) {
   if (text == "all") return {true, {}};
@@ -332,7 +334,7 @@ const std::vector<Field>& schema() {
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
       field("train.profile_iteration", TRIDENT_MEMBER(train.profile_iteration), at_least(0)),
       field("train.profile_ranks", TRIDENT_MEMBER(train.profile_ranks),
-            Rule<std::string>{"all, or ranks separated by commas (0,3)",
+            Rule<std::string>{kProfileRanksExpected,
                               [](const std::string& text) { return checked_profile_ranks(text).first; }}),
       field("train.profile_shapes", TRIDENT_MEMBER(train.profile_shapes), any<bool>("true or false")),
       field("train.profile_dir", TRIDENT_MEMBER(train.profile_dir),
@@ -594,7 +596,7 @@ std::vector<BlendPart> data_blend(const std::string& path, const std::string& ke
 
 std::vector<int64_t> profile_ranks(const std::string& text) {
   const auto [valid, ranks] = checked_profile_ranks(text);
-  if (!valid) fail("config key 'train.profile_ranks': expected all, or ranks separated by commas (0,3), got '", text, "'");
+  if (!valid) fail("config key 'train.profile_ranks': expected ", kProfileRanksExpected, ", got '", text, "'");
   return ranks;
 }
 

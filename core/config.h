@@ -250,11 +250,11 @@ struct BlendPart {
 // data.path read as Megatron's --data-path: one prefix, or weights and prefixes in pairs,
 // "0.7 data/web 0.3 data/code", the weights normalised to sum to 1. Error naming `key` and what
 // is wrong (an odd count, a weight that is not a positive number).
+std::vector<BlendPart> data_blend(const std::string& path, const std::string& key = "data.path");
+
 // train.profile_ranks as ranks, in its order; empty for "all". Fails naming the key unless the
 // text is "all" or non-negative integers separated by commas, none twice.
 std::vector<int64_t> profile_ranks(const std::string& text);
-
-std::vector<BlendPart> data_blend(const std::string& path, const std::string& key = "data.path");
 
 struct TrainConfig {
   int64_t iters = 100;

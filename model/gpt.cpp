@@ -254,17 +254,17 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& tar
                             const torch::Tensor& loss_mask, const TokenLoss& token_loss) {
   TRIDENT_CHECK(stage_.head, "loss() needs the stage that holds the head");
   auto logits = forward(input, documents);
+  const torch::Tensor mask = loss_mask.defined() ? loss_mask.flatten() : loss_mask;  // [N] or none
   torch::Tensor losses;
   if (!token_loss && tp_.group->size() == 1 && fused::applies(logits, config_.fused_kernels)) {
     // From the logits in their own type: no fp32 copy of them (model/fused_kernels.h).
     losses = fused::cross_entropy(logits.flatten(0, 1), targets.flatten());
   } else {
     if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-    losses = token_loss ? token_loss({logits.flatten(0, 1), targets.flatten(),
-                                      loss_mask.defined() ? loss_mask.flatten() : loss_mask, is_training(), *tp_.group})
+    losses = token_loss ? token_loss({logits.flatten(0, 1), targets.flatten(), mask, is_training(), *tp_.group})
                         : vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.flatten(), *tp_.group);
   }
-  if (loss_mask.defined()) losses = losses * loss_mask.flatten().to(losses.scalar_type());
+  if (mask.defined()) losses = losses * mask.to(losses.scalar_type());
   return losses.mean();
 }
 

@@ -1,5 +1,6 @@
 #include "train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -90,10 +91,13 @@ void check_scalar_names(const IterationMetrics& m) {
                                               "grad_norm",   "loss_scale",       "skipped",       "elapsed_ms",
                                               "tokens_per_s", "tflops_6pd",      "tflops_model",  "tflops_hardware",
                                               "mfu",         "valid_loss",       "max_in_flight", "pipeline_transfer_ms"};
+  // The families of names RunLog::values makes: "<prefix><name>".
+  static const char* const kPrefixes[] = {"valid_loss/", "aux/", "moe/", "straggler/", "memory/"};
   std::set<std::string> seen;
   for (const auto& [name, value] : m.scalars) {
-    if (name.empty() || kUsed.count(name) || name.rfind("valid_loss/", 0) == 0 || name.rfind("aux/", 0) == 0 ||
-        name.rfind("moe/", 0) == 0 || name.rfind("straggler/", 0) == 0 || name.rfind("memory/", 0) == 0)
+    const bool in_a_family =
+        std::any_of(std::begin(kPrefixes), std::end(kPrefixes), [&](const char* p) { return name.rfind(p, 0) == 0; });
+    if (name.empty() || kUsed.count(name) || in_a_family)
       fail("IterationMetrics::scalars: '", name, "' is not a name of its own (empty, or one the metrics file uses)");
     if (!seen.insert(name).second) fail("IterationMetrics::scalars: '", name, "' is given twice");
   }

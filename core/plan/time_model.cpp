@@ -529,11 +529,12 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   double dp_total = 0;
   if (replicas > 1) {
     const double backward_gather = zero.shards_weights() ? gather : 0;
-    dp_total = reductions * reduce(grads, dp_pieces);
+    const double reduction = reduce(grads, dp_pieces);
+    dp_total = reductions * reduction;
     const double last_bucket = reduce(grad_bucket, 1);
     out.data_comm_s =
         software.overlap_gradient_reduction
-            ? reductions * (last_bucket + overlapped(std::max(0.0, reduce(grads, dp_pieces) + backward_gather - last_bucket),
+            ? reductions * (last_bucket + overlapped(std::max(0.0, reduction + backward_gather - last_bucket),
                                                      work.backward, dp_contention))
             : dp_total + M * overlapped(backward_gather, work.backward, dp_contention);
     if (zero.shards_weights()) {

@@ -45,7 +45,7 @@ const NameTable<E>& names_of();
 template <>
 const NameTable<Precision>& names_of() {
   static const NameTable<Precision> table = {
-      {Precision::fp32, "fp32"}, {Precision::fp64, "fp64"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}};
+      {Precision::fp32, "fp32"}, {Precision::fp64, "fp64"}, {Precision::bf16, "bf16"}, {Precision::fp16, "fp16"}, {Precision::fp8, "fp8"}};
   return table;
 }
 template <>
@@ -556,6 +556,20 @@ void Config::validate() const {
   if (train.eval_interval > 0 && data.type != DataType::program && data.valid_fraction <= 0 && data.valid_path.empty())
     fail("train.eval_interval is set but data.valid_fraction is 0 and data.valid_path is empty: there is no "
          "validation data");
+  if (precision == Precision::fp8) {
+    // cuBLAS's FP8 multiplies take sizes in multiples of 16: each linear layer's rows (a
+    // micro-batch's tokens on a rank), inputs and outputs (each rank's share under TP).
+    const int64_t t = std::max<int64_t>(parallel.tensor, 1), c = std::max<int64_t>(parallel.context, 1);
+    const std::pair<std::string, int64_t> sizes[] = {
+        {"batch.micro_batch_size x model.seq_length / parallel.context", batch.micro_batch_size * m.seq_length / c},
+        {"model.hidden_size", m.hidden_size},
+        {"model.ffn_hidden_size / parallel.tensor", m.ffn() / t},
+        {"the attention's width (heads x head size) / parallel.tensor", m.attention_width() / t},
+        {"the QKV projection's outputs / parallel.tensor", m.qkv_rows() / t}};
+    for (const auto& [what, size] : sizes)
+      if (size % 16 != 0)
+        fail("precision=fp8 needs ", what, " a multiple of 16 (FP8 multiplies take sizes in 16s), not ", size);
+  }
 }
 
 std::string Config::to_yaml() const {

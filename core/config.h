@@ -13,7 +13,9 @@ namespace trident {
 
 // Settings with a fixed set of values are enums, parsed once by the config; name() spells them
 // as the config does.
-enum class Precision { fp32, fp64, bf16, fp16 };
+// fp8: bf16 weights and activations with the linear layers' multiplies in FP8
+// (parallel/fp8_multiply.h).
+enum class Precision { fp32, fp64, bf16, fp16, fp8 };
 enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
@@ -73,7 +75,9 @@ std::ostream& operator<<(std::ostream& out, DataType value);
 std::ostream& operator<<(std::ostream& out, Offload value);
 std::ostream& operator<<(std::ostream& out, DecayStyle value);
 // 16-bit weights and activations beside fp32 main weights and fp32 gradient accumulation.
-inline bool mixed(Precision precision) { return precision == Precision::bf16 || precision == Precision::fp16; }
+inline bool mixed(Precision precision) {
+  return precision == Precision::bf16 || precision == Precision::fp16 || precision == Precision::fp8;
+}
 
 struct ModelConfig {
   int64_t num_layers = 4;

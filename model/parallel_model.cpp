@@ -16,6 +16,7 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
               layout.recompute,
               ContextParallel{groups.shared_cp_group(), groups.shared_ulysses_group(), groups.shared_ring_group()},
               ExpertParallel{groups.shared_ep_group()});
+    if (config.precision == Precision::fp8) set_linear_multiply(*chunk, LinearMultiply::fp8);
     chunk->to(dtype);
     chunk->initialize(config.train.seed);
     chunk->to(device);

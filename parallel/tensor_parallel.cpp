@@ -4,6 +4,7 @@
 #include <torch/nn/functional/linear.h>
 
 #include "core/error.h"
+#include "parallel/fp8_multiply.h"
 
 namespace trident {
 namespace {
@@ -112,7 +113,9 @@ namespace {
 // then adds the bias in a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the
 // 1.7B row's GPU time), and at::linear folds the rows only when they are contiguous. So the rows
 // go in as one matrix, whatever their strides.
-torch::Tensor linear_over_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) {
+torch::Tensor linear_over_rows(LinearMultiply multiply, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias = {}) {
+  if (multiply == LinearMultiply::fp8) return fp8::linear(x, weight, bias);
   if (!bias.defined() || x.dim() == 2) return torch::nn::functional::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
@@ -134,7 +137,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, Tens
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   Communicator& tp = *tp_.group;
   auto input = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
-  auto y = linear_over_rows(input, weight, bias);
+  auto y = linear_over_rows(multiply_, input, weight, bias);
   return output_ == ColumnOutput::gathered ? gather_from_tensor_parallel(y, tp) : y;
 }
 
@@ -155,11 +158,18 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   Communicator& tp = *tp_.group;
   auto input = input_ == RowInput::split ? x : scatter_to_tensor_parallel(x, tp);
   // One rank reduces nothing: the bias goes into the multiply (one pass over the output less).
-  if (tp.size() == 1) return linear_over_rows(input, weight, bias);
-  auto partial = linear_over_rows(input, weight);
+  if (tp.size() == 1) return linear_over_rows(multiply_, input, weight, bias);
+  auto partial = linear_over_rows(multiply_, input, weight);
   auto y = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                  : reduce_from_tensor_parallel(partial, tp);
   return bias.defined() ? y + bias : y;
+}
+
+void set_linear_multiply(torch::nn::Module& root, LinearMultiply multiply) {
+  for (const auto& module : root.modules()) {
+    if (auto* column = dynamic_cast<ColumnParallelLinearImpl*>(module.get())) column->multiply_in(multiply);
+    if (auto* row = dynamic_cast<RowParallelLinearImpl*>(module.get())) row->multiply_in(multiply);
+  }
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, TensorParallel tp,

@@ -32,6 +32,10 @@ struct TensorParallel {
   bool sequence_parallel = false;
 };
 
+// How a linear layer multiplies: in its weights' type, or in FP8 (precision=fp8:
+// parallel/fp8_multiply.h).
+enum class LinearMultiply { native, fp8 };
+
 // Where a column-parallel layer's output goes: split over the group (into a row-parallel layer,
 // Megatron's pairing) or gathered whole.
 enum class ColumnOutput { split, gathered };
@@ -47,11 +51,13 @@ class ColumnParallelLinearImpl : public ParallelModule {
   ColumnParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
                            ColumnOutput output = ColumnOutput::split, bool with_bias = true);
   torch::Tensor forward(const torch::Tensor& x);
+  void multiply_in(LinearMultiply multiply) { multiply_ = multiply; }
   torch::Tensor weight, bias;  // [out/t, in], [out/t] (undefined without bias)
 
  private:
   TensorParallel tp_;
   ColumnOutput output_;
+  LinearMultiply multiply_ = LinearMultiply::native;
 };
 TORCH_MODULE(ColumnParallelLinear);
 
@@ -64,13 +70,19 @@ class RowParallelLinearImpl : public ParallelModule {
   RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init = Init::normal,
                         RowInput input = RowInput::split, bool with_bias = true);
   torch::Tensor forward(const torch::Tensor& x);
+  void multiply_in(LinearMultiply multiply) { multiply_ = multiply; }
   torch::Tensor weight, bias;  // [out, in/t], [out] (undefined without bias)
 
  private:
   TensorParallel tp_;
   RowInput input_;
+  LinearMultiply multiply_ = LinearMultiply::native;
 };
 TORCH_MODULE(RowParallelLinear);
+
+// Every column- and row-parallel layer under `root` multiplies so (the embedding and the output
+// head are not linear layers: they keep their weights' type).
+void set_linear_multiply(torch::nn::Module& root, LinearMultiply multiply);
 
 // An embedding table whose rows (the vocabulary) are split over the group: ids outside this
 // rank's range look up zeros, and the all-reduce adds the one rank that had each id. On a

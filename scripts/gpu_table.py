@@ -1,11 +1,11 @@
-"""Prints scripts/gpu_report's side-by-side table: for each row, trident with its fused kernels
-and with the composite path (model.fused_kernels=false), and the PyTorch peer
+"""Prints scripts/gpu_report's side-by-side table: for each row, trident with its fused kernels,
+in FP8 (precision=fp8) and with the composite path (model.fused_kernels=false), and the PyTorch peer
 (scripts/pytorch_gpu_peer.py) eager and under torch.compile: tokens/s, MFU and peak allocated
 memory. trident's tokens/s are the mean over its iterations after the first (and before the
 last, when ROW_KERNELS_profile/ says it was profiled); the peers' MFU is
 trident's FLOPs per token (Megatron's formula) at the peer's rate.
 
-  python3 scripts/gpu_table.py DIR ROW...    (DIR holds ROW_fused.log/.jsonl, ROW_composite.*, ROW_eager.json, ROW_compile.json)
+  python3 scripts/gpu_table.py DIR ROW...    (DIR holds ROW_fused.log/.jsonl, ROW_fp8.*, ROW_composite.*, ROW_eager.json, ROW_compile.json)
 """
 import json
 import re
@@ -44,17 +44,19 @@ def cell(run, mfu):
 
 def main():
     directory, rows = Path(sys.argv[1]), sys.argv[2:]
-    print("| row | trident fused | trident composite | PyTorch eager | torch.compile | fused / compile |")
-    print("|---|---|---|---|---|---|")
+    print("| row | trident fused | trident fp8 | trident composite | PyTorch eager | torch.compile "
+          "| fused / compile | fp8 / compile |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         fused, composite = trident(directory, f"{row}_fused"), trident(directory, f"{row}_composite")
+        fp8 = trident(directory, f"{row}_fp8")
         eager, compiled = peer(directory, f"{row}_eager"), peer(directory, f"{row}_compile")
-        reference = fused or composite
+        reference = fused or composite or fp8
         flops_per_token_mfu = reference["mfu"] / reference["tokens_per_s"] if reference else float("nan")
         mfu = lambda run: run["tokens_per_s"] * flops_per_token_mfu if run else 0.0
-        ratio = f"{fused['tokens_per_s'] / compiled['tokens_per_s']:.3f}" if fused and compiled else "-"
-        print(f"| {row} | {cell(fused, mfu(fused))} | {cell(composite, mfu(composite))} | {cell(eager, mfu(eager))} "
-              f"| {cell(compiled, mfu(compiled))} | {ratio} |")
+        ratio = lambda run: f"{run['tokens_per_s'] / compiled['tokens_per_s']:.3f}" if run and compiled else "-"
+        print(f"| {row} | {cell(fused, mfu(fused))} | {cell(fp8, mfu(fp8))} | {cell(composite, mfu(composite))} "
+              f"| {cell(eager, mfu(eager))} | {cell(compiled, mfu(compiled))} | {ratio(fused)} | {ratio(fp8)} |")
 
 
 if __name__ == "__main__":

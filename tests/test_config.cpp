@@ -33,12 +33,29 @@ TEST(Config, UnknownKeySuggestsClosest) {
   EXPECT_NE(message.find("did you mean 'optimizer.lr'"), std::string::npos) << message;
 }
 
+// FP8 multiplies take sizes in 16s: a config whose linear layers have others is refused with
+// the size that is not, and the keys that make it.
+TEST(Config, Fp8NeedsSizesInSixteens) {
+  EXPECT_NO_THROW(Config::parse(kSynthetic, {"precision=fp8", "model.hidden_size=64", "model.seq_length=32"}));
+  auto message = error_of([] {
+    Config::parse(kSynthetic, {"precision=fp8", "model.seq_length=30", "batch.micro_batch_size=1"});
+  });
+  EXPECT_NE(message.find("precision=fp8 needs batch.micro_batch_size x model.seq_length / parallel.context a "
+                         "multiple of 16"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("not 30"), std::string::npos) << message;
+  message = error_of([] {
+    Config::parse(kSynthetic, {"precision=fp8", "model.hidden_size=64", "model.ffn_hidden_size=72", "parallel.tensor=2"});
+  });
+  EXPECT_NE(message.find("model.ffn_hidden_size / parallel.tensor a multiple of 16"), std::string::npos) << message;
+}
+
 TEST(Config, WrongTypesNameTheKeyAndExpectation) {
   auto message = error_of([] { Config::parse(kSynthetic, {"model.hidden_size=big"}); });
   EXPECT_NE(message.find("'model.hidden_size': expected an integer from 1 to 1048576, got 'big'"),
             std::string::npos) << message;
-  message = error_of([] { Config::parse(kSynthetic, {"precision=fp8"}); });
-  EXPECT_NE(message.find("expected one of fp32, fp64, bf16, fp16"), std::string::npos) << message;
+  message = error_of([] { Config::parse(kSynthetic, {"precision=fp4"}); });
+  EXPECT_NE(message.find("expected one of fp32, fp64, bf16, fp16, fp8"), std::string::npos) << message;
   message = error_of([] { Config::parse(kSynthetic, {"model.hidden_dropout=1.5"}); });
   EXPECT_NE(message.find("model.hidden_dropout"), std::string::npos) << message;
   message = error_of([] { Config::parse(std::string(kSynthetic) + "batch:\n  micro_batch_size: [1, 2]\n"); });

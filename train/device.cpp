@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/fp8_multiply.h"
 
 #ifdef TRIDENT_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -45,7 +46,8 @@ std::string device_name(const torch::Device& device) {
 torch::Dtype weights_dtype(Precision precision) {
   switch (precision) {
     case Precision::fp64: return torch::kDouble;
-    case Precision::bf16: return torch::kBFloat16;
+    case Precision::bf16:
+    case Precision::fp8: return torch::kBFloat16;
     case Precision::fp16: return torch::kHalf;
     case Precision::fp32: return torch::kFloat;
   }
@@ -130,6 +132,20 @@ int64_t multiprocessor_count(const torch::Device& device) {
 }
 
 void check_precision_runs_on(Precision precision, const torch::Device& device) {
+  if (precision == Precision::fp8) {
+    if (!fp8::built())
+      fail("precision=fp8 needs LibTorch 2.x (8-bit floats and their scaled multiply); this build has LibTorch ",
+           TORCH_VERSION, ": use precision=bf16");
+#ifdef TRIDENT_TORCH_CUDA
+    if (device.is_cuda()) {
+      const auto* gpu = at::cuda::getDeviceProperties(device.index());
+      if (gpu->major * 10 + gpu->minor < 89)
+        fail("precision=fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper); ",
+             gpu->name, " has ", gpu->major, ".", gpu->minor, ": use precision=bf16");
+    }
+#endif
+    return;
+  }
   if (precision != Precision::fp16 || device.is_cuda()) return;
   try {
     auto x = torch::ones({2, 2}, torch::kHalf);

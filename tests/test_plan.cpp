@@ -849,6 +849,24 @@ TEST(TimeModel, Fp8AndCompileAreSettings) {
   EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=true"}), compute("gpt1.7b.yaml", h100_profile(), {}));
 }
 
+// A config at precision=fp8 is planned as trident runs it: FP8 multiplies with current scaling,
+// the same estimate as bf16 with those settings, in time and in memory.
+TEST(TimeModel, PrecisionFp8PlansTridentsFp8) {
+  auto row = [](const std::string& precision, const std::vector<std::string>& settings) {
+    const Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
+                                       {"parallel.tensor=1", "parallel.pipeline=1", "precision=" + precision});
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = h100_profile();
+    hw.software = software_with("trident", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw);
+  };
+  const PlanRow fp8 = row("fp8", {}), settings = row("bf16", {"fp8=true", "fp8_scaling=current"});
+  EXPECT_DOUBLE_EQ(fp8.time.compute_s, settings.time.compute_s);
+  EXPECT_DOUBLE_EQ(fp8.memory.total(), settings.memory.total());
+  EXPECT_LT(fp8.time.compute_s, row("bf16", {}).time.compute_s);
+}
+
 // Data-parallel collectives from registered buffers (Megatron-FSDP's nccl_ub) cost the
 // computation they overlap only the memory bandwidth they move: ZeRO-3's gathers and reductions
 // on 8 H100s expose less, but never less than the first block's gather, which nothing hides.

@@ -160,7 +160,8 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 }
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
-                               Precision precision, const Software& software, const std::string& optimizer) {
+                               Precision precision, const Software& given, const std::string& optimizer) {
+  const Software software = at_precision(given, precision);
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel, and
   // for the experts their expert-data-parallel copies.
   const ZeroSharding zero = layout.zero();

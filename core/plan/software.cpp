@@ -101,6 +101,14 @@ Software preset(const char* name, const std::vector<std::string>& settings) {
 
 Software trident_software() { return Software{}; }
 
+Software at_precision(Software software, Precision precision) {
+  if (precision == Precision::fp8) {
+    software.fp8 = true;
+    software.fp8_scaling = Fp8Scaling::current;
+  }
+  return software;
+}
+
 // Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
 Software megatron_2021_software() {
   return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false",

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
+
 namespace trident {
 
 // How attention runs: a flash kernel (FlashAttention 2/3, cuDNN's; LibTorch 2.x SDPA picks one)
@@ -87,6 +89,9 @@ struct Software {
 // compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's FSDP
 // with its prefetch, a Triton or flash attention kernel).
 Software trident_software();
+// The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
+// multiplies the linear layers in FP8 with current scaling, whatever `software` says.
+Software at_precision(Software software, Precision precision);
 Software megatron_2021_software();
 Software megatron_core_software();
 Software llama3_software();

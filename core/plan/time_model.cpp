@@ -352,7 +352,8 @@ std::string throughput_warning(double measured, double estimated, const std::str
 }
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
-                                      const Software& software) {
+                                      const Software& given) {
+  const Software software = at_precision(given, config.precision);
   const ModelConfig& m = config.model;
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   IterationTime out;

@@ -88,6 +88,7 @@ struct IterationTime {
   std::vector<std::string> explanation;
 };
 
+// `software` as the config's precision uses it (at_precision: precision=fp8 multiplies in FP8).
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& device,
                                       const Software& software = trident_software());
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -790,8 +791,10 @@ TEST(PlotProgram, DrawsTheMetricsOfARun) {
       << r.output;
   EXPECT_EQ(trident::read_text_file((dir / "metrics.png").string(), "png").substr(1, 3), "PNG");
   const std::string gp = trident::read_text_file(script, "script");
-  EXPECT_NE(gp.find("$loss << EOD\n1 5.5\n2 4.5\nEOD\n$valid << EOD\n2 4.75\nEOD\n"), std::string::npos) << gp;
-  EXPECT_NE(gp.find("$mfu << EOD\n1 25\n2 25\nEOD"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("$loss1 << EOD\n1 5.5\n2 4.5\nEOD\n$valid1 << EOD\n2 4.75\nEOD\n"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("$mfu1 << EOD\n1 25\n2 25\nEOD"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set multiplot layout 3,1"), std::string::npos) << "no memory panel without a measurement";
+  EXPECT_EQ(gp.find("GPU memory"), std::string::npos) << gp;
 
   std::ofstream(metrics) << "{\"iteration\": 1, \"loss\": 5}\nnot json\n{\"iteration\": 3, \"loss\": 4}\n";
   r = run(kBin + "/plot --metrics " + metrics);
@@ -801,4 +804,60 @@ TEST(PlotProgram, DrawsTheMetricsOfARun) {
   std::ofstream(metrics, std::ios::trunc).flush();
   r = run(kBin + "/plot --metrics " + metrics);
   EXPECT_NE(r.output.find("error: metrics file '" + metrics + "' holds no iterations"), std::string::npos) << r.output;
+}
+
+// Runs side by side: each run's curves in its colour under its folder's name, against tokens
+// (each line's tokens/s times its iteration time, over the iterations since the line before) or
+// time; a validation line between log lines takes the next line's rate; the memory panel where
+// a run measured it. Bad input: labels that do not match the runs, several runs without
+// --output, an axis the lines cannot give.
+TEST(PlotProgram, ComparesRunsAgainstTokensAndTime) {
+  if (run("command -v gnuplot").exit_code != 0) GTEST_SKIP() << "gnuplot is not installed";
+  const auto dir = scratch_dir();
+  std::filesystem::create_directories(dir / "bf16");
+  std::filesystem::create_directories(dir / "fp8");
+  const std::string a = (dir / "bf16" / "metrics.jsonl").string(), b = (dir / "fp8" / "metrics.jsonl").string();
+  const std::string png = (dir / "both.png").string(), script = (dir / "both.gp").string();
+  // Logged every 2 iterations: 2 x 1000 tok/s x 0.5 s = 1000 tokens per line.
+  std::ofstream(a) << R"({"iteration": 2, "loss": 5.0, "tokens_per_s": 1000, "elapsed_ms": 500, "tflops_model": 0.1}
+{"iteration": 3, "valid_loss": 4.9}
+{"iteration": 4, "loss": 4.0, "tokens_per_s": 1000, "elapsed_ms": 500, "tflops_model": 0.1}
+)";
+  std::ofstream(b) << R"({"iteration": 2, "loss": 5.1, "tokens_per_s": 2000, "elapsed_ms": 250, "tflops_model": 0.2, "memory/peak_allocated_gib": 3.5}
+{"iteration": 4, "loss": 4.2, "tokens_per_s": 2000, "elapsed_ms": 250, "tflops_model": 0.2, "memory/peak_allocated_gib": 3.5}
+)";
+  Result r = run(kBin + "/plot --metrics " + a + " --metrics " + b + " --x tokens --output " + png + " --script " + script);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + png + ": bf16, 3 iterations (2 to 4)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + png + ": fp8, 2 iterations (2 to 4)"), std::string::npos) << r.output;
+  EXPECT_EQ(trident::read_text_file(png, "png").substr(1, 3), "PNG");
+  std::string gp = trident::read_text_file(script, "script");
+  EXPECT_NE(gp.find("$loss1 << EOD\n1000 5\n2000 4\nEOD\n$valid1 << EOD\n1500 4.9\nEOD\n"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("$loss2 << EOD\n1000 5.1\n2000 4.2\nEOD"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("$memory2 << EOD\n1000 3.5\n2000 3.5\nEOD"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set multiplot layout 4,1"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title \"bf16 training\""), std::string::npos) << gp;
+  EXPECT_NE(gp.find("lc 2 title \"fp8 training\""), std::string::npos) << gp;
+  EXPECT_EQ(gp.find("fp8 validation"), std::string::npos) << gp;  // fp8 has no validation line
+  EXPECT_NE(gp.find("set xlabel \"tokens\""), std::string::npos) << gp;
+
+  r = run(kBin + "/plot --metrics " + a + " --metrics " + b + " --x time --label A --label B --output " + png +
+          " --script " + script);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  gp = trident::read_text_file(script, "script");
+  EXPECT_NE(gp.find("$loss2 << EOD\n0.5 5.1\n1 4.2\nEOD"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title \"B training\""), std::string::npos) << gp;
+
+  r = run(kBin + "/plot --metrics " + a + " --metrics " + b + " --label A --output " + png);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("error: plot: 1 --label for 2 --metrics; give one per run or none"), std::string::npos)
+      << r.output;
+  r = run(kBin + "/plot --metrics " + a + " --metrics " + b);
+  EXPECT_NE(r.output.find("error: plot: --output is needed with several runs (2 --metrics)"), std::string::npos)
+      << r.output;
+  std::ofstream(a, std::ios::trunc) << "{\"iteration\": 1, \"loss\": 5}\n";
+  r = run(kBin + "/plot --metrics " + a + " --x time");
+  EXPECT_NE(r.output.find("error: metrics file '" + a + "' has no elapsed_ms to place its lines by time: use --x "
+                          "iteration"),
+            std::string::npos) << r.output;
 }

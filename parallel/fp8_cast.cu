@@ -59,7 +59,8 @@ void launch(const void* x, const float* scale, uint8_t* out, uint8_t* out_transp
   const dim3 grid{unsigned(col_tiles), unsigned(row_tiles)}, block{kTile, kTileRows};
   cast_tile<T><<<grid, block, 0, stream>>>(static_cast<const T*>(x), scale, out, out_transposed, rows, cols, format);
   const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) throw std::runtime_error(std::string("the FP8 cast failed to launch: ") + cudaGetErrorString(error));
+  if (error != cudaSuccess)
+    throw std::runtime_error(std::string("the FP8 cast failed to launch: ") + cudaGetErrorString(error));
 }
 
 }  // namespace

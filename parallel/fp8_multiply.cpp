@@ -65,8 +65,8 @@ struct Linear : public torch::autograd::Function<Linear> {
     const Quantised qw = quantise(weight, Format::e4m3, true, false);
     // The bias goes into the multiply's output pass where its type is the output's 16-bit type.
     const bool bias_inside = bias && bias->scalar_type() == x.scalar_type() && x.scalar_type() != torch::kFloat;
-    auto y = at::_scaled_mm(qx.rows, qw.rows.t(), qx.inverse_scale, qw.inverse_scale,
-                            bias_inside ? bias : std::nullopt, std::nullopt, x.scalar_type(), /*use_fast_accum=*/true);
+    auto y = at::_scaled_mm(qx.rows, qw.rows.t(), qx.inverse_scale, qw.inverse_scale, bias_inside ? bias : std::nullopt,
+                            std::nullopt, x.scalar_type(), /*use_fast_accum=*/true);
     if (bias && !bias_inside) y.add_(*bias);
     ctx->save_for_backward({qx.transposed, qx.inverse_scale, weight, qw.scale});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -96,7 +96,8 @@ struct Linear : public torch::autograd::Function<Linear> {
     if (need_w)
       dw = at::_scaled_mm(qg.transposed, x_transposed.t(), qg.inverse_scale, x_inverse, std::nullopt, std::nullopt,
                           weight.scalar_type());
-    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = g.sum(0, /*keepdim=*/false, torch::kFloat).to(weight.scalar_type());
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2))
+      db = g.sum(0, /*keepdim=*/false, torch::kFloat).to(weight.scalar_type());
     return {dx, dw, db};
   }
 };
@@ -131,7 +132,9 @@ Quantised quantise_with(const torch::Tensor& x, const torch::Tensor& scale, Form
     const auto options = source.options().dtype(dtype_of(format));
     if (rows) q.rows = torch::empty({r, c}, options);
     if (transposed) q.transposed = torch::empty({c, r}, options);
-    const auto bytes = [](const torch::Tensor& t) { return t.defined() ? static_cast<uint8_t*>(t.data_ptr()) : nullptr; };
+    const auto bytes = [](const torch::Tensor& t) {
+      return t.defined() ? static_cast<uint8_t*>(t.data_ptr()) : nullptr;
+    };
     cuda::fp8_cast(type, format == Format::e5m2, source.data_ptr(), scale.data_ptr<float>(), bytes(q.rows),
                    bytes(q.transposed), r, c, c10::cuda::getCurrentCUDAStream().stream());
     return q;
@@ -153,7 +156,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 bool built() { return false; }
 
 namespace {
-[[noreturn]] void unavailable() { fail("precision=fp8 needs LibTorch 2.x (8-bit floats); this build has ", TORCH_VERSION); }
+[[noreturn]] void unavailable() {
+  fail("precision=fp8 needs LibTorch 2.x (8-bit floats); this build has ", TORCH_VERSION);
+}
 }  // namespace
 
 Quantised quantise(const torch::Tensor&, Format, bool, bool) { unavailable(); }

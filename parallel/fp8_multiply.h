@@ -36,8 +36,7 @@ struct Quantised {
 // x [R, C] quantised with the scale of its own amax.
 Quantised quantise(const torch::Tensor& x, Format format, bool rows, bool transposed);
 // x quantised with a given scale (a weight cast again in backward with its forward's scale).
-Quantised quantise_with(const torch::Tensor& x, const torch::Tensor& scale, Format format, bool rows,
-                        bool transposed);
+Quantised quantise_with(const torch::Tensor& x, const torch::Tensor& scale, Format format, bool rows, bool transposed);
 
 // x W^T + b over x's last dimension with the three multiplies in FP8; the weight's and bias'
 // gradients in their own types. Sizes of the multiplies (x's rows, in, out) must be multiples of

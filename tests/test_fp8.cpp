@@ -56,7 +56,8 @@ double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
 TEST(Fp8, CastRoundsToNearestEvenAndSaturates) {
   TRIDENT_SKIP_WITHOUT_FP8();
   for (const auto& device : devices()) {
-    const auto x = torch::tensor({448.f, 1.0625f, 1.1875f, -3.3f, 0.001f, 0.f, 32.f, -448.f}).reshape({2, 4}).to(device);
+    const auto x =
+        torch::tensor({448.f, 1.0625f, 1.1875f, -3.3f, 0.001f, 0.f, 32.f, -448.f}).reshape({2, 4}).to(device);
     const auto q = fp8::quantise(x, fp8::Format::e4m3, true, true);
     EXPECT_FLOAT_EQ(q.scale.item<float>(), 1.f) << device;
     const auto expected = torch::tensor({448.f, 1.f, 1.25f, -3.25f, 0.001953125f, 0.f, 32.f, -448.f}).reshape({2, 4});
@@ -96,21 +97,23 @@ TEST(Fp8, LinearEqualsTheMultiplyOfItsQuantisedOperands) {
     const auto type = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
     torch::manual_seed(5);
     const auto options = torch::TensorOptions().dtype(type).device(device);
-    const auto x = torch::randn({2, 24, 32}, options).requires_grad_(), w = (torch::randn({48, 32}, options) * 0.2).requires_grad_(),
+    const auto x = torch::randn({2, 24, 32}, options).requires_grad_(),
+               w = (torch::randn({48, 32}, options) * 0.2).requires_grad_(),
                b = torch::randn({48}, options).requires_grad_();
     const auto y = fp8::linear(x, w, b);
     const auto g = torch::randn(y.sizes(), options) * 1e-3;
     y.backward(g);
 
-    const auto qx = emulated(x.detach().reshape({-1, 32}), fp8::Format::e4m3), qw = emulated(w.detach(), fp8::Format::e4m3),
-               qg = emulated(g.reshape({-1, 48}), fp8::Format::e5m2);
+    const auto qx = emulated(x.detach().reshape({-1, 32}), fp8::Format::e4m3),
+               qw = emulated(w.detach(), fp8::Format::e4m3), qg = emulated(g.reshape({-1, 48}), fp8::Format::e5m2);
     const auto y_expected = (qx.matmul(qw.t()) + b.detach().to(torch::kFloat).cpu()).reshape({2, 24, 48});
     const double tol = type == torch::kFloat ? 1e-5 : 1e-2;
     EXPECT_EQ(y.scalar_type(), type);
     EXPECT_LT(relative_difference(y, y_expected), tol) << device << ": output";
     EXPECT_LT(relative_difference(x.grad(), qg.matmul(qw).reshape({2, 24, 32})), tol) << device << ": input's gradient";
     EXPECT_LT(relative_difference(w.grad(), qg.t().matmul(qx)), tol) << device << ": weight's gradient";
-    EXPECT_LT(relative_difference(b.grad(), g.reshape({-1, 48}).to(torch::kFloat).sum(0)), tol) << device << ": bias' gradient";
+    EXPECT_LT(relative_difference(b.grad(), g.reshape({-1, 48}).to(torch::kFloat).sum(0)), tol)
+        << device << ": bias' gradient";
     EXPECT_EQ(w.grad().scalar_type(), type);
   }
 }
@@ -138,19 +141,20 @@ TEST(Fp8, TrainingTracksBf16) {
   TRIDENT_SKIP_WITHOUT_FP8();
   const auto dir = scratch_dir();
   std::vector<std::string> documents;
-  for (int i = 0; i < 200; ++i) documents.push_back(i % 3 ? "the quick brown fox jumps over the lazy dog. " : "pack my box. ");
+  for (int i = 0; i < 200; ++i)
+    documents.push_back(i % 3 ? "the quick brown fox jumps over the lazy dog. " : "pack my box. ");
   const std::string data = (dir / "corpus").string();
   write_documents(data, documents);
   const std::string device = torch::cuda::is_available() ? "cuda" : "cpu";
   const auto losses = [&](bool llama, const std::string& precision) {
-    std::vector<std::string> all = {"data.path=" + data, "model.num_layers=2", "model.hidden_size=64",
+    std::vector<std::string> all = {"data.path=" + data,           "model.num_layers=2",  "model.hidden_size=64",
                                     "model.num_attention_heads=4", "model.seq_length=32", "batch.micro_batch_size=4",
-                                    "batch.global_batch_size=8", "optimizer.lr=5e-3", "optimizer.warmup_iters=2",
-                                    "train.log_interval=1000", "train.iters=30", "train.device=" + device,
+                                    "batch.global_batch_size=8",   "optimizer.lr=5e-3",   "optimizer.warmup_iters=2",
+                                    "train.log_interval=1000",     "train.iters=30",      "train.device=" + device,
                                     "precision=" + precision};
     if (llama)
-      for (const char* s : {"model.normalization=rmsnorm", "model.position_embedding_type=rope", "model.activation=swiglu",
-                            "model.num_query_groups=2", "model.add_bias_linear=false"})
+      for (const char* s : {"model.normalization=rmsnorm", "model.position_embedding_type=rope",
+                            "model.activation=swiglu", "model.num_query_groups=2", "model.add_bias_linear=false"})
         all.emplace_back(s);
     Trainer trainer(Config::parse("", all));
     return trident::testing::training_losses(trainer);

@@ -10,7 +10,7 @@
 #  - the planner and its formulas (core/plan: no LibTorch at all);
 #  - data and tokenizers (train/data: no LibTorch) and the programs that only read, check and
 #    write files or draw: preprocess, plan, plot, train's input checks and dry run, --help;
-#  - the include order and the GPU report's trace summary (Python).
+#  - the include order and the GPU report's trace summaries and table (Python).
 # Both lanes: every tensor computation (the model, attention: LibTorch 2.x runs
 # scaled_dot_product_attention, the parallel layers, optimizers, ZeRO, mixed precision), checkpoints
 # (LibTorch's serialisation and random state), the communicators (Gloo is LibTorch's own in 2.x),
@@ -33,4 +33,4 @@ set(TRIDENT_ONCE_SUITES
   Formulas Memory Plan TimeModel DeviceProfile
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
   DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram Programs TrainProgram)
-set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources)
+set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources gpu_table)

@@ -70,7 +70,6 @@ struct Linear : public torch::autograd::Function<Linear> {
     if (bias && !bias_inside) y.add_(*bias);
     ctx->save_for_backward({qx.transposed, qx.inverse_scale, weight, qw.scale});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
-    ctx->saved_data["x_dtype"] = x.scalar_type();
     ctx->saved_data["bias"] = bias.has_value();  // an absent bias is no input edge of the graph
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = out;
@@ -81,16 +80,15 @@ struct Linear : public torch::autograd::Function<Linear> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x_transposed = saved[0], &x_inverse = saved[1], &weight = saved[2], &w_scale = saved[3];
     const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
-    const auto x_dtype = ctx->saved_data["x_dtype"].toScalarType();
     const int64_t out = weight.size(0);
-    const auto g = grads[0].reshape({-1, out});
+    const auto g = grads[0].reshape({-1, out});  // of y's type, which is x's
     const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
     const Quantised qg = quantise(g, Format::e5m2, need_x, need_w);
     torch::Tensor dx, dw, db;
     if (need_x) {
       const Quantised qw = quantise_with(weight, w_scale, Format::e4m3, false, true);
       dx = at::_scaled_mm(qg.rows, qw.transposed.t(), qg.inverse_scale, qw.inverse_scale, std::nullopt, std::nullopt,
-                          x_dtype)
+                          g.scalar_type())
                .view(x_sizes);
     }
     if (need_w)

@@ -147,10 +147,15 @@ std::string data_block(const std::string& name, const std::map<int64_t, Row>& ro
   return out + "EOD\n";
 }
 
+bool any_value(const std::map<int64_t, Row>& rows, double Row::*field) {
+  for (const auto& [iteration, row] : rows)
+    if (!std::isnan(row.*field)) return true;
+  return false;
+}
+
 bool any_value(const std::vector<Run>& runs, double Row::*field) {
   for (const Run& run : runs)
-    for (const auto& [iteration, row] : run.rows)
-      if (!std::isnan(row.*field)) return true;
+    if (any_value(run.rows, field)) return true;
   return false;
 }
 
@@ -200,7 +205,7 @@ std::string gnuplot_script(const std::vector<Run>& runs, const std::string& axis
   const auto name = [&](size_t r, const std::string& what) {
     return quoted(one ? what : runs[r].label + (what.empty() ? "" : " " + what));
   };
-  const auto has = [&](size_t r, double Row::*field) { return any_value({runs[r]}, field); };
+  const auto has = [&](size_t r, double Row::*field) { return any_value(runs[r].rows, field); };
   s += panel("loss", [&](size_t r, const std::string& n) {
     std::string out = str("$loss", n, " with lines lw 2 lc ", n, " title ", name(r, "training"));
     if (has(r, &Row::valid_loss))

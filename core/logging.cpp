@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace trident::log {
 namespace {
@@ -67,6 +68,7 @@ bool primary() { return this_rank == 0; }
 void info(const std::string& line) {
   to_file("", line);
   if (!primary()) return;
+  clear_progress_line();
   std::fprintf(stdout, "%s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -74,10 +76,12 @@ void info(const std::string& line) {
 void warn(const std::string& line) {
   to_file("warning: ", line);
   if (!primary()) return;
+  clear_progress_line();
   std::fprintf(stderr, "warning: %s\n", line.c_str());
 }
 
 void error(const std::string& line) {
+  clear_progress_line();
   std::fflush(stdout);
   std::fflush(stderr);
   const int quiet_saved = real_stderr.load();

@@ -20,6 +20,7 @@ FAMILY = ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "t
 ALLOWED = {
     "core": [],
     "core/plan": ["core"],
+    "core/report": ["core", "core/plan"],
     "parallel/comm": ["core"],
     "parallel": ["core", "parallel/comm"],
     "model": ["core", "parallel/comm", "parallel"],
@@ -38,7 +39,7 @@ ALLOWED = {
     "train/families/qwen3": FAMILY + ["train/families/decoder"],
     "train/families/mixtral": FAMILY + ["train/families/decoder"],
     "train/families/qwen3_moe": FAMILY + ["train/families/decoder"],
-    "train": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/data",
+    "train": ["core", "core/plan", "core/report", "parallel/comm", "parallel", "model", "optim", "train/data",
               "train/checkpoint", "train/families"],
 }
 # Folders above the library: they may include any room (trident/ holds the public umbrella header).

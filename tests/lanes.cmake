@@ -9,7 +9,8 @@
 #    recorder and the watchdog's bookkeeping, the divergence guard's rule;
 #  - the planner and its formulas (core/plan: no LibTorch at all);
 #  - data and tokenizers (train/data: no LibTorch) and the programs that only read, check and
-#    write files or draw: preprocess, plan, plot, train's input checks and dry run, --help;
+#    write files or draw: preprocess, plan, plot and its report, train's input checks and dry run,
+#    --help;
 #  - the include order and the GPU report's trace summaries and table (Python).
 # Both lanes: every tensor computation (the model, attention: LibTorch 2.x runs
 # scaled_dot_product_attention, the parallel layers, optimizers, ZeRO, mixed precision), checkpoints
@@ -32,5 +33,5 @@ set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
   Formulas Memory Plan TimeModel DeviceProfile
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
-  DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram Programs TrainProgram)
+  DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram PlotReport Programs TrainProgram)
 set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources gpu_table)

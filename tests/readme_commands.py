@@ -39,6 +39,7 @@ SKIP_MARKS = ("# needs a GPU", "# needs a cluster")
 EXPECTED_FILES = {
     "build/preprocess --tokenizer sentencepiece": ["data/books.bin", "data/books.idx", "data/books.tokenizer.json"],
     "build/plot --metrics runs/books": ["runs/books/metrics.png"],
+    "build/plot --metrics runs/books/metrics.jsonl --html": ["runs/books/report.html"],
     "build/export --checkpoint runs/books": ["hf/books/model.safetensors", "hf/books/config.json"],
     "build/export --checkpoint runs/llama": ["hf/llama/model.safetensors", "hf/llama/tokenizer.json"],
     "build/export --checkpoint runs/moe": ["hf/moe/model.safetensors", "hf/moe/config.json", "hf/moe/tokenizer.json"],

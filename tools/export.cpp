@@ -18,6 +18,7 @@
 #include "core/command_line.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/progress.h"
 #include "core/publication.h"
 #include "core/text.h"
 #include "train/checkpoint/checkpoint.h"
@@ -109,7 +110,11 @@ int main(int argc, char** argv) {
     // complete: a failed export leaves nothing (core/publication.h), nor the folder it made.
     Publication outputs((out / "export.publishing").string());
     const auto staged = [&](const std::string& name) { return outputs.stage((out / name).string()); };
-    const FileDigest written = write_safetensors(staged("model.safetensors"), weights);
+    const FileDigest written = [&] {
+      Progress progress(str("writing ", (out / "model.safetensors").string()), double(tensor_bytes(weights)),
+                        Progress::Unit::bytes);
+      return write_safetensors(staged("model.safetensors"), weights, &progress);
+    }();
     write_text_file(staged("config.json"),
                     hugging_face_config(config.model, tokenizer ? tokenizer->end_of_document : 0, dtype));
     std::vector<std::string> files = {"model.safetensors", "config.json"};

@@ -92,11 +92,7 @@ std::string keep_freed_host_memory() {
   return "";
 }
 
-Software build_software() {
-  Software software = trident_software();
-  if (TORCH_VERSION_MAJOR < 2) software.attention_kernel = AttentionKernel::math;
-  return software;
-}
+Software build_software() { return trident_software_on_libtorch(TORCH_VERSION_MAJOR); }
 
 BuildInfo build_info() {
   BuildInfo info;

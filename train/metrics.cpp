@@ -14,6 +14,7 @@
 #include "core/plan/flops.h"
 #include "core/plan/memory.h"
 #include "core/plan/time_model.h"
+#include "core/report/run_record.h"
 #include "core/text.h"
 #include "optim/zero.h"
 #include "train/device.h"
@@ -133,7 +134,8 @@ void RunLog::iteration(const IterationMetrics& m) const {
   log::info(text);
 }
 
-void RunLog::open_metrics(int64_t resumed_at) {
+void RunLog::open_metrics(int64_t resumed_at, const std::string& backend, const torch::Device& device,
+                          int64_t parameters) {
   if (!log::primary()) return;
   const std::string& path = config_.train.metrics_file;
   if (!path.empty()) {
@@ -141,6 +143,9 @@ void RunLog::open_metrics(int64_t resumed_at) {
     if (!parent.empty()) std::filesystem::create_directories(parent);
     metrics_.open(path, resumed_at > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_) fail("train.metrics_file '", path, "' cannot be written: ", std::strerror(errno));
+    const BuildInfo build = build_info();
+    write_run_record(run_record_path(path), {config_.to_yaml(), layout_.world_size(), device_name(device), backend,
+                                             build.torch_version, build.trident_version, parameters, utc_now()});
   }
   if (!config_.train.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(config_.train.tensorboard_dir, resumed_at);

@@ -86,10 +86,11 @@ class RunLog {
   void expect_throughput(double tflops, std::string device);
 
   // On rank 0, train.metrics_file (continued by a run resumed after iteration `resumed_at` > 0,
-  // else started anew) and train.tensorboard_dir (a new event file, TensorBoard told of the
-  // resumption). Error naming the key when one cannot be opened; a later failed write is one
-  // warning and ends that record.
-  void open_metrics(int64_t resumed_at);
+  // else started anew) with the run record beside it (core/report/run_record.h: the resolved
+  // config, `backend`, `device` and `parameters`, for plot --html), and train.tensorboard_dir (a
+  // new event file, TensorBoard told of the resumption). Error naming the key when one cannot be
+  // opened; a later failed write is one warning and ends that record.
+  void open_metrics(int64_t resumed_at, const std::string& backend, const torch::Device& device, int64_t parameters);
   // The iteration's values into both, under the same names.
   void record(const IterationMetrics& m);
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/logging.h"
+#include "core/progress.h"
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
 #include "core/text.h"
@@ -131,13 +132,14 @@ Trainer::PendingStep Trainer::run_step() {
   m.pipeline_transfer_ms = stats.transfer_ms;
   pending.loss = loss_sum;
   pending.grad_norm = grad_norm;
-  if (iteration_ == config_.train.profile_iteration) {
+  if (config_.train.profile_iteration > 0 && iteration_ == last_profiled_iteration(config_.train)) {
+    const std::string iterations = profiled_iterations(config_.train);
     const std::string table =
-        profile_ ? profile_->finish(config_.train.profile_dir, groups_->world().rank(), iteration_) : "";
+        profile_ ? profile_->finish(config_.train.profile_dir, groups_->world().rank(), iterations) : "";
     profile_.reset();
     const std::string& ranks = config_.train.profile_ranks;
     if (groups_->world().rank() == 0)
-      log::info(str("profiled iteration ", iteration_, " (",
+      log::info(str("profiled ", iterations, " (",
                     ranks == "all" ? std::string("every rank's trace and table") : "the traces and tables of ranks " + ranks,
                     " in ", config_.train.profile_dir, "/)", table.empty() ? "" : ": " + table));
   }
@@ -242,7 +244,7 @@ TrainingEnd Trainer::train() {
     stop_requested_ = false;  // nothing to stop: a later train() runs on
     return {};
   }
-  log_->open_metrics(/*resumed_at=*/iteration_);
+  log_->open_metrics(/*resumed_at=*/iteration_, groups_->world().backend(), device_, parameter_count_);
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one
@@ -251,6 +253,9 @@ TrainingEnd Trainer::train() {
   int stop = 0;
   int64_t last_reported = first_iteration;
   stragglers_.restart();
+  // The first iteration allocates, picks kernels and fills the pipeline: on a terminal, its
+  // seconds count up until its log line.
+  std::optional<Progress> warm_up(std::in_place, "first iteration (warm-up)");
   while (iteration_ < t.iters && !stop) {
     pending.push_back(run_step());
     // A program that reads every step (after_step) reads it now, so a stop it asks for is agreed below.
@@ -267,7 +272,10 @@ TrainingEnd Trainer::train() {
     if (logged && cpu_world_->size() > 1) stragglers = stragglers_.measure(*cpu_world_);
     for (auto& step : pending) {
       IterationMetrics m = complete(step);
-      if (m.iteration == first_iteration + 1) log_->memory(optimizer_->memory(), device_);
+      if (m.iteration == first_iteration + 1) {
+        warm_up.reset();
+        log_->memory(optimizer_->memory(), device_);
+      }
       if (m.iteration == it && logged) {
         m.stragglers = stragglers;
         m.memory = allocator_stats(device_);

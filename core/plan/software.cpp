@@ -101,6 +101,12 @@ Software preset(const char* name, const std::vector<std::string>& settings) {
 
 Software trident_software() { return Software{}; }
 
+Software trident_software_on_libtorch(int major) {
+  Software software = trident_software();
+  if (major < 2) software.attention_kernel = AttentionKernel::math;
+  return software;
+}
+
 Software at_precision(Software software, Precision precision) {
   if (precision == Precision::fp8) {
     software.fp8 = true;

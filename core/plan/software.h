@@ -89,6 +89,9 @@ struct Software {
 // compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's FSDP
 // with its prefetch, a Triton or flash attention kernel).
 Software trident_software();
+// trident's software as built against LibTorch `major`: LibTorch 1.x has no fused attention
+// kernel, its attention is the math path.
+Software trident_software_on_libtorch(int major);
 // The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
 // multiplies the linear layers in FP8 with current scaling, whatever `software` says.
 Software at_precision(Software software, Precision precision);

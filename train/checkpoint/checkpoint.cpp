@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/layout.h"
+#include "core/progress.h"
 #include "optim/parameter_groups.h"
 #include "parallel/comm/failure.h"
 #include "train/checkpoint/safetensors.h"
@@ -319,9 +320,13 @@ RankShare host_copy(const RankShare& share) {
 }
 
 void write_share(const std::string& folder, const RankShare& share) {
+  double bytes = 0;
+  for (const auto& [file, pieces] : share.files)
+    for (const auto& piece : pieces) bytes += double(piece.value.numel()) * double(piece.value.element_size());
+  Progress saving(str("saving checkpoint ", folder), bytes, Progress::Unit::bytes);
   std::vector<FileRecord> files;
   std::vector<TensorPiece> index;
-  for (const auto& [file, pieces] : share.files) files.push_back(write_pieces(folder, file, pieces, index));
+  for (const auto& [file, pieces] : share.files) files.push_back(write_pieces(folder, file, pieces, index, &saving));
   if (share.shared) files.push_back(write_shared_state(folder, share.shared->first, share.shared->second));
   if (!share.files.empty() || share.shared) write_manifest_part(folder, share.rank, files, index);
 }
@@ -470,9 +475,11 @@ std::string checkpoint_folder(const std::string& path, const std::string& option
 void read_weights(const std::string& folder, const PlacedParameters& local) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
+  Progress loading(str("loading weights from ", folder), double(local.params.size()), Progress::Unit::items, "tensors");
   for (const auto& p : local.params) {
     torch::Tensor part = p.tensor;
     saved.read_part(p.name, StateKind::weight, part_place(p.role, local.tp, local.ep), part);
+    loading.advance(1);
   }
 }
 
@@ -480,6 +487,9 @@ void read_optimizer_state(const std::string& folder, const PlacedParameters& loc
                           ParameterGroups& optimizer) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
+  double pieces = 0;
+  for (ParameterGroup& group : optimizer.groups()) pieces += double(group.optimizer->state_pieces().size());
+  Progress loading(str("loading optimizer state from ", folder), pieces, Progress::Unit::items, "pieces");
   // Per piece, the parameter's state in this rank's shape; rows the saving layout did not have
   // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
   // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
@@ -495,6 +505,7 @@ void read_optimizer_state(const std::string& folder, const PlacedParameters& loc
       if (group.optimizer->separate_main()) read(StateKind::main, piece.main);
       read(StateKind::exp_avg, piece.exp_avg);
       read(StateKind::exp_avg_sq, piece.exp_avg_sq);
+      loading.advance(1);
     }
   optimizer.restore_steps(progress.optimizer_steps);
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/files.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors stores little-endian bytes");
@@ -30,7 +31,13 @@ const std::vector<std::pair<torch::Dtype, const char*>>& dtype_names() {
 
 }  // namespace
 
-FileDigest write_safetensors(const std::string& path, const Safetensors& file) {
+int64_t tensor_bytes(const Safetensors& file) {
+  int64_t bytes = 0;
+  for (const auto& [name, tensor] : file.tensors) bytes += tensor.numel() * int64_t(tensor.element_size());
+  return bytes;
+}
+
+FileDigest write_safetensors(const std::string& path, const Safetensors& file, Progress* progress) {
   json header = json::object();
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   std::vector<torch::Tensor> data;
@@ -52,7 +59,10 @@ FileDigest write_safetensors(const std::string& path, const Safetensors& file) {
   FileWriter writer(path);
   writer.write(&length, sizeof length);
   writer.write(text.data(), text.size());
-  for (const auto& bytes : data) writer.write(bytes.data_ptr(), size_t(bytes.numel()) * bytes.element_size());
+  for (const auto& bytes : data) {
+    writer.write(bytes.data_ptr(), size_t(bytes.numel()) * bytes.element_size());
+    if (progress) progress->advance(double(bytes.numel()) * double(bytes.element_size()));
+  }
   return writer.finish();
 }
 

@@ -15,6 +15,8 @@
 
 namespace trident {
 
+class Progress;
+
 struct Safetensors {
   std::vector<std::pair<std::string, torch::Tensor>> tensors;  // in file order
   std::map<std::string, std::string> metadata;
@@ -22,7 +24,10 @@ struct Safetensors {
 
 // Writes `file` (its tensors in the order given, CPU copies of them), flushed to disk. Error
 // naming the file or the tensor whose dtype the format lacks. Returns its size and checksum.
-FileDigest write_safetensors(const std::string& path, const Safetensors& file);
+// `progress` (core/progress.h), when given, advances by each tensor's bytes as they are written.
+FileDigest write_safetensors(const std::string& path, const Safetensors& file, Progress* progress = nullptr);
+// The bytes of the file's tensors (what write_safetensors' progress counts up to).
+int64_t tensor_bytes(const Safetensors& file);
 
 // One file opened for reading tensors one at a time (checkpoints read only the pieces they
 // need). The header is checked when the file is opened: Error naming the file and what is

@@ -19,7 +19,7 @@ std::string shape_text(torch::IntArrayRef shape) {
 }  // namespace
 
 FileRecord write_pieces(const std::string& folder, const std::string& file, std::vector<StoredPiece> pieces,
-                        std::vector<TensorPiece>& index) {
+                        std::vector<TensorPiece>& index, Progress* progress) {
   Safetensors out;
   for (auto& [piece, value] : pieces) {
     TRIDENT_CHECK(value.numel() == piece.numel, piece.name, ": ", value.numel(), " values for ", piece.numel);
@@ -28,7 +28,7 @@ FileRecord write_pieces(const std::string& folder, const std::string& file, std:
     out.tensors.emplace_back(piece.key, value.reshape({-1}));
     index.push_back(piece);
   }
-  return {file, write_safetensors((fs::path(folder) / file).string(), out)};
+  return {file, write_safetensors((fs::path(folder) / file).string(), out, progress)};
 }
 
 CheckpointTensors::CheckpointTensors(std::string folder)

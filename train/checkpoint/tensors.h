@@ -16,6 +16,7 @@
 
 namespace trident {
 
+class Progress;
 class SafetensorsFile;
 
 struct StoredPiece {
@@ -24,9 +25,9 @@ struct StoredPiece {
 };
 
 // Writes `pieces` as <folder>/<file> (safetensors) and returns the file's record; `index`
-// receives the pieces with their file and key.
+// receives the pieces with their file and key; `progress` advances by their bytes.
 FileRecord write_pieces(const std::string& folder, const std::string& file, std::vector<StoredPiece> pieces,
-                        std::vector<TensorPiece>& index);
+                        std::vector<TensorPiece>& index, Progress* progress = nullptr);
 
 // Where a rank's tensor sits in the global one: part `part` of `parts` along `dim` (-1: whole).
 // `padded`: dim is padded to a multiple that depends on the layout (the vocabulary).

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/text.h"
 #include "train/families/gpt2/gpt2.h"
 #include "train/families/llama/llama.h"
@@ -75,6 +76,7 @@ void check_init_from(const Config& config) {
 }
 
 NamedTensors read_hugging_face(const std::string& dir, const ModelConfig& model) {
+  Progress progress(str("reading Hugging Face weights from ", dir));
   return family_of(model, kInitFromFamilies).read(dir, model);
 }
 

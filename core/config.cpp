@@ -333,6 +333,7 @@ const std::vector<Field>& schema() {
       field("train.peak_tflops", TRIDENT_MEMBER(train.peak_tflops), non_negative_number()),
       field("train.threads", TRIDENT_MEMBER(train.threads), at_least(0)),
       field("train.profile_iteration", TRIDENT_MEMBER(train.profile_iteration), at_least(0)),
+      field("train.profile_iterations", TRIDENT_MEMBER(train.profile_iterations), at_least(1)),
       field("train.profile_ranks", TRIDENT_MEMBER(train.profile_ranks),
             Rule<std::string>{kProfileRanksExpected,
                               [](const std::string& text) { return checked_profile_ranks(text).first; }}),

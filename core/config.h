@@ -286,7 +286,8 @@ struct TrainConfig {
   TrainDevice device = TrainDevice::cpu;
   double peak_tflops = 0.0;    // per device, for MFU; 0: a known GPU's 16-bit peak, else no MFU
   int64_t threads = 0;         // CPU threads (LibTorch's and OpenBLAS's pools); 0: the CPUs / local ranks
-  int64_t profile_iteration = 0;         // profile this iteration (train/profile.h); 0: none
+  int64_t profile_iteration = 0;         // profile from this iteration on (train/profile.h); 0: none
+  int64_t profile_iterations = 1;        // how many iterations, in one trace
   std::string profile_ranks = "all";     // the ranks that profile it: all, or ranks by commas ("0,3")
   bool profile_shapes = true;            // the operators' input shapes in the trace
   std::string profile_dir = "profiles";  // where each profiled rank writes its trace and table

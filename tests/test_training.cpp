@@ -122,13 +122,19 @@ TEST(Training, GradientAccumulationEqualsOneLargeMicroBatch) {
 // A library user's own communicator must span the launch's processes.
 // train.profile_iteration leaves each rank a trace of that iteration and a table of where its
 // time went (a LibTorch without Kineto, Debian's 1.13, is refused by name, as is an iteration
-// the run never reaches).
+// the run never reaches, or iterations that end past the run).
 TEST(Training, AProfiledIterationLeavesATraceAndWhereTheTimeWent) {
   const auto dir = scratch_dir();
   const std::string data = write_corpus(dir), profiles = (dir / "profiles").string();
   const auto config = small_config(data, {"train.iters=3", "train.profile_iteration=2", "train.profile_dir=" + profiles});
   EXPECT_NE(error_of([&] { Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=4"})); })
                 .find("train.profile_iteration=4 is past train.iters=3: no iteration would be profiled"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=2", "train.profile_iterations=3"}));
+            }).find("train.profile_iterations=3 from train.profile_iteration=2 end at iteration 4, past train.iters=3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { small_config(data, {"train.profile_iterations=0"}); }).find("train.profile_iterations"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               Trainer(small_config(data, {"train.iters=3", "train.profile_iteration=2", "train.profile_ranks=0,1"}));
@@ -154,7 +160,8 @@ TEST(Training, AProfiledIterationLeavesATraceAndWhereTheTimeWent) {
 
 // A traced iteration of TP 2 x PP 2 shows each rank's own work in its trace, in trident's spans:
 // its collectives by group and size, its pipeline's forwards and backwards by micro-batch, its
-// data loading (both stages read the batch: the first its tokens, the last its targets).
+// data loading (both stages read the batch: the first its tokens, the last its targets); and
+// train.profile_iterations traces several iterations in one.
 TEST(Training, ATracedIterationShowsEachRanksCommunicationAndPipeline) {
 #if TORCH_VERSION_MAJOR < 2
   GTEST_SKIP() << "LibTorch 1.13 (Debian's) has no Kineto to trace with";
@@ -174,18 +181,30 @@ TEST(Training, ATracedIterationShowsEachRanksCommunicationAndPipeline) {
       EXPECT_NE(trace.find(span), std::string::npos) << "rank " << rank << ": no span " << span;
     EXPECT_NE(trace.find("\"Input Dims\""), std::string::npos) << "rank " << rank << ": no input shapes";
   }
-  // Only the ranks asked for, without the operators' input shapes when so asked.
+  // Only the ranks asked for, without the operators' input shapes when so asked; two iterations
+  // in one trace hold each span twice as often as one iteration's.
   const auto some = scratch_dir() / "some";
   const CommandResult chosen = run_command(
       "timeout 300 " + kMpirun + "4 " + kBin + "/train --config " + kSource +
       "/configs/gpt-tiny.yaml data.type=synthetic train.iters=2 train.eval_interval=0 train.metrics_file= "
-      "parallel.tensor=2 parallel.pipeline=2 train.profile_iteration=1 train.profile_ranks=3 train.profile_shapes=false "
-      "train.profile_dir=" + some.string());
+      "parallel.tensor=2 parallel.pipeline=2 train.profile_iteration=1 train.profile_iterations=2 "
+      "train.profile_ranks=3 train.profile_shapes=false train.profile_dir=" + some.string());
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
-  EXPECT_NE(chosen.output.find("profiled iteration 1 (the traces and tables of ranks 3 in " + some.string() + "/)"),
+  EXPECT_NE(chosen.output.find("profiled iterations 1 to 2 (the traces and tables of ranks 3 in " + some.string() + "/)"),
             std::string::npos) << chosen.output;
   for (int rank = 0; rank < 3; ++rank) EXPECT_FALSE(std::filesystem::exists(str(some.string(), "/rank", rank, ".json")));
-  EXPECT_EQ(read_text_file(some.string() + "/rank3.json", "trace").find("\"Input Dims\""), std::string::npos);
+  const std::string two = read_text_file(some.string() + "/rank3.json", "trace");
+  EXPECT_EQ(two.find("\"Input Dims\""), std::string::npos);
+  const auto count = [](const std::string& text, const std::string& word) {
+    int n = 0;
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+    return n;
+  };
+  const std::string span = "\"pipeline backward: micro-batch 0, chunk 0\"";
+  const int once = count(read_text_file(profiles.string() + "/rank3.json", "trace"), span);
+  EXPECT_GT(once, 0);
+  EXPECT_EQ(count(two, span), 2 * once);
+  EXPECT_EQ(read_text_file(some.string() + "/rank3.txt", "table").rfind("rank 3, iterations 1 to 2: ", 0), 0u);
 #endif
 }
 

@@ -37,7 +37,7 @@ double event_ms(const profiler::KinetoEvent& event) {
 
 // The events of `result` that say where the time went: GPU kernels on CUDA, operators on the CPU;
 // by name, the most time first.
-std::string time_table(const profiler::ProfilerResult& result, bool cuda, int rank, int64_t iteration) {
+std::string time_table(const profiler::ProfilerResult& result, bool cuda, int rank, const std::string& iterations) {
   struct Total {
     double ms = 0;
     int64_t calls = 0;
@@ -53,7 +53,7 @@ std::string time_table(const profiler::ProfilerResult& result, bool cuda, int ra
   }
   std::vector<std::pair<std::string, Total>> rows(by_name.begin(), by_name.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  std::string table = str("rank ", rank, ", iteration ", iteration, ": ",
+  std::string table = str("rank ", rank, ", ", iterations, ": ",
                           cuda ? "GPU kernels by total time" : "operators by total time (callers include callees)",
                           ", ", rows.size(), " names\n");
   char line[512];
@@ -81,10 +81,24 @@ void check_profile_settings(const TrainConfig& train, int64_t world_size) {
   if (train.profile_iteration > train.iters)
     fail("train.profile_iteration=", train.profile_iteration, " is past train.iters=", train.iters,
          ": no iteration would be profiled");
+  if (last_profiled_iteration(train) > train.iters)
+    fail("train.profile_iterations=", train.profile_iterations, " from train.profile_iteration=",
+         train.profile_iteration, " end at iteration ", last_profiled_iteration(train), ", past train.iters=",
+         train.iters);
 #if TORCH_VERSION_MAJOR < 2
   fail("train.profile_iteration=", train.profile_iteration, " needs a LibTorch whose profiler writes traces (Kineto): ",
        "pip's torch 2.x has it, this LibTorch ", TORCH_VERSION, " does not");
 #endif
+}
+
+int64_t last_profiled_iteration(const TrainConfig& train) {
+  return train.profile_iteration + train.profile_iterations - 1;
+}
+
+std::string profiled_iterations(const TrainConfig& train) {
+  return train.profile_iterations == 1
+             ? str("iteration ", train.profile_iteration)
+             : str("iterations ", train.profile_iteration, " to ", last_profiled_iteration(train));
 }
 
 bool profiles_rank(const TrainConfig& train, int64_t rank) {
@@ -106,7 +120,7 @@ IterationProfile::~IterationProfile() {
     }
 }
 
-std::string IterationProfile::finish(const std::string& dir, int rank, int64_t iteration) {
+std::string IterationProfile::finish(const std::string& dir, int rank, const std::string& iterations) {
   synchronize(device_);
   recording_ = false;
   const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
@@ -117,7 +131,7 @@ std::string IterationProfile::finish(const std::string& dir, int rank, int64_t i
   } catch (const c10::Error& e) {
     fail("train.profile_dir: could not write the trace ", stem, ".json: ", e.what_without_backtrace());
   }
-  const std::string table = time_table(*result, device_.is_cuda(), rank, iteration);
+  const std::string table = time_table(*result, device_.is_cuda(), rank, iterations);
   write_text_file(stem + ".txt", table);
   return table;
 }

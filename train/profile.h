@@ -1,8 +1,9 @@
-// train.profile_iteration: LibTorch's profiler (Kineto) over one training iteration on the
-// ranks of train.profile_ranks (every rank by default), with the operators' input shapes unless
-// train.profile_shapes is false. Each of them writes, in train.profile_dir, rank<R>.json, a trace to open in Perfetto or
-// chrome://tracing, and rank<R>.txt, where the iteration's time went: on CUDA the GPU kernels by
-// their total time (one stream's kernels do not overlap, so the shares add up), on the CPU
+// train.profile_iteration: LibTorch's profiler (Kineto) over train.profile_iterations training
+// iterations from that one on (one by default), on the ranks of train.profile_ranks (every rank
+// by default), with the operators' input shapes unless train.profile_shapes is false. Each of
+// them writes, in train.profile_dir, rank<R>.json, one trace of those iterations to open in
+// Perfetto or chrome://tracing, and rank<R>.txt, where their time went: on CUDA the GPU kernels
+// by their total time (one stream's kernels do not overlap, so the shares add up), on the CPU
 // LibTorch's operators by their total time (an operator's time includes those it calls).
 #pragma once
 
@@ -15,12 +16,16 @@
 namespace trident {
 
 // Fails naming train.profile_iteration when it is past train.iters (nothing would be profiled)
-// or this LibTorch cannot write traces (one built without Kineto, as Debian's 1.13 is), and
-// train.profile_ranks when it names a rank the job of `world_size` does not have.
+// or this LibTorch cannot write traces (one built without Kineto, as Debian's 1.13 is),
+// train.profile_iterations when they end past train.iters, and train.profile_ranks when it names
+// a rank the job of `world_size` does not have.
 void check_profile_settings(const TrainConfig& train, int64_t world_size);
 
-// Whether `rank` profiles train.profile_iteration.
+// Whether `rank` profiles.
 bool profiles_rank(const TrainConfig& train, int64_t rank);
+// The iterations profiled: "iteration 2", "iterations 2 to 4".
+std::string profiled_iterations(const TrainConfig& train);
+int64_t last_profiled_iteration(const TrainConfig& train);
 
 class IterationProfile {
  public:
@@ -28,9 +33,9 @@ class IterationProfile {
   IterationProfile(const IterationProfile&) = delete;
   IterationProfile& operator=(const IterationProfile&) = delete;
   ~IterationProfile();  // stops recording if finish() did not
-  // Waits for the device, stops recording and writes `rank`'s trace and table into `dir`
-  // (made if missing); returns the table.
-  std::string finish(const std::string& dir, int rank, int64_t iteration);
+  // Waits for the device, stops recording and writes `rank`'s trace and table of `iterations`
+  // (profiled_iterations) into `dir` (made if missing); returns the table.
+  std::string finish(const std::string& dir, int rank, const std::string& iterations);
 
  private:
   torch::Device device_;

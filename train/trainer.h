@@ -120,7 +120,7 @@ class Trainer {
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   LossGuard loss_guard_;
   std::optional<int64_t> resumed_unhealthy_;  // the iteration resumed from, when it was marked unhealthy
-  std::unique_ptr<IterationProfile> profile_;  // during train.profile_iteration
+  std::unique_ptr<IterationProfile> profile_;  // during the profiled iterations (train/profile.h)
   Stopwatch since_built_;  // train.exit_after_minutes
   StragglerReport stragglers_;
   Hooks hooks_;

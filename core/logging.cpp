@@ -30,12 +30,7 @@ std::atomic<int> real_stderr{-1};
 void to_file(const char* kind, const std::string& line) {
   std::lock_guard<std::mutex> lock(file_mutex);
   if (!file) return;
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  std::fprintf(file, "%s %s%s\n", stamp, kind, line.c_str());
+  std::fprintf(file, "%s %s%s\n", utc_now().c_str(), kind, line.c_str());
   std::fflush(file);
 }
 }  // namespace
@@ -53,6 +48,15 @@ void open_rank_log(const std::string& path, const std::string& setting) {
 
 void to_rank_log(const std::string& line) { to_file("", line); }
 
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return stamp;
+}
+
 std::string rank_log() {
   std::lock_guard<std::mutex> lock(file_mutex);
   return file_path;
@@ -68,16 +72,13 @@ bool primary() { return this_rank == 0; }
 void info(const std::string& line) {
   to_file("", line);
   if (!primary()) return;
-  clear_progress_line();
-  std::fprintf(stdout, "%s\n", line.c_str());
-  std::fflush(stdout);
+  print_over_progress(stdout, line + "\n");
 }
 
 void warn(const std::string& line) {
   to_file("warning: ", line);
   if (!primary()) return;
-  clear_progress_line();
-  std::fprintf(stderr, "warning: %s\n", line.c_str());
+  print_over_progress(stderr, "warning: " + line + "\n");
 }
 
 void error(const std::string& line) {

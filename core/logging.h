@@ -24,6 +24,8 @@ void error(const std::string& line);
 void open_rank_log(const std::string& path, const std::string& setting);
 // A line for the rank log alone (nothing when none is open).
 void to_rank_log(const std::string& line);
+// The time now, UTC, ISO 8601 ("2026-11-28T12:00:00Z"), as the rank logs stamp their lines.
+std::string utc_now();
 // The open rank log's path, "" when none.
 std::string rank_log();
 

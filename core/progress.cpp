@@ -1,8 +1,10 @@
 #include "core/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,16 +21,17 @@ bool drawn = false;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double delay_s() {
-  const char* text = std::getenv("TRIDENT_PROGRESS_DELAY_S");
-  if (!text || !*text) return 0.5;
-  char* end = nullptr;
-  const double delay = std::strtod(text, &end);
-  if (*end || delay < 0) fail("TRIDENT_PROGRESS_DELAY_S='", text, "': expected seconds, 0 or more");
-  return delay;
+void clear_locked() {
+  if (!drawn) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  drawn = false;
 }
 
-void draw(const std::string& line) {
+// A line wider than the terminal would wrap, and clearing would then leave its first rows.
+void draw(std::string line) {
+  winsize size{};
+  if (ioctl(2, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 && line.size() >= size.ws_col) line.resize(size.ws_col - 1);
   std::lock_guard<std::mutex> lock(terminal);
   std::fprintf(stderr, "\r%s\033[K", line.c_str());
   std::fflush(stderr);
@@ -37,12 +40,25 @@ void draw(const std::string& line) {
 
 }  // namespace
 
+double progress_delay_s() {
+  static const double delay = [] {
+    const char* text = std::getenv("TRIDENT_PROGRESS_DELAY_S");
+    if (!text || !*text) return 0.5;
+    char* end = nullptr;
+    const double seconds = std::strtod(text, &end);
+    if (*end || !std::isfinite(seconds) || seconds < 0)
+      fail("TRIDENT_PROGRESS_DELAY_S='", text, "': expected seconds, 0 or more");
+    return seconds;
+  }();
+  return delay;
+}
+
 Progress::Progress(std::string step, double total, Unit unit, std::string items)
     : step_(std::move(step)), items_(std::move(items)), total_(total), unit_(unit), start_(now_s()) {
-  static const double delay = delay_s();  // checked by every program that has long steps, terminal or not
-  if (!isatty(2) || !log::primary()) return;
+  const double delay = progress_delay_s();  // checked whether or not there is a terminal
+  if (!isatty(1) || !isatty(2) || !log::primary()) return;
   if (delay == 0) draw(line());
-  ticker_ = std::thread([this] {
+  ticker_ = std::thread([this, delay] {
     std::unique_lock<std::mutex> lock(mutex_);
     for (double wait = delay; !wake_.wait_for(lock, std::chrono::duration<double>(wait), [&] { return finished_; });
          wait = 0.25)
@@ -79,10 +95,14 @@ std::string Progress::line() const {
 
 void clear_progress_line() {
   std::lock_guard<std::mutex> lock(terminal);
-  if (!drawn) return;
-  std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
-  drawn = false;
+  clear_locked();
+}
+
+void print_over_progress(FILE* stream, const std::string& text) {
+  std::lock_guard<std::mutex> lock(terminal);
+  clear_locked();
+  std::fputs(text.c_str(), stream);
+  std::fflush(stream);
 }
 
 }  // namespace trident

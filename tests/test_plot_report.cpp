@@ -55,7 +55,11 @@ struct HandMadeRun {
   std::filesystem::path dir = scratch_dir();
   std::string metrics = (dir / "metrics.jsonl").string(), record_path = (dir / "metrics.run.json").string(),
               html = (dir / "report.html").string();
-  Config config = Config::load(kSource + "/configs/gpt-tiny.yaml");
+  Config config = [] {
+    Config c = Config::load(kSource + "/configs/gpt-tiny.yaml");
+    c.data.path = "corpus<1>&2";  // the page shows it as text
+    return c;
+  }();
   trident::RunRecord record{config.to_yaml(), 2,      "NVIDIA H100 80GB HBM3", "nccl", "2.11.0",
                             "0.1.0",          816768, "2026-11-28T12:00:00Z"};
   HandMadeRun() {
@@ -108,6 +112,7 @@ TEST(PlotReport, SetsThePlanBesideTheMeasurements) {
   EXPECT_TRUE(has(page, "2 rank(s) on NVIDIA H100 80GB HBM3 (nccl)")) << page;
   EXPECT_TRUE(has(page, "<title>tiny &lt;on&gt; H100</title>")) << page;
   EXPECT_TRUE(has(page, "num_layers: 4")) << page;
+  EXPECT_TRUE(has(page, "corpus&lt;1&gt;&amp;2")) << page;
   EXPECT_TRUE(has(page, "<figure>\n<svg")) << page;
   EXPECT_FALSE(has(page, "<?xml")) << page;
   EXPECT_TRUE(has(page, ">plan</text>")) << "the plan's line in the legend\n" << page;
@@ -160,6 +165,12 @@ TEST(PlotReport, BadRecordsAndOptionsAreOneErrorEach) {
   r = run(plot + " --output x.png");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(has(r.output, "--output excludes --html")) << r.output;
+  const std::string nowhere = (hand.dir / "missing" / "r.html").string();
+  r = run(kBin + "/plot --metrics " + hand.metrics + " --html " + nowhere);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(has(
+      r.output, "error: plot: '" + nowhere + "': its folder '" + (hand.dir / "missing").string() + "' does not exist"))
+      << r.output;
 }
 
 namespace {
@@ -181,11 +192,15 @@ int64_t pixels_of_colour(const std::string& path, int red, int green, int blue, 
   return count;
 }
 
-// Headless Chromium's picture of a page, as a window 1000 pixels wide shows it.
+// Headless Chromium on a page (its profile in `dir`): `what` it is asked for.
+Result chromium(const std::filesystem::path& dir, const std::string& what, const std::string& page) {
+  return run(str("timeout 120 chromium --headless --no-sandbox --disable-gpu --user-data-dir=",
+                 (dir / "chromium").string(), " ", what, " file://", std::filesystem::absolute(page).string()));
+}
+
+// Its picture of the page, as a window 1000 pixels wide shows it.
 Result screenshot(const std::filesystem::path& dir, const std::string& page, const std::string& png) {
-  return run(str("timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir=",
-                 (dir / "chromium").string(), " --window-size=1000,2600 --screenshot=", png, " file://",
-                 std::filesystem::absolute(page).string()));
+  return chromium(dir, "--hide-scrollbars --window-size=1000,2600 --screenshot=" + png, page);
 }
 
 }  // namespace
@@ -217,8 +232,7 @@ TEST(PlotReport, ARealRunsReportReadsInABrowser) {
 
   if (run("command -v chromium").exit_code != 0) GTEST_SKIP() << "chromium is not installed";
   // The browser's own reading of the page: its parser adds the tables' <tbody>.
-  r = run(str("timeout 120 chromium --headless --no-sandbox --disable-gpu --user-data-dir=",
-              (dir / "chromium").string(), " --dump-dom file://", html));
+  r = chromium(dir, "--dump-dom", html);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r.output, "<tbody><tr><th></th><th>plan</th><th>measured</th>")) << r.output;
   EXPECT_TRUE(has(r.output, "<svg")) << r.output;

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
     Options options;
     CLI::App app{"", "export"};
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
+    progress_delay_s();  // TRIDENT_PROGRESS_DELAY_S, checked before reading the checkpoint
     const fs::path out(options.output);
     Publication::roll_back_interrupted((out / "export.publishing").string());  // an export killed while publishing
     if (fs::exists(out / "model.safetensors"))

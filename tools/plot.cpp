@@ -11,7 +11,9 @@
 // A run's plan needs its run record (metrics.run.json beside metrics.jsonl, which train writes)
 // and, for its times, a device profile: --profile's, else the built-in one of the record's
 // device (plan --device's), else the plan has memory only.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -57,6 +59,22 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->needs(html);
   return app;
 }
+
+// A folder under the system's temporary one, removed with everything in it when it goes.
+struct ScratchFolder {
+  std::string path;
+  ScratchFolder() {
+    std::string pattern = (fs::temp_directory_path() / "trident-plot-XXXXXX").string();
+    if (!mkdtemp(pattern.data())) fail("plot: cannot make a temporary folder in ", fs::temp_directory_path().string());
+    path = pattern;
+  }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+};
 
 // A run's default name: its metrics file's folder (runs/gpt-tiny/metrics.jsonl -> gpt-tiny), or
 // the path where two runs' folders share a name.
@@ -107,6 +125,10 @@ int main(int argc, char** argv) {
     if (!parse_command_line(describe(app, options), argc, argv)) return 0;
     if (options.metrics.size() > 1 && options.output.empty() && options.html.empty())
       fail("plot: --output is needed with several runs (", options.metrics.size(), " --metrics)");
+    for (const std::string& file : {options.output, options.html})
+      if (const fs::path folder = fs::path(file).parent_path();
+          !file.empty() && !folder.empty() && !fs::is_directory(folder))
+        fail("plot: '", file, "': its folder '", folder.string(), "' does not exist");
     const std::vector<std::string> labels = labels_of(options);
     const MetricsAxis axis = metrics_axis(options.x);
     std::vector<PlottedRun> runs;
@@ -126,19 +148,20 @@ int main(int argc, char** argv) {
           runs[r].planned_memory_gib = reported[r].comparison->memory_gib.plan;
         }
     }
-    const std::string output = !options.html.empty() ? options.html + ".svg"
+    // The report's picture is drawn into a folder of its own, removed whatever happens.
+    std::optional<ScratchFolder> scratch;
+    if (!options.html.empty()) scratch.emplace();
+    const std::string output = scratch ? scratch->path + "/panels.svg"
                                : options.output.empty()
                                    ? fs::path(options.metrics[0]).replace_extension(".png").string()
                                    : options.output;
     const std::string script =
-        gnuplot_script(runs, axis, options.html.empty() ? PictureFormat::png : PictureFormat::svg, output, title);
+        gnuplot_script(runs, axis, scratch ? PictureFormat::svg : PictureFormat::png, output, title);
     if (!options.script.empty()) write_text_file(options.script, script);
     run_gnuplot(script, output);
     std::string written = output;
-    if (!options.html.empty()) {
-      const std::string svg = read_text_file(output, "gnuplot's picture");
-      fs::remove(output);
-      write_text_file(options.html, html_report(title, reported, svg));
+    if (scratch) {
+      write_text_file(options.html, html_report(title, reported, read_text_file(output, "gnuplot's picture")));
       written = options.html;
     }
     for (const PlottedRun& run : runs)

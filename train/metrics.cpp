@@ -145,7 +145,7 @@ void RunLog::open_metrics(int64_t resumed_at, const std::string& backend, const 
     if (!metrics_) fail("train.metrics_file '", path, "' cannot be written: ", std::strerror(errno));
     const BuildInfo build = build_info();
     write_run_record(run_record_path(path), {config_.to_yaml(), layout_.world_size(), device_name(device), backend,
-                                             build.torch_version, build.trident_version, parameters, utc_now()});
+                                             build.torch_version, build.trident_version, parameters, log::utc_now()});
   }
   if (!config_.train.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(config_.train.tensorboard_dir, resumed_at);

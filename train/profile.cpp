@@ -73,7 +73,12 @@ std::string time_table(const profiler::ProfilerResult& result, bool cuda, int ra
 }  // namespace
 
 void check_profile_settings(const TrainConfig& train, int64_t world_size) {
-  if (train.profile_iteration == 0) return;
+  if (train.profile_iteration == 0) {
+    if (train.profile_iterations != 1)
+      fail("train.profile_iterations=", train.profile_iterations,
+           " needs train.profile_iteration, the first iteration to profile (0: none)");
+    return;
+  }
   for (const int64_t rank : profile_ranks(train.profile_ranks))
     if (rank >= world_size)
       fail("train.profile_ranks=", train.profile_ranks, " names rank ", rank, ", but the job has ", world_size,
@@ -81,10 +86,9 @@ void check_profile_settings(const TrainConfig& train, int64_t world_size) {
   if (train.profile_iteration > train.iters)
     fail("train.profile_iteration=", train.profile_iteration, " is past train.iters=", train.iters,
          ": no iteration would be profiled");
-  if (last_profiled_iteration(train) > train.iters)
+  if (train.profile_iterations > train.iters - train.profile_iteration + 1)  // past the end (no overflow)
     fail("train.profile_iterations=", train.profile_iterations, " from train.profile_iteration=",
-         train.profile_iteration, " end at iteration ", last_profiled_iteration(train), ", past train.iters=",
-         train.iters);
+         train.profile_iteration, " end past train.iters=", train.iters);
 #if TORCH_VERSION_MAJOR < 2
   fail("train.profile_iteration=", train.profile_iteration, " needs a LibTorch whose profiler writes traces (Kineto): ",
        "pip's torch 2.x has it, this LibTorch ", TORCH_VERSION, " does not");

@@ -7,9 +7,9 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/logging.h"
-#include "core/progress.h"
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
+#include "core/progress.h"
 #include "core/text.h"
 #include "optim/finalize_grads.h"
 #include "optim/grad_clip.h"
@@ -64,8 +64,11 @@ Trainer::PendingStep Trainer::run_step() {
   if (hooks_.before_step)
     run_hook("before_step", iteration_ + 1, layout_.world_size(), [&] { hooks_.before_step(iteration_ + 1); });
   PendingStep pending;
-  if (iteration_ + 1 == config_.train.profile_iteration && profiles_rank(config_.train, groups_->world().rank()))
-    profile_ = std::make_unique<IterationProfile>(device_, config_.train.profile_shapes);
+  if (iteration_ + 1 == config_.train.profile_iteration) {
+    profiling_ = true;
+    if (profiles_rank(config_.train, groups_->world().rank()))
+      profile_ = std::make_unique<IterationProfile>(device_, config_.train.profile_shapes);
+  }
   pending.timer = std::make_unique<IntervalTimer>(device_);
   pending.timer->start();
   for (auto& chunk : model_.chunks) {
@@ -132,7 +135,8 @@ Trainer::PendingStep Trainer::run_step() {
   m.pipeline_transfer_ms = stats.transfer_ms;
   pending.loss = loss_sum;
   pending.grad_norm = grad_norm;
-  if (config_.train.profile_iteration > 0 && iteration_ == last_profiled_iteration(config_.train)) {
+  if (profiling_ && iteration_ == last_profiled_iteration(config_.train)) {
+    profiling_ = false;
     const std::string iterations = profiled_iterations(config_.train);
     const std::string table =
         profile_ ? profile_->finish(config_.train.profile_dir, groups_->world().rank(), iterations) : "";
@@ -245,6 +249,9 @@ TrainingEnd Trainer::train() {
     return {};
   }
   log_->open_metrics(/*resumed_at=*/iteration_, groups_->world().backend(), device_, parameter_count_);
+  if (t.profile_iteration > 0 && t.profile_iteration <= iteration_ && iteration_ < last_profiled_iteration(t))
+    log::warn(str("train.profile_iteration=", t.profile_iteration, ": this run resumes after iteration ", iteration_,
+                  ", inside the profiled ", profiled_iterations(t), ", so nothing is profiled"));
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one

@@ -120,7 +120,8 @@ class Trainer {
   double last_loss_ = IterationMetrics::kUnknown;  // of the newest completed iteration (saved with it)
   LossGuard loss_guard_;
   std::optional<int64_t> resumed_unhealthy_;  // the iteration resumed from, when it was marked unhealthy
-  std::unique_ptr<IterationProfile> profile_;  // during the profiled iterations (train/profile.h)
+  std::unique_ptr<IterationProfile> profile_;  // during the profiled iterations (train/profile.h), on ranks that profile
+  bool profiling_ = false;                     // the profiled iterations have begun in this run, on every rank
   Stopwatch since_built_;  // train.exit_after_minutes
   StragglerReport stragglers_;
   Hooks hooks_;

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
+#include "core/progress.h"
 #include "core/text.h"
 #include "optim/loss_scaler.h"
 #include "optim/parameter_groups.h"
@@ -67,6 +68,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     }
     check_block_registered(config_.model.block);
     check_profile_settings(config_.train, launch.world_size);
+    progress_delay_s();  // TRIDENT_PROGRESS_DELAY_S, checked before the heavy work
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
   });

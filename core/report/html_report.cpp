@@ -54,7 +54,7 @@ std::string plan_table(const PlanComparison& c) {
   std::string out = "<table class=\"plan\">\n";
   out += cells({"", "plan", "measured", "measured / plan"}, "th");
   const auto row = [&](const char* what, const PlannedAndMeasured& f, double scale = 1) {
-    const double ratio = f.measured / f.plan;
+    const double ratio = f.plan > 0 ? f.measured / f.plan : NAN;
     out += cells({what, number(f.plan * scale), number(f.measured * scale), number(ratio)});
   };
   row("iteration time (s)", c.iteration_s);
@@ -82,7 +82,7 @@ std::string run_section(const ReportedRun& run) {
       str("<p class=\"note\">Plan: trident's time and memory models (<code>plan --explain</code>) for this "
           "layout, device profile: ",
           escaped(c.profile), ". Measured: the median of ", c.measured_lines,
-          " logged iteration(s), the first left out (its warm-up); memory the largest peak logged.</p>\n");
+          " logged iteration(s), the first left out (its warm-up); memory the largest peak of those.</p>\n");
   out += str("<details><summary>The resolved config</summary>\n<pre>", escaped(r.config_yaml),
              "</pre>\n</details>\n</section>\n");
   return out;

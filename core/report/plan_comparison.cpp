@@ -26,6 +26,10 @@ PlanComparison compare_with_plan(const RunRecord& record, const std::string& rec
   PlanComparison c;
   try {
     c.config = Config::parse(record.config_yaml);
+  } catch (const std::exception& e) {
+    fail("run record '", record_path, "': its config: ", e.what());
+  }
+  try {
     c.layout = resolve_layout(c.config, record.world_size);
   } catch (const std::exception& e) {
     fail("run record '", record_path, "': its config does not give a layout on ", record.world_size,

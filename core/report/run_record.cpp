@@ -2,33 +2,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ctime>
+#include <cctype>
 #include <filesystem>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/files.h"
 
 namespace trident {
 
-int RunRecord::libtorch_major() const {
-  try {
-    return std::stoi(libtorch);
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
+int RunRecord::libtorch_major() const { return std::stoi(libtorch); }
 
 std::string run_record_path(const std::string& metrics_file) {
   return std::filesystem::path(metrics_file).replace_extension(".run.json").string();
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 void write_run_record(const std::string& path, const RunRecord& record) {
@@ -62,6 +48,8 @@ RunRecord read_run_record(const std::string& path) {
   field("started", record.started);
   field("config", record.config_yaml);
   if (record.world_size < 1) fail("run record '", path, "': 'world_size' is ", record.world_size, ", expected >= 1");
+  if (record.libtorch.empty() || !std::isdigit(static_cast<unsigned char>(record.libtorch[0])))
+    fail("run record '", path, "': 'libtorch' is '", record.libtorch, "', expected a version such as 2.11.0");
   return record;
 }
 

@@ -13,18 +13,16 @@ struct RunRecord {
   int64_t world_size = 1;
   std::string device;      // as CUDA names it ("NVIDIA H100 80GB HBM3"), or "cpu"
   std::string backend;     // the communicator's: nccl, gloo, mpi
-  std::string libtorch;    // LibTorch's version, "1.13.0"
+  std::string libtorch;    // LibTorch's version, "1.13.0" (checked: it starts with a number)
   std::string trident;     // trident's version
   int64_t parameters = 0;  // the model's, as built
   std::string started;     // UTC, ISO 8601: when the run (or its last resumption) started
 
-  int libtorch_major() const;  // 0 when the version does not say
+  int libtorch_major() const;
 };
 
 // runs/x/metrics.jsonl -> runs/x/metrics.run.json
 std::string run_record_path(const std::string& metrics_file);
-// The time now, UTC, ISO 8601 ("2026-11-28T12:00:00Z").
-std::string utc_now();
 
 // JSON; errors name the file, and for a record that cannot be read, the key and what was expected.
 void write_run_record(const std::string& path, const RunRecord& record);

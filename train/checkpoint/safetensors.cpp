@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/progress.h"
 #include "core/files.h"
+#include "core/progress.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors stores little-endian bytes");
 

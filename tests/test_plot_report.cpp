@@ -20,8 +20,8 @@
 #include "core/plan/software.h"
 #include "core/report/run_record.h"
 #include "core/text.h"
-#include "tests/build_paths.h"
 #include "tests/helpers.h"
+#include "tests/launchers.h"
 
 using trident::Config;
 using trident::str;
@@ -30,9 +30,9 @@ using trident::testing::scratch_dir;
 namespace {
 
 using Result = trident::testing::CommandResult;
+using trident::testing::kBin;
+using trident::testing::kSource;
 const auto run = trident::testing::run_command;
-const std::string kBin = TRIDENT_BINARY_DIR;
-const std::string kSource = TRIDENT_SOURCE_DIR;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

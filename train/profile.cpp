@@ -105,6 +105,14 @@ std::string profiled_iterations(const TrainConfig& train) {
              : str("iterations ", train.profile_iteration, " to ", last_profiled_iteration(train));
 }
 
+std::string resumed_inside_profile(const TrainConfig& train, int64_t resumed_at) {
+  if (train.profile_iteration == 0 || resumed_at < train.profile_iteration ||
+      resumed_at >= last_profiled_iteration(train))
+    return "";
+  return str("train.profile_iteration=", train.profile_iteration, ": this run resumes after iteration ", resumed_at,
+             ", inside the profiled ", profiled_iterations(train), ", so nothing is profiled");
+}
+
 bool profiles_rank(const TrainConfig& train, int64_t rank) {
   const std::vector<int64_t> ranks = profile_ranks(train.profile_ranks);
   return ranks.empty() || std::find(ranks.begin(), ranks.end(), rank) != ranks.end();

@@ -26,6 +26,9 @@ bool profiles_rank(const TrainConfig& train, int64_t rank);
 // The iterations profiled: "iteration 2", "iterations 2 to 4".
 std::string profiled_iterations(const TrainConfig& train);
 int64_t last_profiled_iteration(const TrainConfig& train);
+// For a run resumed after iteration `resumed_at` inside the profiled iterations (which then
+// never begin): a warning that nothing is profiled; else "".
+std::string resumed_inside_profile(const TrainConfig& train, int64_t resumed_at);
 
 class IterationProfile {
  public:

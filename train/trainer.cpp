@@ -249,9 +249,7 @@ TrainingEnd Trainer::train() {
     return {};
   }
   log_->open_metrics(/*resumed_at=*/iteration_, groups_->world().backend(), device_, parameter_count_);
-  if (t.profile_iteration > 0 && t.profile_iteration <= iteration_ && iteration_ < last_profiled_iteration(t))
-    log::warn(str("train.profile_iteration=", t.profile_iteration, ": this run resumes after iteration ", iteration_,
-                  ", inside the profiled ", profiled_iterations(t), ", so nothing is profiled"));
+  if (const std::string warning = resumed_inside_profile(t, iteration_); !warning.empty()) log::warn(warning);
   const int64_t first_iteration = iteration_;
   reset_peak_memory(device_);
   // Iterations queue up on the device; their numbers are read (one synchronisation) when one

@@ -487,14 +487,20 @@ void read_optimizer_state(const std::string& folder, const PlacedParameters& loc
                           ParameterGroups& optimizer) {
   torch::NoGradGuard no_grad;
   const CheckpointTensors saved(folder);
-  double pieces = 0;
-  for (ParameterGroup& group : optimizer.groups()) pieces += double(group.optimizer->state_pieces().size());
-  Progress loading(str("loading optimizer state from ", folder), pieces, Progress::Unit::items, "pieces");
+  // Each group's pieces, taken once: counted for the progress line, then read.
+  std::vector<std::vector<ZeroOptimizer::StatePiece>> pieces;
+  double count = 0;
+  for (ParameterGroup& group : optimizer.groups()) {
+    pieces.push_back(group.optimizer->state_pieces());
+    count += double(pieces.back().size());
+  }
+  Progress loading(str("loading optimizer state from ", folder), count, Progress::Unit::items, "pieces");
   // Per piece, the parameter's state in this rank's shape; rows the saving layout did not have
   // (a vocabulary padded further) start as a fresh run does: main = the weights (this rank's
   // piece of them is all it holds at ZeRO-3, and all that is read), moments zero.
-  for (ParameterGroup& group : optimizer.groups())
-    for (auto& piece : group.optimizer->state_pieces()) {
+  for (size_t g = 0; g < pieces.size(); ++g)
+    for (auto& piece : pieces[g]) {
+      ParameterGroup& group = optimizer.groups()[g];
       const RoledParameter& p = group.params[piece.param];
       auto read = [&](StateKind kind, torch::Tensor& target) {
         auto value = torch::zeros(p.tensor.sizes(), target.options());

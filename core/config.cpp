@@ -51,7 +51,11 @@ const NameTable<Precision>& names_of() {
 template <>
 const NameTable<Schedule>& names_of() {
   static const NameTable<Schedule> table = {
-      {Schedule::gpipe, "gpipe"}, {Schedule::one_f_one_b, "1f1b"}, {Schedule::interleaved_1f1b, "interleaved_1f1b"}};
+      {Schedule::gpipe, "gpipe"},
+      {Schedule::one_f_one_b, "1f1b"},
+      {Schedule::interleaved_1f1b, "interleaved_1f1b"},
+      {Schedule::zb_h1, "zb-h1"},
+      {Schedule::zb_v, "zb-v"}};
   return table;
 }
 template <>
@@ -272,6 +276,7 @@ const std::vector<Field>& schema() {
             any<bool>("true or false")),
       field("parallel.zero_stage", TRIDENT_MEMBER(parallel.zero_stage), between(0, 3)),
       enum_field<Schedule>("parallel.schedule", TRIDENT_MEMBER(parallel.schedule)),
+      field("parallel.schedule_file", TRIDENT_MEMBER(parallel.schedule_file), any<std::string>("a file")),
       enum_field<Backend>("parallel.backend", TRIDENT_MEMBER(parallel.backend)),
       field("parallel.timeout_s", TRIDENT_MEMBER(parallel.timeout_s), at_least(1)),
       field("parallel.bucket_mb", TRIDENT_MEMBER(parallel.bucket_mb), positive_number()),

@@ -16,7 +16,9 @@ namespace trident {
 // fp8: bf16 weights and activations with the linear layers' multiplies in FP8
 // (parallel/fp8_multiply.h).
 enum class Precision { fp32, fp64, bf16, fp16, fp8 };
-enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
+// Zero-bubble schedules split each backward into its input gradient and its weight gradient
+// (core/schedule/pipeline_schedule.h); zb_v runs two chunks per stage placed in a V.
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, zb_v };
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
 enum class Recompute { none, selective, full };
@@ -191,6 +193,9 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int64_t zero_stage = 0;
   Schedule schedule = Schedule::one_f_one_b;
+  // The actions of each pipeline rank read from this file instead of the schedule's generator
+  // (core/schedule/schedule_file.h); `schedule` still places the chunks. Empty: generated.
+  std::string schedule_file;
   Backend backend = Backend::automatic;
   int64_t timeout_s = 300;        // a collective waiting longer than this fails the run
   double bucket_mb = 25.0;        // data-parallel gradient bucket size

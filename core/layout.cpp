@@ -14,8 +14,13 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   const auto& p = config.parallel;
   const auto& b = config.batch;
   const bool interleaved = p.schedule == Schedule::interleaved_1f1b;
-  if (interleaved && p.pipeline < 2) return "parallel.schedule=interleaved_1f1b needs parallel.pipeline >= 2";
-  if (interleaved != (p.virtual_stages > 1))
+  const bool v_shape = p.schedule == Schedule::zb_v;
+  if ((interleaved || v_shape) && p.pipeline < 2)
+    return str("parallel.schedule=", p.schedule, " needs parallel.pipeline >= 2");
+  if (v_shape && p.virtual_stages != 2)
+    return str("parallel.schedule=zb-v runs two chunks per stage placed in a V: set parallel.virtual_stages=2 (got ",
+               p.virtual_stages, ")");
+  if (!v_shape && interleaved != (p.virtual_stages > 1))
     return str("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
                p.schedule, " with ", p.virtual_stages, " virtual stages)");
   // Config::set checks this for files and --set; a Config built in C++ reaches here unchecked.
@@ -133,11 +138,18 @@ LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool 
   return {first, std::max<int64_t>(0, end - first)};
 }
 
+int64_t Layout::virtual_stage(int64_t chunk, int64_t pp_rank) const {
+  TRIDENT_CHECK(chunk >= 0 && chunk < virtual_stages && pp_rank >= 0 && pp_rank < pp_size, "chunk ", chunk,
+                " of pipeline rank ", pp_rank, " in a pipeline of ", pp_size, " x ", virtual_stages);
+  if (schedule == Schedule::zb_v) return chunk == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank;
+  return chunk * pp_size + pp_rank;
+}
+
 std::vector<int64_t> stage_layer_indices(const Layout& layout, int64_t num_layers, int64_t pp_rank) {
   std::vector<int64_t> layers;
   for (int64_t c = 0; c < layout.virtual_stages; ++c) {
     const LayerRange range = chunk_layers(num_layers, layout.pp_size * layout.virtual_stages,
-                                          c * layout.pp_size + pp_rank, layout.embedding_and_loss_as_layers);
+                                          layout.virtual_stage(c, pp_rank), layout.embedding_and_loss_as_layers);
     for (int64_t layer = range.first; layer < range.first + range.count; ++layer) layers.push_back(layer);
   }
   return layers;

@@ -82,6 +82,14 @@ struct Norm : public torch::autograd::Function<Norm> {
     torch::Tensor dy = grads[added ? 1 : 0];
     dy = dy.defined() ? like(dy, x, "the gradient") : torch::zeros_like(x);
     const int64_t hidden = x.size(-1), rows = x.numel() / hidden, blocks = cuda::norm_partial_blocks(rows);
+    if (!ctx->needs_input_grad(0) && !(added && ctx->needs_input_grad(1))) {
+      // The weights' half of a split backward (parallel/split_backward.h): no input gradient, and
+      // no read of the weight, which ZeRO-3 may have freed by then.
+      const auto dy_rows = dy.reshape({rows, hidden}).to(torch::kFloat), x_rows = x.reshape({rows, hidden}).to(torch::kFloat);
+      const auto normed = (centered ? x_rows - mean.unsqueeze(1) : x_rows) * rstd.unsqueeze(1);
+      return {torch::Tensor(), torch::Tensor(), (dy_rows * normed).sum(0).to(w.scalar_type()),
+              centered ? dy_rows.sum(0).to(w.scalar_type()) : torch::Tensor(), torch::Tensor()};
+    }
     const auto partial = x.options().dtype(torch::kFloat);
     const auto dx = torch::empty_like(x), dw = torch::zeros({blocks, hidden}, partial);
     const auto db = centered ? torch::zeros({blocks, hidden}, partial) : torch::Tensor();

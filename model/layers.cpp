@@ -26,11 +26,17 @@ struct RmsNorm : public torch::autograd::Function<RmsNorm> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &dy = grads[0];
+    // A split backward asks for one of the two (parallel/split_backward.h): the weight's alone
+    // must not read the weight, which ZeRO-3 may have freed by then.
     const auto normed = x.to(wide(x)) * rstd;
-    const auto grad_weight = (dy * normed.to(x.scalar_type())).reshape({-1, dy.size(-1)}).sum(0);
-    const auto dn = (dy * weight).to(wide(x));
-    const auto grad_x = rstd * (dn - normed * (dn * normed).mean(-1, /*keepdim=*/true));
-    return {grad_x.to(x.scalar_type()), grad_weight.to(weight.scalar_type()), torch::Tensor()};
+    torch::Tensor grad_x, grad_weight;
+    if (ctx->needs_input_grad(1))
+      grad_weight = (dy * normed.to(x.scalar_type())).reshape({-1, dy.size(-1)}).sum(0).to(weight.scalar_type());
+    if (ctx->needs_input_grad(0)) {
+      const auto dn = (dy * weight).to(wide(x));
+      grad_x = (rstd * (dn - normed * (dn * normed).mean(-1, /*keepdim=*/true))).to(x.scalar_type());
+    }
+    return {grad_x, grad_weight, torch::Tensor()};
   }
 };
 

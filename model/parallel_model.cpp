@@ -9,10 +9,10 @@ ParallelModel build_parallel_model(const Config& config, const Layout& layout, c
   const int64_t p = layout.pp_size, v = layout.virtual_stages;
   ParallelModel model;
   for (int64_t c = 0; c < v; ++c) {
+    const int64_t stage = layout.virtual_stage(c, groups.coordinates().pp);
     GPT chunk(config.model, vocab, TensorParallel{groups.shared_tp_group(), layout.sequence_parallel},
-              Stage::of(c * p + groups.coordinates().pp, p * v,
-                        chunk_layers(config.model.num_layers, p * v, c * p + groups.coordinates().pp,
-                                     layout.embedding_and_loss_as_layers)),
+              Stage::of(stage, p * v,
+                        chunk_layers(config.model.num_layers, p * v, stage, layout.embedding_and_loss_as_layers)),
               layout.recompute,
               ContextParallel{groups.shared_cp_group(), groups.shared_ulysses_group(), groups.shared_ring_group()},
               ExpertParallel{groups.shared_ep_group()});

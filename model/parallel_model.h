@@ -21,7 +21,7 @@ struct ParallelModel {
   std::vector<int64_t> units;          // per parameter, its ZeRO-3 unit (GPTImpl::parameter_units)
 };
 
-// Chunk c of pipeline stage pp is virtual stage c * pp_size + pp: contiguous layers, the
+// Chunk c of pipeline stage pp is virtual stage layout.virtual_stage(c, pp): contiguous layers, the
 // embedding on the model's first virtual stage, the head on its last. Every parameter is drawn
 // whole from train.seed and sliced to this TP rank and its experts to this EP rank (model/init.h), in `dtype` on `device`.
 // `vocab` is the padded vocabulary.

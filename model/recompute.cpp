@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "parallel/split_backward.h"
+
 namespace trident {
 namespace {
 
@@ -50,8 +52,17 @@ struct Recompute : public torch::autograd::Function<Recompute> {
       output = (*function)(inputs);
     }
     streams->set_states(now);
-    torch::autograd::backward({output}, {grads[0]});
     torch::autograd::variable_list result = {torch::Tensor(), torch::Tensor()};  // for `function`, `streams`
+    if (WeightGrads* weights = SplitRecomputedBlocks::current()) {  // the I of a split backward
+      std::vector<torch::Tensor> wanted;
+      for (const auto& input : inputs)
+        if (input.requires_grad()) wanted.push_back(input);
+      const auto got = backward_inputs({output}, {grads[0]}, wanted, *weights);
+      size_t next = 0;
+      for (const auto& input : inputs) result.push_back(input.requires_grad() ? got[next++] : torch::Tensor());
+      return result;
+    }
+    torch::autograd::backward({output}, {grads[0]});
     for (const auto& input : inputs) result.push_back(input.requires_grad() ? input.grad() : torch::Tensor());
     return result;
   }

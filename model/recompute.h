@@ -3,7 +3,8 @@
 // of the model's dropout streams, so dropout draws the same masks); backward re-runs it with
 // gradients on, then
 // back-propagates through the fresh graph. Collectives inside (tensor parallelism) run again in
-// the same order on every rank.
+// the same order on every rank. Inside a split backward's I (parallel/split_backward.h) the
+// fresh graph is split too: its weights' gradients wait for the W.
 #pragma once
 
 #include <torch/types.h>

@@ -15,14 +15,15 @@ import sys
 import tempfile
 
 # What a family's own folder may include: the rooms above train/ but train/data, and the list.
-FAMILY = ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint", "train/families"]
+FAMILY = ["core", "core/schedule", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint", "train/families"]
 # Room -> the rooms it may include (besides itself). Listed top (most basic) to bottom.
 ALLOWED = {
     "core": [],
-    "core/plan": ["core"],
+    "core/schedule": ["core"],
+    "core/plan": ["core", "core/schedule"],
     "core/report": ["core", "core/plan"],
     "parallel/comm": ["core"],
-    "parallel": ["core", "parallel/comm"],
+    "parallel": ["core", "core/schedule", "parallel/comm"],
     "model": ["core", "parallel/comm", "parallel"],
     "optim": ["core", "parallel/comm", "parallel", "model"],
     "train/data": ["core"],
@@ -30,7 +31,7 @@ ALLOWED = {
     # A family's folder and the list of families know each other: family.cpp lists the families,
     # each family fills in family.h's bundle (no file includes back: the cycle check holds that).
     # The Llama-like families fill in decoder.h's format; the decoder map knows family.h only.
-    "train/families": ["core", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint",
+    "train/families": ["core", "core/schedule", "core/plan", "parallel/comm", "parallel", "model", "optim", "train/checkpoint",
                        "train/families/gpt2", "train/families/llama", "train/families/qwen3",
                        "train/families/mixtral", "train/families/qwen3_moe"],
     "train/families/gpt2": FAMILY,
@@ -39,7 +40,7 @@ ALLOWED = {
     "train/families/qwen3": FAMILY + ["train/families/decoder"],
     "train/families/mixtral": FAMILY + ["train/families/decoder"],
     "train/families/qwen3_moe": FAMILY + ["train/families/decoder"],
-    "train": ["core", "core/plan", "core/report", "parallel/comm", "parallel", "model", "optim", "train/data",
+    "train": ["core", "core/schedule", "core/plan", "core/report", "parallel/comm", "parallel", "model", "optim", "train/data",
               "train/checkpoint", "train/families"],
 }
 # Folders above the library: they may include any room (trident/ holds the public umbrella header).

@@ -19,10 +19,13 @@ int64_t n() { return group().size(); }
 int64_t me() { return group().rank(); }
 
 PipelineOptions options(Schedule schedule, int64_t micro_batches, int64_t virtual_stages = 1) {
+  Layout layout;
+  layout.pp_size = n();
+  layout.virtual_stages = virtual_stages;
+  layout.schedule = schedule;
+  layout.micro_batches = micro_batches;
   PipelineOptions o;
-  o.schedule = schedule;
-  o.micro_batches = micro_batches;
-  o.virtual_stages = virtual_stages;
+  o.schedule = make_pipeline_schedule(layout);
   o.activation_shape = {4};
   o.activation_options = torch::TensorOptions().dtype(torch::kDouble);
   return o;

@@ -34,7 +34,7 @@ std::vector<double> evaluate_datasets(const std::vector<DatasetPart>& validation
         return {};
       }
       const int64_t consumed = i * global_batch;
-      const double divisor = double(pipeline.micro_batches) / forward.loss_normalizer(*dataset.valid, consumed);
+      const double divisor = double(pipeline.schedule.micro_batches) / forward.loss_normalizer(*dataset.valid, consumed);
       run_pipeline_forward(groups.pp_group(), pipeline, [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
         auto out = forward(*dataset.valid, consumed, chunk, micro, input);
         if (chunks[size_t(chunk)]->stage().head) total += out.to(torch::kDouble) / divisor;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/layout.h"
+#include "core/schedule/schedule_file.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
 #include "train/families/family.h"
@@ -12,7 +13,7 @@
 namespace trident {
 
 void check_training_config(const LaunchInfo& launch, const Config& config) {
-  resolve_layout(config, launch.world_size);
+  run_pipeline_schedule(config, resolve_layout(config, launch.world_size));
   check_backend(launch, comm_options(config));
   check_init_from(config);
 }

@@ -10,14 +10,12 @@
 
 namespace trident {
 
-StageForward::StageForward(const Config& config, const Layout& layout, const ProcessGroups& groups,
-                           torch::Device device, torch::Dtype dtype, const GPTData& data, std::vector<GPT>& chunks,
-                           const Hooks& hooks, const int64_t& iteration)
+StageForward::StageForward(const Config& config, const Layout& layout, PipelineSchedule schedule,
+                           const ProcessGroups& groups, torch::Device device, torch::Dtype dtype, const GPTData& data,
+                           std::vector<GPT>& chunks, const Hooks& hooks, const int64_t& iteration)
     : config_(config), layout_(layout), groups_(groups), device_(device), data_(data), chunks_(chunks), hooks_(hooks),
       iteration_(iteration) {
-  pipeline_.schedule = layout.schedule;
-  pipeline_.micro_batches = layout.micro_batches;
-  pipeline_.virtual_stages = layout.virtual_stages;
+  pipeline_.schedule = std::move(schedule);
   pipeline_.activation_shape = {layout.micro_batch, layout.local_sequence(config.model.seq_length),
                                 config.model.hidden_size};
   pipeline_.activation_options = torch::TensorOptions().dtype(dtype).device(device);

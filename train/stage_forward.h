@@ -24,9 +24,10 @@ class ProcessGroups;
 class StageForward {
  public:
   // `hooks` and `iteration` (the trainer's count of completed iterations) are read at each call.
-  StageForward(const Config& config, const Layout& layout, const ProcessGroups& groups, torch::Device device,
-               torch::Dtype dtype, const GPTData& data, std::vector<GPT>& chunks, const Hooks& hooks,
-               const int64_t& iteration);
+  // `schedule` is the run's (run_pipeline_schedule), checked.
+  StageForward(const Config& config, const Layout& layout, PipelineSchedule schedule, const ProcessGroups& groups,
+               torch::Device device, torch::Dtype dtype, const GPTData& data, std::vector<GPT>& chunks,
+               const Hooks& hooks, const int64_t& iteration);
 
   // Micro-batch `micro` of the global batch at sample `consumed` of `samples`, through model
   // chunk `chunk`; `input` is the previous stage's activations (ignored on the first stage).

@@ -9,6 +9,7 @@
 #include "core/plan/flops.h"
 #include "core/plan/planner.h"
 #include "core/progress.h"
+#include "core/schedule/schedule_file.h"
 #include "core/text.h"
 #include "optim/loss_scaler.h"
 #include "optim/parameter_groups.h"
@@ -59,6 +60,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
   // Setup runs in phases that every rank agrees on (parallel/comm/failure.h): a device, file or
   // checkpoint that fails on some ranks only ends all of them, reported once by rank 0. The
   // collectives (groups, publishing loaded weights) run between the phases.
+  PipelineSchedule schedule;
   agree(*cpu_world_, [&] {
     if (const std::string dir = rank_log_dir(config_.train); !dir.empty()) {
       log::open_rank_log(str(dir, "/rank-", launch.rank, ".log"), config_.train.log_dir.empty()
@@ -71,6 +73,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     progress_delay_s();  // TRIDENT_PROGRESS_DELAY_S, checked before the heavy work
     device_ = training_device(config_.train.device, launch.local_rank);
     check_precision_runs_on(config_.precision, device_);
+    schedule = run_pipeline_schedule(config_, layout_);  // a schedule file read and checked before the model is built
   });
   if (const std::string warning = learning_rate_warning(config_.optimizer.lr); !warning.empty()) log::warn(warning);
   const double peak = config_.train.peak_tflops;
@@ -104,8 +107,8 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     model_ = build_parallel_model(config_, layout_, *groups_, vocab_, dtype_, device_);
     // Before ZeRO-3 takes the weights into its shards.
     parameter_count_ = counted_elements(model_.params, groups_->coordinates().tp, layout_.ep_size);
-    forward_ = std::make_unique<StageForward>(config_, layout_, *groups_, device_, dtype_, *data_, model_.chunks, hooks_,
-                                              iteration_);
+    forward_ = std::make_unique<StageForward>(config_, layout_, std::move(schedule), *groups_, device_, dtype_, *data_,
+                                              model_.chunks, hooks_, iteration_);
     const PlacedParameters local{model_.params, groups_->tp_place(), groups_->ep_place()};
     // The weights are final before the optimizer takes them over into its flat buffer.
     if (resume)

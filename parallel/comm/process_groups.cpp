@@ -27,10 +27,11 @@ std::shared_ptr<Communicator> split_as(Communicator& world, const std::vector<st
 
 }  // namespace
 
-std::vector<std::vector<int>> embedding_groups(const ProcessGrid& grid) {
+std::vector<std::vector<int>> embedding_groups(const ProcessGrid& grid, bool ends_on_first_stage) {
   std::vector<std::vector<int>> ends;
   for (const auto& stages : grid.groups({"pp"}))
-    ends.push_back(stages.size() == 1 ? stages : std::vector<int>{stages.front(), stages.back()});
+    ends.push_back(stages.size() == 1 || ends_on_first_stage ? std::vector<int>{stages.front()}
+                                                             : std::vector<int>{stages.front(), stages.back()});
   return ends;
 }
 
@@ -58,7 +59,7 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   // group, and errors say so.
   dp_cp_ = split(grid, {"cp", "dp"}, layout.cp_size > 1 ? "data-and-context-parallel" : "data-parallel");
   pp_ = split(grid, {"pp"}, "pipeline");
-  embedding_ = split_as(*world_, embedding_groups(grid), "embedding");
+  embedding_ = split_as(*world_, embedding_groups(grid, layout.schedule == Schedule::zb_v), "embedding");
   mp_ = split(grid, {"tp", "pp"}, "model-parallel");  // one replica's ranks
   if (layout.ep_size == 1) {
     ep_ = make_self_communicator();

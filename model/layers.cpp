@@ -40,6 +40,36 @@ struct RmsNorm : public torch::autograd::Function<RmsNorm> {
   }
 };
 
+// LayerNorm with LibTorch's kernels both ways, as at::layer_norm, except a backward asked for
+// the weight and bias alone (a split backward's W, parallel/split_backward.h): it computes them
+// from the saved mean and rstd without reading the weight, which ZeRO-3 may have freed by then.
+struct LayerNorm : public torch::autograd::Function<LayerNorm> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias, double epsilon) {
+    auto [y, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, weight, bias, epsilon);
+    ctx->save_for_backward({x, weight, bias, mean, rstd});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &bias = saved[2], &mean = saved[3], &rstd = saved[4];
+    const torch::Tensor& dy = grads[0];
+    const int64_t width = x.size(-1);
+    const bool dx = ctx->needs_input_grad(0), dw = ctx->needs_input_grad(1), db = ctx->needs_input_grad(2);
+    if (dx) {
+      auto [grad_x, grad_weight, grad_bias] =
+          at::native_layer_norm_backward(dy, x, {width}, mean, rstd, weight, bias, {dx, dw, db});
+      return {grad_x, grad_weight, grad_bias, torch::Tensor()};
+    }
+    const auto rows = dy.reshape({-1, width});
+    const auto normed = (x.reshape({-1, width}) - mean.reshape({-1, 1})) * rstd.reshape({-1, 1});
+    return {torch::Tensor(), dw ? (rows * normed).sum(0).to(weight.scalar_type()) : torch::Tensor(),
+            db ? rows.sum(0).to(weight.scalar_type()) : torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 NormImpl::NormImpl(Normalization kind, int64_t hidden, double epsilon, const TensorParallel& tp, bool fused_kernels)
@@ -55,7 +85,7 @@ NormImpl::NormImpl(Normalization kind, int64_t width, double epsilon, bool parti
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x) {
   if (fused::applies(x, fused_kernels_)) return fused::norm(x, weight, bias, epsilon_);
-  if (kind_ == Normalization::layernorm) return at::layer_norm(x, {hidden_}, weight, bias, epsilon_);
+  if (kind_ == Normalization::layernorm) return LayerNorm::apply(x, weight, bias, epsilon_);
   return RmsNorm::apply(x, weight, epsilon_);
 }
 

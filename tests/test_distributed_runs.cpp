@@ -238,6 +238,30 @@ INSTANTIATE_TEST_SUITE_P(
                     {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=4"}},
         ParallelRun{"PipelineFourInterleavedFp32", kMpirun + "4 ", 1, "fp32",
                     {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"}},
+        // Zero-bubble schedules: each backward split into I and W (parallel/split_backward.h).
+        // ZB-H1 and ZB-V at PP 2 and 4; with TP and DP (ZeRO-2, sequence parallelism and full
+        // recomputation, whose replayed blocks split too); ZB-V with the tied embedding's owner
+        // and copy on one rank, with ZeRO-3 gathering blocks again for the I only, and Llama's.
+        ParallelRun{"ZeroBubbleH1PipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=zb-h1"}},
+        ParallelRun{"ZeroBubbleH1PipelineFourFp64", kEnvLaunch + "4 -- ", 2, "fp64",
+                    {"parallel.pipeline=4", "parallel.schedule=zb-h1"}},
+        ParallelRun{"ZeroBubbleVPipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}},
+        ParallelRun{"ZeroBubbleVPipelineFourFp64", kMpirun + "4 ", 1, "fp64",
+                    {"parallel.pipeline=4", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}},
+        ParallelRun{"ZeroBubbleH1ThreeDimensionalZeroTwoRecomputeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                     "parallel.schedule=zb-h1", "parallel.zero_stage=2", "parallel.bucket_mb=0.05",
+                     "recompute=full"}},
+        ParallelRun{"ZeroBubbleVPipelineFourTensorTwoFp32", kEnvLaunch + "8 -- ", 2, "fp32",
+                    {"parallel.tensor=2", "parallel.pipeline=4", "parallel.schedule=zb-v",
+                     "parallel.virtual_stages=2"}},
+        ParallelRun{"ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64", kMpirun + "4 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2",
+                     "parallel.zero_stage=3", "recompute=selective"}},
+        ParallelRun{"LlamaZeroBubbleVPipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}, kLlama},
         // The embedding and the loss in a layer's slot each: 8 layers on 5 stages ([emb L0] [L1 L2]
         // ... [L7 loss], Llama's untied head), and on 2 x 5 chunks of one slot, the ends holding no layer.
         ParallelRun{"PipelineFiveEndsAsLayersFp64", kMpirun + "5 ", 2, "fp64",

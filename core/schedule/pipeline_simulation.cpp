@@ -46,7 +46,8 @@ std::vector<Need> needs(const PipelineAction& a, int64_t stages, Done& done) {
     case ActionKind::input_grad:
       out.push_back({done.at(ActionKind::forward, a.stage, a.micro), name(a.stage, "F", a.micro)});
       if (a.stage + 1 < stages)
-        out.push_back({done.backward(a.stage + 1, a.micro), name(a.stage + 1, "I", a.micro) + " (or B)"});
+        out.push_back({done.backward(a.stage + 1, a.micro),
+                       name(a.stage + 1, "I", a.micro) + " or " + name(a.stage + 1, "B", a.micro)});
       break;
     case ActionKind::weight_grad:
       out.push_back({done.at(ActionKind::input_grad, a.stage, a.micro), name(a.stage, "I", a.micro)});

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/plan/flops.h"
+#include "core/schedule/pipeline_simulation.h"
 
 namespace trident {
 
@@ -165,7 +166,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel, and
   // for the experts their expert-data-parallel copies.
   const ZeroSharding zero = layout.zero();
-  const double t = double(layout.tp_size), p = double(layout.pp_size);
+  const double t = double(layout.tp_size);
   MemoryEstimate out;
 
   // ZeRO-3 gathers a stage's parameters but for the blocks beyond the two it holds whole: all
@@ -196,10 +197,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   out.optimizer = dense.optimizer + experts.optimizer;
   out.host = dense.host + experts.host;
 
-  double in_flight = double(std::min(layout.pp_size, layout.micro_batches));
-  if (layout.schedule == Schedule::gpipe) in_flight = double(layout.micro_batches);
-  if (layout.schedule == Schedule::interleaved_1f1b)
-    in_flight *= 1 + (p - 1) / (p * double(layout.virtual_stages));
+  // Micro-batches held at once by the busiest rank, the schedule run on paper: 1F1B's (and ZB-H1's
+  // and ZB-V's) min(p, M), GPipe's M, interleaved 1F1B's p (1 + (p - 1) / (p v)).
+  const double in_flight = schedule_shape(layout, {1, 1, 1}).held_micro_batches;
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout, software) * double(most_layers) * in_flight;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/plan/flops.h"
 #include "core/plan/memory.h"
+#include "core/schedule/pipeline_simulation.h"
 #include "core/text.h"
 
 namespace trident {
@@ -480,7 +481,10 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   out.tensor_comm_s = M * layers * tp_exposed;
   out.context_comm_s = M * layers * cp_exposed;
   out.expert_comm_s = M * layers * ep_layer;
-  out.bubble_s = (p - 1) / v * stage_mb;
+  // The schedule on paper, with the slowest stage's forward and its backward halved into I and W.
+  const ScheduleShape shape =
+      schedule_shape(layout, {std::max(work.forward, 1e-12), work.backward / 2, work.backward / 2});
+  out.bubble_s = shape.bubble_stage_times * stage_mb;
 
   double pp_total = 0;
   // Asynchronous transfers need other chunks' work to hide behind: the interleaved schedule's.
@@ -585,7 +589,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                software.fp8 ? str(", linear multiplies in FP8 at ", d.fp8_matmul_tflops, " TFLOP/s") : "",
                software.compile ? ", element-wise chains fused" : "",
                software.fused_gradient_accumulation ? "" : ", 16-bit gradients added into fp32 (10 B per parameter)")),
-      line("bubble", out.bubble_s, str("(p - 1) / v = ", (p - 1) / v, " stage times of ", stage_mb * 1e3, " ms")),
+      line("bubble", out.bubble_s,
+           str(fixed(shape.bubble_stage_times, 2), " stage times of ", stage_mb * 1e3, " ms (", layout.schedule,
+               " on paper: 1F1B's p - 1 = ", p - 1, ", interleaved's (p - 1) / v)")),
       line("tp-comm", out.tensor_comm_s,
            str(tp_calls, " all-reduces per layer and micro-batch of ", binary_bytes(tp_bytes), " over TP ",
                layout.tp_size, " at ", intra, " GB/s, ",

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <mutex>
+#include <tuple>
 #include <optional>
 
 #include "core/error.h"
@@ -131,6 +133,25 @@ PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const Actio
     out.held_peak[size_t(r)] = double(most) / chunks;
   }
   return out;
+}
+
+ScheduleShape schedule_shape(const Layout& layout, const ActionCosts& stage_costs) {
+  using Key = std::tuple<Schedule, int64_t, int64_t, int64_t, double, double, double>;
+  static std::mutex mutex;
+  static std::map<Key, ScheduleShape> known;
+  const Key key{layout.schedule,          layout.pp_size,          layout.virtual_stages, layout.micro_batches,
+                stage_costs.forward, stage_costs.input_grad, stage_costs.weight_grad};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = known.find(key); found != known.end()) return found->second;
+  const double v = double(layout.virtual_stages);
+  const ActionCosts chunk{stage_costs.forward / v, stage_costs.input_grad / v, stage_costs.weight_grad / v};
+  const PipelineTimeline timeline = simulate_pipeline(make_pipeline_schedule(layout), chunk);
+  TRIDENT_CHECK(timeline.deadlock.empty(), "parallel.schedule=", layout.schedule, " deadlocks: ", timeline.deadlock);
+  const double stage_time = stage_costs.forward + stage_costs.input_grad + stage_costs.weight_grad;
+  ScheduleShape shape;
+  shape.bubble_stage_times = std::max(0.0, (timeline.makespan - double(layout.micro_batches) * stage_time) / stage_time);
+  shape.held_micro_batches = *std::max_element(timeline.held_peak.begin(), timeline.held_peak.end());
+  return known[key] = shape;
 }
 
 std::string render_timeline(const PipelineSchedule& schedule, const PipelineTimeline& timeline) {

@@ -37,6 +37,17 @@ struct PipelineTimeline {
 
 PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const ActionCosts& costs = {});
 
+// `layout`'s schedule (make_pipeline_schedule) on paper with a stage's costs, each chunk of
+// layout.virtual_stages costing its share: the bubble in stage times (the iteration less M stage
+// times, F + I + W each, over one stage time: 1F1B's p - 1, interleaved 1F1B's (p - 1) / v) and
+// the most micro-batches a rank holds at once (1F1B's min(p, M)). Remembered per layout and costs
+// (the planner asks for many).
+struct ScheduleShape {
+  double bubble_stage_times = 0;
+  double held_micro_batches = 0;
+};
+ScheduleShape schedule_shape(const Layout& layout, const ActionCosts& stage_costs);
+
 // The timeline as text, one line per rank and two characters per unit of time: each action its
 // letter and micro-batch (lower case on a rank's second chunk, B over two units), idle time dots.
 //

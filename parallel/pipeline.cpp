@@ -54,12 +54,14 @@ class StageRunner {
   bool holds_loss(int64_t stage) const { return stage == schedule_.stages() - 1; }
 
   void compute(const PipelineAction& a) {
+    const double start = clock_.elapsed_ms();
     switch (a.kind) {
-      case ActionKind::forward: return forward(a);
+      case ActionKind::forward: forward(a); break;
       case ActionKind::backward:
-      case ActionKind::input_grad: return backward(a);
-      case ActionKind::weight_grad: return weights(a);
+      case ActionKind::input_grad: backward(a); break;
+      case ActionKind::weight_grad: weights(a); break;
     }
+    stats_.actions.push_back({a, start, clock_.elapsed_ms()});
   }
 
   void forward(const PipelineAction& a) {
@@ -182,6 +184,7 @@ class StageRunner {
   std::map<MessageKey, std::shared_ptr<Posted>> waiting_;  // received in an exchange not yet waited for
   std::vector<std::shared_ptr<Posted>> posted_;
   PipelineStats stats_;
+  Stopwatch clock_;
 };
 
 }  // namespace

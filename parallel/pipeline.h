@@ -26,6 +26,13 @@ struct PipelineOptions {
 struct PipelineStats {
   int64_t max_in_flight = 0;  // chunk forwards whose activations are held (until B or W), at the peak
   double transfer_ms = 0;     // time waiting for exchanges: the bubble, on a CPU
+  // Each compute action as it ran on the host, from the iteration's start (on a GPU: when it was
+  // launched): the measured timeline (tools/pipeline_bubble.cpp draws it).
+  struct Timed {
+    PipelineAction action;
+    double start_ms = 0, end_ms = 0;
+  };
+  std::vector<Timed> actions;
 };
 
 // The stage's own work: model chunk `chunk` (of this rank's) on micro-batch `micro`. `input` is

@@ -505,6 +505,9 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
       {"tp1-pp4", {"parallel.pipeline=4", "batch.micro_batch_size=2"}},
       {"tp4-dp2", {"parallel.tensor=4", "batch.micro_batch_size=4"}},
       {"dp4-zero3", {"parallel.zero_stage=3", "batch.micro_batch_size=2"}},
+      {"pp4-zb-h1", {"parallel.pipeline=4", "parallel.schedule=zb-h1", "batch.micro_batch_size=2"}},
+      {"pp2-dp2-zb-v",
+       {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2", "batch.micro_batch_size=2"}},
       {"pp2x5-ends-as-layers",
        {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5",
         "parallel.embedding_and_loss_as_layers=true", "batch.micro_batch_size=2"}}};

@@ -52,6 +52,15 @@ TEST(Layout, ErrorsNameTheKeys) {
   message = error_of([] { resolve_layout(config({"parallel.virtual_stages=2"}), 1); });
   EXPECT_NE(message.find("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together"),
             std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.schedule=zb-v", "parallel.pipeline=2"}), 2); });
+  EXPECT_NE(message.find("parallel.schedule=zb-v runs two chunks per stage placed in a V: set "
+                         "parallel.virtual_stages=2 (got 1)"),
+            std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.schedule=zb-v", "parallel.virtual_stages=2"}), 1); });
+  EXPECT_NE(message.find("parallel.schedule=zb-v needs parallel.pipeline >= 2"), std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.schedule=zb-h1", "parallel.virtual_stages=2"}), 1); });
+  EXPECT_NE(message.find("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got zb-h1"),
+            std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"parallel.context=3", "model.seq_length=32"}), 3); });
   EXPECT_NE(message.find("model.seq_length (32) must be divisible by 2 * parallel.context (6)"), std::string::npos)
       << message;

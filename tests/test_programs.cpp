@@ -83,6 +83,21 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
   EXPECT_NE(r.output.find("optimizer.offload"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("none, cpu"), std::string::npos) << r.output;
 
+  // A schedule file: missing, and one that deadlocks (a backward before its forward), each one
+  // line before any work.
+  const std::string one_micro_batch = synthetic + "batch.micro_batch_size=4 batch.global_batch_size=4 ";
+  r = run(one_micro_batch + "parallel.schedule_file=" + (dir / "none.csv").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count(r.output, "error"), 1) << r.output;
+  EXPECT_NE(r.output.find("parallel.schedule_file"), std::string::npos) << r.output;
+  std::ofstream(dir / "s.csv") << "# backward first\n0B0,0F0\n";
+  r = run(one_micro_batch + "parallel.schedule_file=" + (dir / "s.csv").string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count(r.output, "error"), 1) << r.output;
+  EXPECT_NE(r.output.find("s.csv deadlocks: rank 0 waits at its action 1 (0B0) for 0F0"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << "trained despite a schedule that deadlocks";
+
   r = run(kBin + "/train --config " + kSource + "/configs/gpt-tiny.yaml --bogus");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("The following argument was not expected: --bogus"), std::string::npos) << r.output;
@@ -90,7 +105,7 @@ TEST(TrainProgram, BadInputGetsOneClearError) {
 
 TEST(Programs, EveryProgramExplainsItselfWithHelp) {
   for (const std::string program : {"train", "plan", "preprocess", "bench", "allreduce_bench", "activation_memory",
-                                    "adamw_bench", "export", "generate", "generate_bench", "plot"}) {
+                                    "adamw_bench", "export", "generate", "generate_bench", "plot", "pipeline_bubble"}) {
     Result r = run(kBin + "/" + program + " --help");
     EXPECT_EQ(r.exit_code, 0) << program << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage: " + program + " [OPTIONS]"), std::string::npos) << r.output;

@@ -99,6 +99,9 @@ struct Layout {
   //   loop (c x p + r):          p = 3, v = 2:  stages 0 1 2 3 4 5 on ranks 0 1 2 0 1 2
   //   V (r, then 2p - 1 - r):    p = 3, v = 2:  stages 0 1 2 3 4 5 on ranks 0 1 2 2 1 0
   int64_t virtual_stage(int64_t chunk, int64_t pp_rank) const;
+  // The pipeline rank that holds the model's last stage (the head and the loss): the last, or
+  // rank 0 in ZB-V's V.
+  int64_t head_rank() const { return schedule == Schedule::zb_v ? 0 : pp_size - 1; }
 
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).

@@ -42,8 +42,9 @@ struct PipelineStats {
 using PipelineForward =
     std::function<torch::Tensor(int64_t chunk, int64_t micro, const torch::Tensor& input)>;
 
-// Runs forward and backward of every micro-batch of one iteration on this stage. `arm` runs once,
-// before the iteration's last gradient actions (to start data-parallel reduction during them).
+// Runs forward and backward of every micro-batch of one iteration on this stage. `arm` runs once
+// before the iteration's last gradient actions (to start data-parallel reduction during them),
+// unless the rank's last gradient action is of an earlier micro-batch (a file's order may be).
 // A micro-batch's activations are released once its B, or its W, is done.
 PipelineStats run_pipeline(Communicator& pipeline, const PipelineOptions& options,
                            const PipelineForward& forward, const std::function<void()>& arm);

@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace trident {
 namespace {
@@ -21,7 +23,7 @@ using torch::autograd::Edge;
 using torch::autograd::edge_list;
 using torch::autograd::Node;
 using torch::autograd::variable_list;
-using NodeRef = decltype(Edge::function);  // std::shared_ptr in LibTorch 1.x, c10::intrusive_ptr in recent 2.x
+using NodeRef = decltype(Edge::function);  // how this LibTorch holds autograd nodes
 
 std::atomic<WeightGrads*> open_split{nullptr};
 
@@ -189,6 +191,11 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
   }
 
   if (shared) {  // a weight under two split nodes: one whole backward now
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      log::warn("a weight is reached from two places in one pipeline chunk (a weight used twice, or experts without "
+                "the grouped multiply): its chunk's backward runs whole in I, and W has nothing to fill the bubble with");
+    });
     torch::autograd::backward(outputs, output_grads);
     std::vector<torch::Tensor> grads;
     for (const auto& input : inputs) grads.push_back(input.grad());

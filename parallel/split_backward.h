@@ -17,9 +17,11 @@
 //
 // W adds into .grad through each weight's AccumulateGrad, so the hooks there (data-parallel
 // reduction, parallel/data_parallel.h) fire as in a whole backward. The graph and its saved
-// tensors live until W has run. A weight reached from two split nodes (used twice in one
-// chunk) would have its gradient added twice: such a backward runs whole in I, W then has
-// nothing left. A stage without inputs (the model's first) does everything in W.
+// tensors live until W has run. A weight reached from two split nodes (used twice in one chunk,
+// or experts unbound from one stacked weight when the grouped multiply is not there) cannot
+// split: W's pass from one node would run the input's path down to the other again. Such a
+// backward runs whole in I (with a warning, once), W then has nothing left. A stage without
+// inputs (the model's first) does everything in W.
 #pragma once
 
 #include <torch/types.h>

@@ -1,4 +1,4 @@
-// The pipeline schedules (parallel/pipeline.h) over the whole job as one pipeline of 2, 3 or 4
+// The pipeline runner (parallel/pipeline.h) over the whole job as one pipeline of 2, 3 or 4
 // stages, with a toy model whose gradients have a closed form.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/schedule/pipeline_program.h"
 #include "parallel/pipeline.h"
 #include "tests/multiprocess.h"
 
@@ -31,10 +32,11 @@ PipelineOptions options(Schedule schedule, int64_t micro_batches, int64_t virtua
   return o;
 }
 
-// The job's communicator, noting when a receive from the previous stage is posted.
-class NotingReceives : public Communicator {
+// The job's communicator, noting each exchange the runner posts: (peer, send) per transfer.
+class NotingExchanges : public Communicator {
  public:
-  NotingReceives(Communicator& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  using Exchange = std::vector<std::pair<int, bool>>;
+  NotingExchanges(Communicator& inner, std::vector<Exchange>& log) : inner_(inner), log_(log) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
   std::string backend() const override { return inner_.backend(); }
@@ -48,8 +50,9 @@ class NotingReceives : public Communicator {
   void recv(torch::Tensor& t, int peer) override { inner_.recv(t, peer); }
   void exchange(std::vector<Transfer>& transfers) override { exchange_async(transfers, "exchange")->wait(); }
   std::unique_ptr<PendingCollective> exchange_async(std::vector<Transfer> transfers, const char* operation) override {
-    for (const auto& t : transfers)
-      if (!t.send && t.peer == rank() - 1) log_.push_back("receive");
+    Exchange noted;
+    for (const auto& t : transfers) noted.emplace_back(t.peer, t.send);
+    log_.push_back(noted);
     return inner_.exchange_async(std::move(transfers), operation);
   }
   void barrier() override { inner_.barrier(); }
@@ -57,43 +60,51 @@ class NotingReceives : public Communicator {
 
  private:
   Communicator& inner_;
-  std::vector<std::string>& log_;
+  std::vector<Exchange>& log_;
 };
 
 }  // namespace
 
-// 1F1B asks for the next micro-batch's input before the backward that precedes its forward,
-// so that it travels while the stage computes: on every stage but the first, with w = p - r - 1
-// warm-up forwards, the receive of input w + i + 1 is posted before backward i starts, for
-// every steady step i but the last.
-TEST(PipelineSchedules, OneFOneBPostsTheNextReceiveBeforeTheBackward) {
-  const int64_t m = 6;
-  std::vector<std::string> log;
-  NotingReceives noting(group(), log);
-  auto weight = torch::full({4, 4}, 0.5, torch::kDouble).requires_grad_();
-  auto forward = [&](int64_t, int64_t micro, const torch::Tensor& input) {
-    auto x = input.defined() ? input : torch::full({4}, double(micro + 1), torch::kDouble);
-    auto y = torch::matmul(weight, x);
-    // The first thing the backward of this micro-batch computes is the loss's or the output's
-    // gradient flowing into y.
-    y.register_hook([&log, micro](torch::Tensor grad) {
-      log.push_back("backward " + std::to_string(micro));
-      return grad;
-    });
-    return me() == n() - 1 ? y.sum() / double(m) : y;
-  };
-  run_pipeline(noting, options(Schedule::one_f_one_b, m), forward, [] {});
-  if (me() == 0) return;  // the first stage receives nothing
-  std::vector<int64_t> receive_at;
-  for (size_t i = 0; i < log.size(); ++i)
-    if (log[i] == "receive") receive_at.push_back(int64_t(i));
-  ASSERT_EQ(receive_at.size(), size_t(m));
-  const int64_t warmup = n() - me() - 1;
-  for (int64_t i = 0; warmup + i + 1 < m; ++i) {
-    const auto backward = std::find(log.begin(), log.end(), "backward " + std::to_string(i));
-    ASSERT_NE(backward, log.end());
-    EXPECT_LT(receive_at[size_t(warmup + i + 1)], backward - log.begin())
-        << "input " << warmup + i + 1 << " asked for after backward " << i;
+// Every schedule runs on the real ranks as its program says (core/schedule/pipeline_program.h):
+// the runner posts exactly the program's exchanges, in its order, which is what keeps two ranks'
+// shared exchanges in one order; and with a toy model of a scalar weight 1/2 per virtual stage
+// (input micro + 1, loss sum(output) / M), each weight's gradient is 4 sum(micro + 1) (1/2)^(S - 1) / M
+// whatever the schedule, split (I and W) or whole.
+TEST(PipelineSchedules, EveryScheduleRunsItsProgram) {
+  const int64_t p = n();
+  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::zb_h1,
+                            Schedule::zb_v}) {
+    SCOPED_TRACE(name(schedule));
+    const int64_t v = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v ? 2 : 1, m = 2 * p;
+    const PipelineOptions o = options(schedule, m, v);
+    std::vector<torch::Tensor> weights;
+    for (int64_t c = 0; c < v; ++c) weights.push_back(torch::full({}, 0.5, torch::kDouble).requires_grad_());
+    auto forward = [&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
+      auto x = input.defined() ? input : torch::full({4}, double(micro + 1), torch::kDouble);
+      auto y = x * weights[size_t(chunk)];
+      const bool last = o.schedule.rank_of_stage.back() == me() && o.schedule.chunk_of_stage.back() == chunk;
+      return last ? y.sum() / double(m) : y;
+    };
+    std::vector<NotingExchanges::Exchange> posted;
+    NotingExchanges noting(group(), posted);
+    int armed = 0;
+    run_pipeline(noting, o, forward, [&] { ++armed; });
+    EXPECT_EQ(armed, 1);
+    std::vector<NotingExchanges::Exchange> expected;
+    for (const ProgramStep& step : rank_program(o.schedule, me())) {
+      if (step.type != ProgramStep::Type::exchange) continue;
+      expected.emplace_back();
+      for (const PipelineMessage& message : step.messages) expected.back().emplace_back(message.peer, message.send);
+    }
+    EXPECT_EQ(posted, expected);
+
+    double inputs = 0;
+    for (int64_t micro = 0; micro < m; ++micro) inputs += double(micro + 1);
+    const double expected_grad = 4 * inputs * std::pow(0.5, double(p * v - 1)) / double(m);
+    for (int64_t c = 0; c < v; ++c) {
+      ASSERT_TRUE(weights[size_t(c)].grad().defined()) << "chunk " << c;
+      EXPECT_NEAR(weights[size_t(c)].grad().item<double>(), expected_grad, 1e-12 * expected_grad) << "chunk " << c;
+    }
   }
 }
 

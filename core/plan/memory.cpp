@@ -148,7 +148,7 @@ HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, co
     const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
     count += V * h + (learned ? double(model.seq_length) * h : 0);
   }
-  if (stage == layout.pp_size - 1) {
+  if (stage == layout.head_rank()) {
     const bool own_head = model.untie_embeddings_and_output_weights || layout.pp_size > 1;
     count += double(norm_parameter_count(model)) + (own_head ? V * h : 0);
   }

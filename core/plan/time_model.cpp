@@ -225,7 +225,7 @@ DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
 // the logits and loss on the last.
 StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
                      Precision precision, const Software& software, int64_t stage) {
-  const bool first = stage == 0, last = stage == layout.pp_size - 1;
+  const bool first = stage == 0, last = stage == layout.head_rank();
   const DeviceProfile d = at_width(device, precision);
   const std::vector<int64_t> layers = stage_layer_indices(layout, m.num_layers, stage);
   const int64_t with_experts = std::count_if(layers.begin(), layers.end(), [&](int64_t i) { return m.moe_layer(i); });
@@ -338,8 +338,9 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
                       int(100 * (1 - quantization_efficiency(logits, d)) + 0.5), "% to tile and wave quantization"));
   if (layout.pp_size > 1 && layout.micro_batches < 4 * layout.pp_size)
     out.push_back(str("global batch / (micro-batch x DP) = ", layout.micro_batches, " micro-batches for ", layout.pp_size,
-                      " pipeline stages: the bubble (p-1)/(vM) costs ",
-                      int(100.0 * double(layout.pp_size - 1) / double(layout.virtual_stages * layout.micro_batches) + 0.5),
+                      " pipeline stages: the bubble of ", layout.schedule, " (on paper) costs ",
+                      int(100.0 * schedule_shape(layout, {1, 1, 1}).bubble_stage_times /
+                              double(layout.micro_batches) + 0.5),
                       "% of the compute (global batch close to micro-batch x DP starves the pipeline)"));
   return out;
 }

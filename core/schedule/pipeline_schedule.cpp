@@ -24,8 +24,8 @@ Actions gpipe(int64_t rank, int64_t m) {
 
 // 1F1B: rank r of p runs p - r - 1 forwards before its first backward, then one forward and one
 // backward in turn, then the backwards left. Split (ZB-H1), each backward is an I, and rank r
-// runs the W of its oldest micro-batch after every I but its first r: the last rank's W follow
-// their I at once, the first rank's wait r micro-batches, which fills the drain's bubble.
+// runs the W of its oldest micro-batch after every I but its first r: rank 0's W follow their I
+// at once, rank r's lag r micro-batches, filling the idle time before its drain's backwards.
 //
 //   p = 4, M = 6, zb-h1, rank 1:   F0 F1 F2 I0 F3 I1 W0 F4 I2 W1 F5 I3 W2 I4 W3 I5 W4 W5
 Actions one_f_one_b(int64_t rank, int64_t p, int64_t m, bool split) {

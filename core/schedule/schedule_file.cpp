@@ -18,7 +18,7 @@ std::string trimmed(const std::string& text) {
 
 PipelineSchedule parse_schedule_file(const std::string& text, const std::string& path, PipelineSchedule placed) {
   const std::string origin = str("parallel.schedule_file ", path);
-  static const std::regex action_pattern(R"(^(\d+)([FBIW])(\d+)$)");
+  static const std::regex action_pattern(R"(^(\d{1,9})([FBIW])(\d{1,9})$)");
   std::vector<std::vector<PipelineAction>> rows;
   std::istringstream lines(text);
   std::string line;

@@ -7,7 +7,7 @@
 # Once: code that calls no LibTorch, or calls it only to hold bytes.
 #  - the config, the layout and its process grid, the launch environment, errors, the flight
 #    recorder and the watchdog's bookkeeping, the divergence guard's rule;
-#  - the planner and its formulas (core/plan: no LibTorch at all);
+#  - the planner and its formulas (core/plan: no LibTorch at all), schedules on paper (core/schedule);
 #  - data and tokenizers (train/data: no LibTorch) and the programs that only read, check and
 #    write files or draw: preprocess, plan, plot and its report, train's input checks and dry run,
 #    --help;
@@ -21,17 +21,18 @@
 # The layout-equality sweep (DataParallelRuns/EqualsSerial, 49 layouts) proves trident's index
 # arithmetic once per layout in lane 1.13; lane 2.x runs the layouts that together take every
 # parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring and Ulysses, each pipeline
-# schedule, the ends as layers), ZeRO 1, 2 and 3, offload, both recomputations, both families,
+# schedule, the ends as layers, the split backward of the zero-bubble schedules), ZeRO 1, 2 and 3, offload, both recomputations, both families,
 # fp32 and fp64, both launchers and simulated hosts.
 set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
   FourDimensionalWithRecomputeFp64 FourDimensionalInterleavedFp32 LlamaFourDimensionalFp64
   ThreeDimensionalWithZeroThreeFp64 ThreeDimensionalWithZeroTwoFp32 ContextTwoPipelineTwoGPipeZeroThreeFp64
   ContextParallelFourZeroOneFp64 OffloadZeroTwoDataTwoFp64 OffloadZeroThreeDataTwoFp32
   TensorTwoByDataTwoWithSelectiveRecomputeFp64 PipelineFiveEndsAsLayersFp64
-  LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32 UlyssesContextTwoFp64)
+  LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32 UlyssesContextTwoFp64
+  ZeroBubbleH1ThreeDimensionalZeroTwoRecomputeFp64 ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64)
 set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
-  Formulas Memory Plan TimeModel DeviceProfile
+  Formulas Memory Plan TimeModel DeviceProfile PipelineSchedule
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
   DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram PlotReport Programs TrainProgram)
 set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources gpu_table)

@@ -241,7 +241,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Zero-bubble schedules: each backward split into I and W (parallel/split_backward.h).
         // ZB-H1 and ZB-V at PP 2 and 4; with TP and DP (ZeRO-2, sequence parallelism and full
         // recomputation, whose replayed blocks split too); ZB-V with the tied embedding's owner
-        // and copy on one rank, with ZeRO-3 gathering blocks again for the I only, and Llama's.
+        // and copy on one rank, with ZeRO-3 gathering blocks again for the I only, with ring
+        // attention's context parallelism, and Llama's.
         ParallelRun{"ZeroBubbleH1PipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=zb-h1"}},
         ParallelRun{"ZeroBubbleH1PipelineFourFp64", kEnvLaunch + "4 -- ", 2, "fp64",
@@ -260,6 +261,8 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64", kMpirun + "4 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2",
                      "parallel.zero_stage=3", "recompute=selective"}},
+        ParallelRun{"ZeroBubbleVContextTwoPipelineTwoFp64", kEnvLaunch + "4 -- ", 2, "fp64",
+                    {"parallel.context=2", "parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}},
         ParallelRun{"LlamaZeroBubbleVPipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}, kLlama},
         // The embedding and the loss in a layer's slot each: 8 layers on 5 stages ([emb L0] [L1 L2]

@@ -716,7 +716,7 @@ TEST(TimeModel, EfficiencyWarnings) {
   const Config starved = Config::load(kSource + "/configs/gpt39b.yaml", {"batch.global_batch_size=256"});
   all.clear();
   for (const auto& w : efficiency_warnings(starved, resolve_layout(starved, 512), a100_profile())) all += w + "\n";
-  EXPECT_NE(all.find("2 micro-batches for 2 pipeline stages: the bubble (p-1)/(vM) costs 50%"), std::string::npos) << all;
+  EXPECT_NE(all.find("2 micro-batches for 2 pipeline stages: the bubble of 1f1b (on paper) costs 50%"), std::string::npos) << all;
 }
 
 // A profile file round-trips; a missing or unknown field, or a bad value, is named.

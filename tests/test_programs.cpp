@@ -153,6 +153,10 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},
       {"allreduce_bench --max-bytes 1x", "error: --max-bytes: x unit not recognized"},
       {"allreduce_bench --op broadcast", "error: --op: expected one of all_reduce, reduce_scatter, all_gather, all_to_all"},
+      {"pipeline_bubble --schedules 1f1b,zb-x",
+       "error: pipeline_bubble: --schedules takes parallel.schedule values by commas (gpipe, 1f1b, interleaved_1f1b, "
+       "zb-h1, zb-v), got 'zb-x'"},
+      {"pipeline_bubble --micro-batches 4,x", "error: pipeline_bubble: --micro-batches takes positive counts by commas, got 'x'"},
   };
   for (const auto& [command, message] : cases) {
     Result r = run(kBin + "/" + command);

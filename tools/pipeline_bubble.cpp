@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -61,14 +60,6 @@ CLI::App& describe(CLI::App& app, Options& o) {
   return app;
 }
 
-std::vector<std::string> listed(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -102,8 +93,18 @@ int main(int argc, char** argv) {
     if (!parse_command_line(describe(app, o), argc, argv)) return 0;
     o.comm.backend = spelled<Backend>(o.backend);
     check_backend(launch, o.comm);
-    for (const std::string& s : listed(o.schedules)) schedules.push_back(spelled<Schedule>(s));
-    for (const std::string& m : listed(o.micro_batches)) counts.push_back(std::stoll(m));
+    const std::vector<std::string> known = spellings<Schedule>();
+    for (const std::string& s : split(o.schedules, ',')) {
+      if (std::find(known.begin(), known.end(), s) == known.end())
+        fail("pipeline_bubble: --schedules takes parallel.schedule values by commas (", join(known, ", "), "), got '",
+             s, "'");
+      schedules.push_back(spelled<Schedule>(s));
+    }
+    for (const std::string& m : split(o.micro_batches, ',')) {
+      if (m.size() > 6 || m.find_first_not_of("0123456789") != std::string::npos || std::stoll(m) < 1)
+        fail("pipeline_bubble: --micro-batches takes positive counts by commas, got '", m, "'");
+      counts.push_back(std::stoll(m));
+    }
     if (o.layers % (2 * launch.world_size) != 0)
       fail("pipeline_bubble: --layers (", o.layers, ") must be a multiple of 2 x ranks (", 2 * launch.world_size, ")");
   } catch (const std::exception&) {

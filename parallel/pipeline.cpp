@@ -7,7 +7,6 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "core/schedule/pipeline_program.h"
 #include "core/timer.h"
 #include "parallel/comm/trace_span.h"
 #include "parallel/split_backward.h"
@@ -29,7 +28,7 @@ class StageRunner {
       : group_(group), schedule_(options.schedule), options_(options), forward_(forward), rank_(group.rank()) {}
 
   void run(const std::function<void()>& arm) {
-    for (const ProgramStep& step : rank_program(schedule_, rank_)) {
+    for (const ProgramStep& step : options_.program) {
       switch (step.type) {
         case ProgramStep::Type::arm: arm(); break;
         case ProgramStep::Type::exchange: post(step.messages); break;
@@ -79,9 +78,11 @@ class StageRunner {
   void backward(const PipelineAction& a) {
     const int64_t chunk = schedule_.chunk_of_stage[size_t(a.stage)];
     const bool split = a.kind == ActionKind::input_grad;
-    TRIDENT_TRACE_SPAN("pipeline ", split ? "input gradient" : "backward", ": micro-batch ", a.micro, ", chunk ", chunk);
+    TRIDENT_TRACE_SPAN("pipeline ", split ? "input gradient" : "backward", ": micro-batch ", a.micro, ", chunk ",
+                       chunk);
     auto held = stored_.find({a.stage, a.micro});
-    TRIDENT_CHECK(held != stored_.end(), "backward of stage ", a.stage, ", micro-batch ", a.micro, " before its forward");
+    TRIDENT_CHECK(held != stored_.end(), "backward of stage ", a.stage, ", micro-batch ", a.micro,
+                  " before its forward");
     Stored& stored = held->second;
     torch::Tensor grad;  // of the output; none for the loss
     if (!holds_loss(a.stage)) grad = take({Kind::gradient, a.stage, a.micro});
@@ -189,10 +190,22 @@ class StageRunner {
 
 }  // namespace
 
+PipelineOptions pipeline_options(PipelineSchedule schedule, int rank, std::vector<int64_t> activation_shape,
+                                 torch::TensorOptions activation_options) {
+  PipelineOptions options;
+  options.program = rank_program(schedule, rank);
+  options.schedule = std::move(schedule);
+  options.rank = rank;
+  options.activation_shape = std::move(activation_shape);
+  options.activation_options = activation_options;
+  return options;
+}
+
 PipelineStats run_pipeline(Communicator& group, const PipelineOptions& options, const PipelineForward& forward,
                            const std::function<void()>& arm) {
-  TRIDENT_CHECK(options.schedule.ranks() == group.size(), "a schedule for ", options.schedule.ranks(),
-                " pipeline ranks on a pipeline of ", group.size());
+  TRIDENT_CHECK(options.schedule.ranks() == group.size() && options.rank == group.rank(), "the program of rank ",
+                options.rank, " of a ", options.schedule.ranks(), "-rank schedule on rank ", group.rank(), " of ",
+                group.size());
   StageRunner stage(group, options, forward);
   stage.run(arm);
   return stage.stats();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/schedule/pipeline_program.h"
 #include "core/schedule/pipeline_schedule.h"
 #include "parallel/comm/communicator.h"
 
@@ -19,9 +20,15 @@ namespace trident {
 
 struct PipelineOptions {
   PipelineSchedule schedule;              // checked with check_pipeline_schedule
+  int rank = 0;                           // this rank's place in the pipeline
+  std::vector<ProgramStep> program;       // its steps, rank_program(schedule, rank): made once
   std::vector<int64_t> activation_shape;  // what travels between stages: [b, s(/t), h]
   torch::TensorOptions activation_options;
 };
+
+// The options of pipeline rank `rank` for `schedule` (checked), with its program.
+PipelineOptions pipeline_options(PipelineSchedule schedule, int rank, std::vector<int64_t> activation_shape,
+                                 torch::TensorOptions activation_options);
 
 struct PipelineStats {
   int64_t max_in_flight = 0;  // chunk forwards whose activations are held (until B or W), at the peak

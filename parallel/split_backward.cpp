@@ -112,22 +112,25 @@ void collect_weights(const Graph& graph, const NodeRef& start, std::unordered_se
   }
 }
 
-// One run of W: from `roots` (a split node's inputs, or outputs that lead to weights only) with
-// their gradients, to `weights`.
+// One run of W, to `weights`: from an output that leads to weights only, with its gradient, or
+// from a split node, with the gradients that reached it in I.
 struct WeightPass {
-  edge_list roots;
-  variable_list grads;             // set for outputs; a split node's come from `kept`
-  std::shared_ptr<Kept> kept;      // a split node's gradients, kept in I
+  Edge output;                 // an output's edge
+  torch::Tensor output_grad;   // and its gradient
+  NodeRef split;               // or a split node
+  std::shared_ptr<Kept> kept;  // and what reached it
   edge_list weights;
 };
 
 void run_weight_pass(WeightPass& pass) {
-  edge_list roots = pass.roots;
-  variable_list grads = pass.grads;
-  if (pass.kept) {
-    roots.clear(), grads.clear();
+  edge_list roots;
+  variable_list grads;
+  if (!pass.split) {
+    roots = {pass.output}, grads = {pass.output_grad};
+  } else {
     for (size_t i = 0; i < pass.kept->grads.size(); ++i)
-      if (pass.kept->grads[i].defined()) roots.emplace_back(pass.roots.front().function, uint32_t(i)), grads.push_back(pass.kept->grads[i]);
+      if (pass.kept->grads[i].defined())
+        roots.emplace_back(pass.split, uint32_t(i)), grads.push_back(pass.kept->grads[i]);
     pass.kept->grads.clear();
   }
   if (roots.empty()) return;  // no gradient reached it
@@ -146,7 +149,8 @@ void WeightGrads::run() {
 std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& outputs,
                                            const std::vector<torch::Tensor>& output_grads,
                                            const std::vector<torch::Tensor>& inputs, WeightGrads& weights) {
-  TRIDENT_CHECK(outputs.size() == output_grads.size(), outputs.size(), " outputs and ", output_grads.size(), " gradients");
+  TRIDENT_CHECK(outputs.size() == output_grads.size(), outputs.size(), " outputs and ", output_grads.size(),
+                " gradients");
   edge_list roots;
   variable_list root_grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -157,7 +161,8 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
   edge_list input_edges;
   std::unordered_set<Node*> input_nodes;
   for (const auto& input : inputs) {
-    TRIDENT_CHECK(input.requires_grad() && input.is_leaf(), "a split backward's inputs are leaves that require gradients");
+    TRIDENT_CHECK(input.requires_grad() && input.is_leaf(),
+                  "a split backward's inputs are leaves that require gradients");
     input_edges.push_back(torch::autograd::impl::gradient_edge(input));
     input_nodes.insert(input_edges.back().function.get());
   }
@@ -168,23 +173,23 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
   std::vector<WeightPass> passes;
   std::unordered_set<Node*> seen;  // weights already in a pass
   bool shared = false;
-  auto add_pass = [&](WeightPass pass, const NodeRef& under) {
+  auto add_weights = [&](WeightPass& pass, const NodeRef& under) {
     const size_t before = pass.weights.size();
     std::unordered_set<Node*> visited;
     collect_weights(graph, under, visited, pass.weights);
     for (size_t i = before; i < pass.weights.size(); ++i) shared |= !seen.insert(pass.weights[i].function.get()).second;
-    return pass;
   };
   for (size_t i = 0; i < roots.size(); ++i)
     if (weights_only(graph, roots[i].function.get())) {
-      WeightPass pass{{roots[i]}, {root_grads[i]}, nullptr, {}};
-      passes.push_back(add_pass(std::move(pass), roots[i].function));
+      WeightPass pass{roots[i], root_grads[i], nullptr, nullptr, {}};
+      add_weights(pass, roots[i].function);
+      passes.push_back(std::move(pass));
     }
   for (const NodeRef& node : graph.order) {
     if (!graph.reach.at(node.get()).input) continue;
-    WeightPass pass{{Edge(node, 0)}, {}, nullptr, {}};
+    WeightPass pass{Edge(), torch::Tensor(), node, nullptr, {}};
     for (const Edge& edge : node->next_edges())
-      if (edge.function && weights_only(graph, edge.function.get())) pass = add_pass(std::move(pass), edge.function);
+      if (edge.function && weights_only(graph, edge.function.get())) add_weights(pass, edge.function);
     if (pass.weights.empty()) continue;
     pass.kept = std::make_shared<Kept>();
     passes.push_back(std::move(pass));
@@ -202,7 +207,7 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
     return grads;
   }
   for (auto& pass : passes)
-    if (pass.kept) pass.roots.front().function->add_pre_hook(std::make_unique<KeepGrads>(pass.kept));
+    if (pass.split) pass.split->add_pre_hook(std::make_unique<KeepGrads>(pass.kept));
 
   std::vector<torch::Tensor> grads(inputs.size());
   if (!input_edges.empty()) {

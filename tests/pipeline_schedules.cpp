@@ -25,11 +25,7 @@ PipelineOptions options(Schedule schedule, int64_t micro_batches, int64_t virtua
   layout.virtual_stages = virtual_stages;
   layout.schedule = schedule;
   layout.micro_batches = micro_batches;
-  PipelineOptions o;
-  o.schedule = make_pipeline_schedule(layout);
-  o.activation_shape = {4};
-  o.activation_options = torch::TensorOptions().dtype(torch::kDouble);
-  return o;
+  return pipeline_options(make_pipeline_schedule(layout), int(me()), {4}, torch::TensorOptions().dtype(torch::kDouble));
 }
 
 // The job's communicator, noting each exchange the runner posts: (peer, send) per transfer.
@@ -91,7 +87,7 @@ TEST(PipelineSchedules, EveryScheduleRunsItsProgram) {
     run_pipeline(noting, o, forward, [&] { ++armed; });
     EXPECT_EQ(armed, 1);
     std::vector<NotingExchanges::Exchange> expected;
-    for (const ProgramStep& step : rank_program(o.schedule, me())) {
+    for (const ProgramStep& step : o.program) {
       if (step.type != ProgramStep::Type::exchange) continue;
       expected.emplace_back();
       for (const PipelineMessage& message : step.messages) expected.back().emplace_back(message.peer, message.send);

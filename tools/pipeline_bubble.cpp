@@ -132,11 +132,9 @@ int main(int argc, char** argv) {
         layout.virtual_stages = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v ? 2 : 1;
         if (schedule == Schedule::interleaved_1f1b && m % p != 0) continue;  // Megatron's order needs it
         if (layout.virtual_stages > 1 && p < 2) continue;
-        PipelineOptions options;
-        options.schedule = make_pipeline_schedule(layout);
-        check_pipeline_schedule(options.schedule, str("parallel.schedule=", schedule));
-        options.activation_shape = {o.rows, o.width};
-        options.activation_options = input.options();
+        PipelineSchedule generated = make_pipeline_schedule(layout);
+        check_pipeline_schedule(generated, str("parallel.schedule=", schedule));
+        const PipelineOptions options = pipeline_options(std::move(generated), rank, {o.rows, o.width}, input.options());
         // This rank's chunks: the layers of its virtual stages.
         const int64_t per_chunk = o.layers / (p * layout.virtual_stages);
         std::vector<std::vector<torch::Tensor>> chunks(size_t(layout.virtual_stages));

@@ -15,10 +15,10 @@ StageForward::StageForward(const Config& config, const Layout& layout, PipelineS
                            std::vector<GPT>& chunks, const Hooks& hooks, const int64_t& iteration)
     : config_(config), layout_(layout), groups_(groups), device_(device), data_(data), chunks_(chunks), hooks_(hooks),
       iteration_(iteration) {
-  pipeline_.schedule = std::move(schedule);
-  pipeline_.activation_shape = {layout.micro_batch, layout.local_sequence(config.model.seq_length),
-                                config.model.hidden_size};
-  pipeline_.activation_options = torch::TensorOptions().dtype(dtype).device(device);
+  pipeline_ = pipeline_options(std::move(schedule), groups.coordinates().pp,
+                               {layout.micro_batch, layout.local_sequence(config.model.seq_length),
+                                config.model.hidden_size},
+                               torch::TensorOptions().dtype(dtype).device(device));
 }
 
 torch::Tensor StageForward::operator()(const Samples& samples, int64_t consumed, int64_t chunk, int64_t micro,

@@ -16,46 +16,51 @@ namespace {
 // When each (kind, stage, micro-batch) ended, once it has.
 class Done {
  public:
-  Done(int64_t stages, int64_t m) : m_(m), ends_(size_t(4 * stages * m)) {}
+  Done(int64_t stages, int64_t m) : stages_(stages), m_(m), ends_(size_t(4 * stages * m)) {}
   std::optional<double>& at(ActionKind kind, int64_t stage, int64_t micro) {
-    return ends_[size_t((int64_t(kind) * (int64_t(ends_.size()) / 4 / m_) + stage) * m_ + micro)];
+    return ends_[size_t((int64_t(kind) * stages_ + stage) * m_ + micro)];
   }
-  // The backward of (stage, micro) that the previous stage waits for: its I or its B.
-  std::optional<double> backward(int64_t stage, int64_t micro) {
-    auto& whole = at(ActionKind::backward, stage, micro);
-    return whole ? whole : at(ActionKind::input_grad, stage, micro);
+  // When `a` ended; for an I, the B that stands for it too (what the previous stage waits for).
+  std::optional<double> of(const PipelineAction& a) {
+    const auto& ended = at(a.kind, a.stage, a.micro);
+    return ended || a.kind != ActionKind::input_grad ? ended : at(ActionKind::backward, a.stage, a.micro);
   }
 
  private:
-  int64_t m_;
+  int64_t stages_, m_;
   std::vector<std::optional<double>> ends_;
 };
 
-struct Need {
-  std::optional<double> end;  // when what is needed ended, if it has
-  std::string what;           // what is needed ("2I3")
+// What `a` waits for, besides its rank being free: at most two actions (an I standing for "its
+// I or its B").
+struct Needs {
+  PipelineAction actions[2];
+  int count = 0;
 };
 
-// What `a` waits for, besides its rank being free.
-std::vector<Need> needs(const PipelineAction& a, int64_t stages, Done& done) {
-  auto name = [](int64_t stage, const char* kind, int64_t micro) { return str(stage, kind, micro); };
-  std::vector<Need> out;
+Needs needs(const PipelineAction& a, int64_t stages) {
+  Needs out;
+  auto need = [&](ActionKind kind, int64_t stage) { out.actions[out.count++] = {kind, stage, a.micro}; };
   switch (a.kind) {
     case ActionKind::forward:
-      if (a.stage > 0) out.push_back({done.at(ActionKind::forward, a.stage - 1, a.micro), name(a.stage - 1, "F", a.micro)});
+      if (a.stage > 0) need(ActionKind::forward, a.stage - 1);
       break;
     case ActionKind::backward:
     case ActionKind::input_grad:
-      out.push_back({done.at(ActionKind::forward, a.stage, a.micro), name(a.stage, "F", a.micro)});
-      if (a.stage + 1 < stages)
-        out.push_back({done.backward(a.stage + 1, a.micro),
-                       name(a.stage + 1, "I", a.micro) + " or " + name(a.stage + 1, "B", a.micro)});
+      need(ActionKind::forward, a.stage);
+      if (a.stage + 1 < stages) need(ActionKind::input_grad, a.stage + 1);
       break;
     case ActionKind::weight_grad:
-      out.push_back({done.at(ActionKind::input_grad, a.stage, a.micro), name(a.stage, "I", a.micro)});
+      need(ActionKind::input_grad, a.stage);
       break;
   }
   return out;
+}
+
+// "2I3", or "2I3 or 2B3" where a B would do as well.
+std::string name_needed(const PipelineAction& needed, const PipelineAction& waiting) {
+  const bool either = needed.kind == ActionKind::input_grad && waiting.kind != ActionKind::weight_grad;
+  return to_string(needed) + (either ? str(" or ", needed.stage, "B", needed.micro) : "");
 }
 
 }  // namespace
@@ -88,9 +93,11 @@ PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const Actio
         const PipelineAction& a = actions[k];
         double start = free_at[size_t(r)];
         bool ready = true;
-        for (const Need& need : needs(a, stages, done)) {
-          if (!need.end) ready = false;
-          else start = std::max(start, *need.end);
+        const Needs needed = needs(a, stages);
+        for (int i = 0; i < needed.count; ++i) {
+          const std::optional<double> end = done.of(needed.actions[i]);
+          if (!end) ready = false;
+          else start = std::max(start, *end);
         }
         if (!ready) break;
         const double end = start + costs.of(a.kind);
@@ -108,8 +115,10 @@ PipelineTimeline simulate_pipeline(const PipelineSchedule& schedule, const Actio
     const size_t k = next[size_t(r)];
     if (k == actions.size()) continue;
     std::string waits;
-    for (const Need& need : needs(actions[k], stages, done))
-      if (!need.end) waits += (waits.empty() ? "" : " and ") + need.what;
+    const Needs needed = needs(actions[k], stages);
+    for (int i = 0; i < needed.count; ++i)
+      if (!done.of(needed.actions[i]))
+        waits += (waits.empty() ? "" : " and ") + name_needed(needed.actions[i], actions[k]);
     out.deadlock += str(out.deadlock.empty() ? "" : "; ", "rank ", r, " waits at its action ", k + 1, " (",
                         to_string(actions[k]), ") for ", waits);
   }

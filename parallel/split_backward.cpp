@@ -8,10 +8,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -96,46 +98,136 @@ bool weights_only(const Graph& graph, Node* node) {
   return reach.weight && !reach.input;
 }
 
-// The weights' accumulators under `start` (a node of W's part), each once.
-void collect_weights(const Graph& graph, const NodeRef& start, std::unordered_set<Node*>& seen, edge_list& into) {
+// One run of W: from outputs that lead to weights only, with their gradients, and from split
+// nodes, with the gradients that reached them in I, to `weights`. Split nodes whose weight
+// branches meet (experts unbound from one stacked weight when the grouped multiply is not there)
+// share a run, so the gradients meet as in a whole backward.
+struct WeightPass {
+  edge_list outputs;
+  variable_list output_grads;
+  std::vector<std::pair<NodeRef, std::shared_ptr<Kept>>> splits;
+  edge_list weights;
+};
+
+void run_weight_pass(WeightPass& pass) {
+  edge_list roots = pass.outputs;
+  variable_list grads = pass.output_grads;
+  for (auto& [split, kept] : pass.splits) {
+    for (size_t i = 0; i < kept->grads.size(); ++i)
+      if (kept->grads[i].defined()) roots.emplace_back(split, uint32_t(i)), grads.push_back(kept->grads[i]);
+    kept->grads.clear();
+  }
+  if (roots.empty()) return;  // no gradient reached it
+  torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false,
+                                                        /*accumulate_grad=*/true, pass.weights);
+}
+
+// Where W starts (an output that leads to weights only, or a split node) and the nodes of W's part
+// under it; the starts whose nodes meet are joined into one pass.
+struct WeightBranch {
+  size_t output = SIZE_MAX;  // the output's index, or
+  NodeRef split;             // the split node
+  std::vector<NodeRef> nodes;
+};
+
+void add_nodes_under(const Graph& graph, const NodeRef& start, std::unordered_set<Node*>& seen,
+                     std::vector<NodeRef>& into) {
   std::vector<NodeRef> stack = {start};
   while (!stack.empty()) {
     NodeRef node = std::move(stack.back());
     stack.pop_back();
     if (!seen.insert(node.get()).second) continue;
-    if (dynamic_cast<torch::autograd::AccumulateGrad*>(node.get())) {
-      into.emplace_back(node, 0);
-      continue;
-    }
     for (const Edge& edge : node->next_edges())
       if (edge.function && weights_only(graph, edge.function.get())) stack.push_back(edge.function);
+    into.push_back(std::move(node));
   }
 }
 
-// One run of W, to `weights`: from an output that leads to weights only, with its gradient, or
-// from a split node, with the gradients that reached it in I.
-struct WeightPass {
-  Edge output;                 // an output's edge
-  torch::Tensor output_grad;   // and its gradient
-  NodeRef split;               // or a split node
-  std::shared_ptr<Kept> kept;  // and what reached it
-  edge_list weights;
-};
-
-void run_weight_pass(WeightPass& pass) {
-  edge_list roots;
-  variable_list grads;
-  if (!pass.split) {
-    roots = {pass.output}, grads = {pass.output_grad};
-  } else {
-    for (size_t i = 0; i < pass.kept->grads.size(); ++i)
-      if (pass.kept->grads[i].defined())
-        roots.emplace_back(pass.split, uint32_t(i)), grads.push_back(pass.kept->grads[i]);
-    pass.kept->grads.clear();
+std::vector<WeightBranch> weight_branches(const Graph& graph, const edge_list& roots) {
+  std::vector<WeightBranch> branches;
+  for (size_t i = 0; i < roots.size(); ++i)
+    if (weights_only(graph, roots[i].function.get())) {
+      WeightBranch branch{i, nullptr, {}};
+      std::unordered_set<Node*> seen;
+      add_nodes_under(graph, roots[i].function, seen, branch.nodes);
+      branches.push_back(std::move(branch));
+    }
+  for (const NodeRef& node : graph.order) {
+    if (!graph.reach.at(node.get()).input) continue;
+    WeightBranch branch{SIZE_MAX, node, {}};
+    std::unordered_set<Node*> seen;
+    for (const Edge& edge : node->next_edges())
+      if (edge.function && weights_only(graph, edge.function.get()))
+        add_nodes_under(graph, edge.function, seen, branch.nodes);
+    if (!branch.nodes.empty()) branches.push_back(std::move(branch));
   }
-  if (roots.empty()) return;  // no gradient reached it
-  torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false,
-                                                        /*accumulate_grad=*/true, pass.weights);
+  return branches;
+}
+
+// Joins the branches that share a node of W's part (union-find) into passes.
+std::vector<WeightPass> weight_passes(const std::vector<WeightBranch>& branches, const edge_list& roots,
+                                      const variable_list& root_grads) {
+  std::vector<size_t> parent(branches.size());
+  for (size_t b = 0; b < branches.size(); ++b) parent[b] = b;
+  auto find = [&](size_t b) {
+    while (parent[b] != b) b = parent[b] = parent[parent[b]];
+    return b;
+  };
+  std::unordered_map<Node*, size_t> owner;  // a node of W's part -> the first branch under which it lies
+  for (size_t b = 0; b < branches.size(); ++b)
+    for (const NodeRef& node : branches[b].nodes)
+      if (const auto [at, fresh] = owner.emplace(node.get(), b); !fresh) parent[find(b)] = find(at->second);
+
+  std::vector<WeightPass> passes;
+  std::unordered_map<size_t, size_t> pass_of;  // a set's root branch -> its pass
+  std::unordered_set<Node*> weights_added;
+  for (size_t b = 0; b < branches.size(); ++b) {
+    const auto [at, fresh] = pass_of.emplace(find(b), passes.size());
+    if (fresh) passes.emplace_back();
+    WeightPass& pass = passes[at->second];
+    const WeightBranch& branch = branches[b];
+    if (branch.split) {
+      pass.splits.emplace_back(branch.split, std::make_shared<Kept>());
+    } else {
+      pass.outputs.push_back(roots[branch.output]);
+      pass.output_grads.push_back(root_grads[branch.output]);
+    }
+    for (const NodeRef& node : branch.nodes)
+      if (dynamic_cast<torch::autograd::AccumulateGrad*>(node.get()) && weights_added.insert(node.get()).second)
+        pass.weights.emplace_back(node, 0);
+  }
+  return passes;
+}
+
+// Whether a pass's split nodes lie one below another on the input's path (a weight used at two
+// depths of the chunk): W's run from the upper one would compute the input's path down to the
+// lower one again. Bits, children first: which such passes have a split node below each node.
+bool nested(const Graph& graph, const std::vector<WeightPass>& passes) {
+  std::unordered_map<Node*, size_t> bit_of;  // a split node of a pass with several -> the pass's bit
+  size_t bits = 0;
+  for (const WeightPass& pass : passes)
+    if (pass.splits.size() > 1) {
+      for (const auto& split : pass.splits) bit_of[split.first.get()] = bits;
+      ++bits;
+    }
+  if (bits == 0) return false;
+  const size_t words = (bits + 63) / 64;
+  auto has = [](const std::vector<uint64_t>& set, size_t bit) { return (set[bit / 64] >> (bit % 64)) & 1; };
+  std::unordered_map<Node*, std::vector<uint64_t>> below;
+  for (const NodeRef& node : graph.order) {
+    if (!graph.reach.at(node.get()).input) continue;
+    std::vector<uint64_t> set(words);
+    for (const Edge& edge : node->next_edges()) {
+      const auto child = below.find(edge.function.get());
+      if (child == below.end()) continue;  // no edge, or not on the input's path
+      for (size_t w = 0; w < words; ++w) set[w] |= child->second[w];
+      if (const auto bit = bit_of.find(edge.function.get()); bit != bit_of.end())
+        set[bit->second / 64] |= uint64_t(1) << (bit->second % 64);
+    }
+    if (const auto bit = bit_of.find(node.get()); bit != bit_of.end() && has(set, bit->second)) return true;
+    below.emplace(node.get(), std::move(set));
+  }
+  return false;
 }
 
 }  // namespace
@@ -169,37 +261,12 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
   if (roots.empty()) return std::vector<torch::Tensor>(inputs.size());
 
   const Graph graph = walk(roots, input_nodes);
-  // W's passes: outputs that lead to weights only, then every split node, in post order.
-  std::vector<WeightPass> passes;
-  std::unordered_set<Node*> seen;  // weights already in a pass
-  bool shared = false;
-  auto add_weights = [&](WeightPass& pass, const NodeRef& under) {
-    const size_t before = pass.weights.size();
-    std::unordered_set<Node*> visited;
-    collect_weights(graph, under, visited, pass.weights);
-    for (size_t i = before; i < pass.weights.size(); ++i) shared |= !seen.insert(pass.weights[i].function.get()).second;
-  };
-  for (size_t i = 0; i < roots.size(); ++i)
-    if (weights_only(graph, roots[i].function.get())) {
-      WeightPass pass{roots[i], root_grads[i], nullptr, nullptr, {}};
-      add_weights(pass, roots[i].function);
-      passes.push_back(std::move(pass));
-    }
-  for (const NodeRef& node : graph.order) {
-    if (!graph.reach.at(node.get()).input) continue;
-    WeightPass pass{Edge(), torch::Tensor(), node, nullptr, {}};
-    for (const Edge& edge : node->next_edges())
-      if (edge.function && weights_only(graph, edge.function.get())) add_weights(pass, edge.function);
-    if (pass.weights.empty()) continue;
-    pass.kept = std::make_shared<Kept>();
-    passes.push_back(std::move(pass));
-  }
-
-  if (shared) {  // a weight under two split nodes: one whole backward now
+  std::vector<WeightPass> passes = weight_passes(weight_branches(graph, roots), roots, root_grads);
+  if (nested(graph, passes)) {  // one whole backward now
     static std::once_flag warned;
     std::call_once(warned, [] {
-      log::warn("a weight is reached from two places in one pipeline chunk (a weight used twice, or experts without "
-                "the grouped multiply): its chunk's backward runs whole in I, and W has nothing to fill the bubble with");
+      log::warn("a weight is used at two depths of one pipeline chunk: its chunk's backward runs whole in I, and W "
+                "has nothing to fill the bubble with");
     });
     torch::autograd::backward(outputs, output_grads);
     std::vector<torch::Tensor> grads;
@@ -207,7 +274,7 @@ std::vector<torch::Tensor> backward_inputs(const std::vector<torch::Tensor>& out
     return grads;
   }
   for (auto& pass : passes)
-    if (pass.split) pass.split->add_pre_hook(std::make_unique<KeepGrads>(pass.kept));
+    for (auto& [split, kept] : pass.splits) split->add_pre_hook(std::make_unique<KeepGrads>(kept));
 
   std::vector<torch::Tensor> grads(inputs.size());
   if (!input_edges.empty()) {

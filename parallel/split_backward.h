@@ -17,11 +17,12 @@
 //
 // W adds into .grad through each weight's AccumulateGrad, so the hooks there (data-parallel
 // reduction, parallel/data_parallel.h) fire as in a whole backward. The graph and its saved
-// tensors live until W has run. A weight reached from two split nodes (used twice in one chunk,
-// or experts unbound from one stacked weight when the grouped multiply is not there) cannot
-// split: W's pass from one node would run the input's path down to the other again. Such a
-// backward runs whole in I (with a warning, once), W then has nothing left. A stage without
-// inputs (the model's first) does everything in W.
+// tensors live until W has run. Split nodes whose weight branches meet (experts unbound from one
+// stacked weight when the grouped multiply is not there, a weight used by two sibling layers) run
+// W together, in one pass from all of them. A weight used at two depths of the chunk (one split
+// node below the other on the input's path) cannot split: W's pass from the upper node would run
+// the input's path down to the lower one again. Such a backward runs whole in I (with a warning,
+// once), W then has nothing left. A stage without inputs (the model's first) does everything in W.
 #pragma once
 
 #include <torch/types.h>

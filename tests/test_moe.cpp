@@ -319,8 +319,9 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
 
 // moe-tiny (2 layers, both with experts, both losses) trains as one process does with tensor
 // parallelism (with and without sequence parallelism), context parallelism (alone, and with
-// sequence parallelism, where the losses' sums cross both), pipeline parallelism and ZeRO-3
-// over data parallelism, recomputation included (fp64: losses, auxiliary losses and weights).
+// sequence parallelism, where the losses' sums cross both), pipeline parallelism (1F1B, and
+// ZB-H1, whose W runs the experts' weights later) and ZeRO-3 over data parallelism, recomputation
+// included (fp64: losses, auxiliary losses and weights).
 TEST(MoE, TrainsTheSameAtEveryLayout) {
   expect_every_layout_trains_the_same(
       {"model.num_layers=2", "train.iters=3"},
@@ -329,6 +330,7 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
        {"parallel.context=2"},
        {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
        {"parallel.pipeline=2", "recompute=full"},
+       {"parallel.pipeline=2", "parallel.schedule=zb-h1", "recompute=full"},
        {"parallel.data=2", "parallel.zero_stage=3"}},
       "moe");
 }
@@ -336,8 +338,8 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
 // Expert parallelism (the experts dealt out over ranks carved from data x context parallelism,
 // tokens moved by all-to-all) trains as one process does: EP 2 and EP 4 over data parallelism,
 // ZeRO 1-3 (at EP 2 x DP 4 the experts' optimizer state is sharded over their two copies),
-// recomputation, EP 2 x TP 2 (sequence parallel) x PP 2, EP carved from context parallelism, and
-// the interleaved schedule (fp64: losses, auxiliary losses and weights, from checkpoints written
+// recomputation, EP 2 x TP 2 (sequence parallel) x PP 2, EP carved from context parallelism, the
+// interleaved schedule and ZB-V (fp64: losses, auxiliary losses and weights, from checkpoints written
 // by every expert-parallel rank).
 TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
   expect_every_layout_trains_the_same(
@@ -350,7 +352,9 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
         "parallel.pipeline=2"},
        {"parallel.context=2", "parallel.expert=2"},
        {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
-        "parallel.schedule=interleaved_1f1b"}},
+        "parallel.schedule=interleaved_1f1b"},
+       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
+        "parallel.schedule=zb-v"}},
       "ep");
 }
 

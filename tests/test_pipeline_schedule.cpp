@@ -17,6 +17,7 @@
 #include "core/schedule/pipeline_simulation.h"
 #include "core/schedule/schedule_file.h"
 #include "model/dropout.h"
+#include "model/expert_multiply.h"
 #include "model/recompute.h"
 #include "parallel/split_backward.h"
 #include "tests/helpers.h"
@@ -203,8 +204,7 @@ TEST(SplitBackward, InputGradientFirstWeightsLaterAndTheyAddUpToTheWhole) {
   EXPECT_TRUE(torch::allclose(w1.grad(), whole_w1));
   EXPECT_TRUE(torch::allclose(w2.grad(), whole_w2));
 
-  // A weight used twice in one stage cannot split: I runs the whole backward, W has nothing.
-  for (auto* w : {&w1, &b1, &w2}) w->mutable_grad() = torch::Tensor();
+  // A weight used at two depths of one stage cannot split: I runs the whole backward, W has nothing.
   auto square = torch::randn({4, 4}, torch::kDouble).requires_grad_();
   x = x0.clone().requires_grad_();
   const auto twice = torch::matmul(torch::matmul(x, square), square);
@@ -212,4 +212,32 @@ TEST(SplitBackward, InputGradientFirstWeightsLaterAndTheyAddUpToTheWhole) {
   EXPECT_TRUE(square.grad().defined());
   EXPECT_TRUE(weights.empty());
   EXPECT_TRUE(got.at(0).defined());
+}
+
+// Experts multiplied one by one (model/expert_multiply.h without the grouped multiply) meet in
+// their stacked weight: one W pass from every expert's multiply, after the input's gradient, gives
+// the whole backward's gradients; an expert without rows too.
+TEST(SplitBackward, ExpertsUnboundFromOneWeightSplitTogether) {
+  torch::manual_seed(0);
+  auto up = torch::randn({3, 6, 4}, torch::kDouble).requires_grad_();
+  auto down = torch::randn({3, 4, 6}, torch::kDouble).requires_grad_();
+  const std::vector<int64_t> counts = {2, 0, 3};
+  const auto x0 = torch::randn({5, 4}, torch::kDouble), dy = torch::randn({5, 4}, torch::kDouble);
+  auto experts = [&](const torch::Tensor& x) {
+    return expert_multiply(torch::gelu(expert_multiply(x, up, counts, false)), down, counts, false);
+  };
+  auto x = x0.clone().requires_grad_();
+  torch::autograd::backward({experts(x)}, {dy});
+  const auto whole_x = x.grad().clone(), whole_up = up.grad().clone(), whole_down = down.grad().clone();
+  up.mutable_grad() = down.mutable_grad() = torch::Tensor();
+
+  x = x0.clone().requires_grad_();
+  WeightGrads weights;
+  const auto dx = backward_inputs({experts(x)}, {dy}, {x}, weights);
+  EXPECT_TRUE(torch::allclose(dx.at(0), whole_x));
+  EXPECT_FALSE(up.grad().defined() || down.grad().defined()) << "I computed the experts' gradients";
+  ASSERT_FALSE(weights.empty());
+  weights.run();
+  EXPECT_TRUE(torch::allclose(up.grad(), whole_up));
+  EXPECT_TRUE(torch::allclose(down.grad(), whole_down));
 }

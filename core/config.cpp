@@ -55,7 +55,8 @@ const NameTable<Schedule>& names_of() {
       {Schedule::one_f_one_b, "1f1b"},
       {Schedule::interleaved_1f1b, "interleaved_1f1b"},
       {Schedule::zb_h1, "zb-h1"},
-      {Schedule::zb_v, "zb-v"}};
+      {Schedule::zb_v, "zb-v"},
+      {Schedule::dualpipe_v, "dualpipe-v"}};
   return table;
 }
 template <>

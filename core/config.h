@@ -17,8 +17,9 @@ namespace trident {
 // (parallel/fp8_multiply.h).
 enum class Precision { fp32, fp64, bf16, fp16, fp8 };
 // Zero-bubble schedules split each backward into its input gradient and its weight gradient
-// (core/schedule/pipeline_schedule.h); zb_v runs two chunks per stage placed in a V.
-enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, zb_v };
+// (core/schedule/pipeline_schedule.h); zb_v and dualpipe_v run two chunks per stage placed in a V.
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, zb_v, dualpipe_v };
+inline bool v_shaped(Schedule s) { return s == Schedule::zb_v || s == Schedule::dualpipe_v; }
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
 enum class Recompute { none, selective, full };

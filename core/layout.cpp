@@ -14,12 +14,12 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   const auto& p = config.parallel;
   const auto& b = config.batch;
   const bool interleaved = p.schedule == Schedule::interleaved_1f1b;
-  const bool v_shape = p.schedule == Schedule::zb_v;
+  const bool v_shape = v_shaped(p.schedule);
   if ((interleaved || v_shape) && p.pipeline < 2)
     return str("parallel.schedule=", p.schedule, " needs parallel.pipeline >= 2");
   if (v_shape && p.virtual_stages != 2)
-    return str("parallel.schedule=zb-v runs two chunks per stage placed in a V: set parallel.virtual_stages=2 (got ",
-               p.virtual_stages, ")");
+    return str("parallel.schedule=", p.schedule,
+               " runs two chunks per stage placed in a V: set parallel.virtual_stages=2 (got ", p.virtual_stages, ")");
   if (!v_shape && interleaved != (p.virtual_stages > 1))
     return str("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got ",
                p.schedule, " with ", p.virtual_stages, " virtual stages)");
@@ -141,7 +141,7 @@ LayerRange chunk_layers(int64_t num_layers, int64_t chunks, int64_t index, bool 
 int64_t Layout::virtual_stage(int64_t chunk, int64_t pp_rank) const {
   TRIDENT_CHECK(chunk >= 0 && chunk < virtual_stages && pp_rank >= 0 && pp_rank < pp_size, "chunk ", chunk,
                 " of pipeline rank ", pp_rank, " in a pipeline of ", pp_size, " x ", virtual_stages);
-  if (schedule == Schedule::zb_v) return chunk == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank;
+  if (v_shaped(schedule)) return chunk == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank;
   return chunk * pp_size + pp_rank;
 }
 

@@ -56,7 +56,7 @@ struct Layout {
   int64_t ulysses_size = 1;
   // Ranks that split the experts, carved from the cp_size x dp_size ranks (expert_grid()).
   int64_t ep_size = 1;
-  int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B, ZB-V)
+  int64_t virtual_stages = 1;      // model chunks per pipeline stage (interleaved 1F1B, ZB-V, DualPipe-V)
   bool embedding_and_loss_as_layers = false;  // in the layers' split (chunk_layers)
   bool sequence_parallel = false;  // asked for and tp_size > 1
   int64_t zero_stage = 0;
@@ -93,15 +93,15 @@ struct Layout {
   // What the ZeRO stage shards of the experts: over their copies, the expert-data-parallel ranks.
   ZeroSharding expert_zero() const { return {zero_stage, expert_replicas()}; }
   // The virtual stage (the model's chunks in order, 0 .. pp_size x virtual_stages - 1) that chunk
-  // `chunk` of pipeline rank `pp_rank` holds: a loop for the interleaved schedule, a V for ZB-V,
-  // whose first and last chunks both sit on rank 0.
+  // `chunk` of pipeline rank `pp_rank` holds: a loop for the interleaved schedule, a V for ZB-V
+  // and DualPipe-V, whose first and last chunks both sit on rank 0.
   //
   //   loop (c x p + r):          p = 3, v = 2:  stages 0 1 2 3 4 5 on ranks 0 1 2 0 1 2
   //   V (r, then 2p - 1 - r):    p = 3, v = 2:  stages 0 1 2 3 4 5 on ranks 0 1 2 2 1 0
   int64_t virtual_stage(int64_t chunk, int64_t pp_rank) const;
   // The pipeline rank that holds the model's last stage (the head and the loss): the last, or
-  // rank 0 in ZB-V's V.
-  int64_t head_rank() const { return schedule == Schedule::zb_v ? 0 : pp_size - 1; }
+  // rank 0 in a V.
+  int64_t head_rank() const { return v_shaped(schedule) ? 0 : pp_size - 1; }
 
   // Tokens of each sequence a rank holds: seq_length / cp_size, and / tp_size again between
   // the layers with sequence parallelism (what travels between pipeline stages).

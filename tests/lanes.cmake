@@ -18,7 +18,7 @@
 # the failure path through them, the library's API and the installed package (C++17 against C++20
 # headers), export, generate, the Hugging Face interop (only 2.x has transformers).
 #
-# The layout-equality sweep (DataParallelRuns/EqualsSerial, 49 layouts) proves trident's index
+# The layout-equality sweep (DataParallelRuns/EqualsSerial, 66 layouts) proves trident's index
 # arithmetic once per layout in lane 1.13; lane 2.x runs the layouts that together take every
 # parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring and Ulysses, each pipeline
 # schedule, the ends as layers, the split backward of the zero-bubble schedules), ZeRO 1, 2 and 3, offload, both recomputations, both families,
@@ -29,7 +29,8 @@ set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
   ContextParallelFourZeroOneFp64 OffloadZeroTwoDataTwoFp64 OffloadZeroThreeDataTwoFp32
   TensorTwoByDataTwoWithSelectiveRecomputeFp64 PipelineFiveEndsAsLayersFp64
   LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32 UlyssesContextTwoFp64
-  ZeroBubbleH1ThreeDimensionalZeroTwoRecomputeFp64 ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64)
+  ZeroBubbleH1ThreeDimensionalZeroTwoRecomputeFp64 ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64
+  DualPipeVThreeDimensionalZeroOneSelectiveRecomputeFp64)
 set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
   Formulas Memory Plan TimeModel DeviceProfile PipelineSchedule

@@ -9,9 +9,12 @@
 
 #include "core/schedule/pipeline_program.h"
 #include "parallel/pipeline.h"
+#include "tests/helpers.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;
+using trident::testing::chunks_per_rank;
+using trident::testing::every_schedule;
 
 namespace {
 
@@ -68,10 +71,9 @@ class NotingExchanges : public Communicator {
 // whatever the schedule, split (I and W) or whole.
 TEST(PipelineSchedules, EveryScheduleRunsItsProgram) {
   const int64_t p = n();
-  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::zb_h1,
-                            Schedule::zb_v}) {
+  for (Schedule schedule : every_schedule()) {
     SCOPED_TRACE(name(schedule));
-    const int64_t v = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v ? 2 : 1, m = 2 * p;
+    const int64_t v = chunks_per_rank(schedule), m = 2 * p;
     const PipelineOptions o = options(schedule, m, v);
     std::vector<torch::Tensor> weights;
     for (int64_t c = 0; c < v; ++c) weights.push_back(torch::full({}, 0.5, torch::kDouble).requires_grad_());

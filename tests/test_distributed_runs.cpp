@@ -265,6 +265,16 @@ INSTANTIATE_TEST_SUITE_P(
                     {"parallel.context=2", "parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}},
         ParallelRun{"LlamaZeroBubbleVPipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}, kLlama},
+        // DualPipe-V: the V in DeepSeek's order, its drain split; at PP 2 and 4, and in 3D with ZeRO-1
+        // and selective recomputation (M = 2p there, the least it is written for).
+        ParallelRun{"DualPipeVPipelineTwoFp64", kEnvLaunch + "2 -- ", 2, "fp64",
+                    {"parallel.pipeline=2", "parallel.schedule=dualpipe-v", "parallel.virtual_stages=2"}},
+        ParallelRun{"DualPipeVPipelineFourFp64", kMpirun + "4 ", 1, "fp64",
+                    {"parallel.pipeline=4", "parallel.schedule=dualpipe-v", "parallel.virtual_stages=2"}},
+        ParallelRun{"DualPipeVThreeDimensionalZeroOneSelectiveRecomputeFp64", kMpirun + "8 ", 2, "fp64",
+                    {"parallel.tensor=2", "parallel.pipeline=2", "parallel.sequence_parallel=true",
+                     "parallel.schedule=dualpipe-v", "parallel.virtual_stages=2", "parallel.zero_stage=1",
+                     "recompute=selective"}},
         // The embedding and the loss in a layer's slot each: 8 layers on 5 stages ([emb L0] [L1 L2]
         // ... [L7 loss], Llama's untied head), and on 2 x 5 chunks of one slot, the ends holding no layer.
         ParallelRun{"PipelineFiveEndsAsLayersFp64", kMpirun + "5 ", 2, "fp64",
@@ -483,7 +493,7 @@ TEST_F(DataParallelRuns, ZeroResumeIsExactAndMayChangeTheDataParallelSize) {
 }
 
 // Any layout resumes any other: a TP 2 x PP 2 run stopped halfway and resumed at
-// TP 1 x PP 4, at TP 4 x DP 2 and at DP 4 with ZeRO-3 continues the single-process run (fp64,
+// TP 1 x PP 4, at TP 4 x DP 2, at DP 4 with ZeRO-3, under each zero-bubble schedule continues the single-process run (fp64,
 // to rounding): every rank assembles its new parts of weights and optimizer state from the
 // pieces the old layout stored. The resumed runs' losses and final weights are compared with the straight run's.
 TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
@@ -511,6 +521,8 @@ TEST_F(DataParallelRuns, CheckpointsResumeAtAnyLayout) {
       {"pp4-zb-h1", {"parallel.pipeline=4", "parallel.schedule=zb-h1", "batch.micro_batch_size=2"}},
       {"pp2-dp2-zb-v",
        {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2", "batch.micro_batch_size=2"}},
+      {"pp4-dualpipe-v",
+       {"parallel.pipeline=4", "parallel.schedule=dualpipe-v", "parallel.virtual_stages=2", "batch.micro_batch_size=2"}},
       {"pp2x5-ends-as-layers",
        {"parallel.pipeline=2", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5",
         "parallel.embedding_and_loss_as_layers=true", "batch.micro_batch_size=2"}}};

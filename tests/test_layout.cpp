@@ -58,6 +58,11 @@ TEST(Layout, ErrorsNameTheKeys) {
             std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"parallel.schedule=zb-v", "parallel.virtual_stages=2"}), 1); });
   EXPECT_NE(message.find("parallel.schedule=zb-v needs parallel.pipeline >= 2"), std::string::npos) << message;
+  message = error_of([] { resolve_layout(config({"parallel.schedule=dualpipe-v", "parallel.pipeline=2",
+                                                  "parallel.virtual_stages=4"}), 2); });
+  EXPECT_NE(message.find("parallel.schedule=dualpipe-v runs two chunks per stage placed in a V: set "
+                         "parallel.virtual_stages=2 (got 4)"),
+            std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"parallel.schedule=zb-h1", "parallel.virtual_stages=2"}), 1); });
   EXPECT_NE(message.find("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got zb-h1"),
             std::string::npos) << message;

@@ -339,7 +339,7 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
 // tokens moved by all-to-all) trains as one process does: EP 2 and EP 4 over data parallelism,
 // ZeRO 1-3 (at EP 2 x DP 4 the experts' optimizer state is sharded over their two copies),
 // recomputation, EP 2 x TP 2 (sequence parallel) x PP 2, EP carved from context parallelism, the
-// interleaved schedule and ZB-V (fp64: losses, auxiliary losses and weights, from checkpoints written
+// interleaved schedule, ZB-V and DualPipe-V (fp64: losses, auxiliary losses and weights, from checkpoints written
 // by every expert-parallel rank).
 TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
   expect_every_layout_trains_the_same(
@@ -354,7 +354,9 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
        {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
         "parallel.schedule=interleaved_1f1b"},
        {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
-        "parallel.schedule=zb-v"}},
+        "parallel.schedule=zb-v"},
+       {"parallel.context=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
+        "parallel.schedule=dualpipe-v"}},
       "ep");
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -23,7 +24,9 @@
 #include "tests/helpers.h"
 
 using namespace trident;
+using trident::testing::chunks_per_rank;
 using trident::testing::error_of;
+using trident::testing::every_schedule;
 
 namespace {
 
@@ -37,7 +40,7 @@ Layout pipeline(Schedule schedule, int64_t p, int64_t m) {
   layout.pp_size = p;
   layout.schedule = schedule;
   layout.micro_batches = m;
-  layout.virtual_stages = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v ? 2 : 1;
+  layout.virtual_stages = chunks_per_rank(schedule);
   return layout;
 }
 
@@ -54,26 +57,27 @@ PipelineSchedule two_ranks(const std::string& text, int64_t m = 1) {
 }  // namespace
 
 TEST(PipelineSchedule, EveryGeneratorIsCompleteAndFreeOfDeadlock) {
-  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::zb_h1,
-                            Schedule::zb_v})
+  for (Schedule schedule : every_schedule())
     for (int64_t p = 1; p <= 5; ++p)
       for (int64_t m = 1; m <= 12; ++m) {
-        const bool chunked = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v;
+        const bool chunked = chunks_per_rank(schedule) > 1;
         if (chunked && (p < 2 || (schedule == Schedule::interleaved_1f1b && m % p != 0))) continue;
         SCOPED_TRACE(str(name(schedule), " p=", p, " M=", m));
         const Layout layout = pipeline(schedule, p, m);
         EXPECT_NO_THROW(check_pipeline_schedule(make_pipeline_schedule(layout), "generated"));
-        // 1F1B's memory: no rank holds more micro-batches than the pipeline's depth (GPipe all M).
+        // 1F1B's memory: no rank holds more micro-batches than the pipeline's depth (GPipe all M);
+        // DualPipe-V's busiest rank one chunk more, 2p + 1 chunks of half a stage.
         const PipelineTimeline timeline = on_paper(layout);
-        for (double held : timeline.held_peak)
-          if (schedule != Schedule::gpipe && schedule != Schedule::interleaved_1f1b)
-            EXPECT_LE(held, double(std::min(p, m)));
+        const double most = *std::max_element(timeline.held_peak.begin(), timeline.held_peak.end());
+        if (schedule == Schedule::dualpipe_v) EXPECT_DOUBLE_EQ(most, std::min(double(p) + 0.5, double(m)));
+        else if (schedule != Schedule::gpipe && schedule != Schedule::interleaved_1f1b)
+          EXPECT_LE(most, double(std::min(p, m)));
       }
 }
 
 // With T_F = T_I = T_W = 1 per stage, 1F1B's iteration is 3M + 3(p - 1) and ZB-H1's 3M + (p - 1)
 // (Qi et al. 2024: the bubble (p - 1)(T_F + T_B - T_W) against (p - 1)(T_F + T_B + T_W)); ZB-V's
-// is shorter still with two chunks of half a stage each.
+// is shorter still with two chunks of half a stage each, and DualPipe-V's as short.
 TEST(PipelineSchedule, ZeroBubbleSchedulesShrinkTheBubbleOnPaper) {
   for (int64_t p : {2, 4})
     for (int64_t m : {2 * p, 4 * p}) {
@@ -85,6 +89,8 @@ TEST(PipelineSchedule, ZeroBubbleSchedulesShrinkTheBubbleOnPaper) {
       EXPECT_DOUBLE_EQ(zb_h1, double(3 * m + (p - 1)));
       EXPECT_LT(zb_v, zb_h1);
       EXPECT_GE(zb_v, double(3 * m));
+      // DualPipe-V, its backwards mostly whole, ends with ZB-V when its F and B run in turn.
+      EXPECT_DOUBLE_EQ(on_paper(pipeline(Schedule::dualpipe_v, p, m)).makespan, zb_v);
     }
 }
 
@@ -131,8 +137,7 @@ TEST(PipelineSchedule, FilesRoundTrip) {
 // Every message a rank's program sends is received by its peer, in the same order per pair of
 // ranks, and every received message before the action that uses it; the arm step comes once.
 TEST(PipelineSchedule, ProgramsMatchTheirExchanges) {
-  for (Schedule schedule : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::zb_h1,
-                            Schedule::zb_v})
+  for (Schedule schedule : every_schedule())
     for (int64_t p : {2, 3, 4}) {
       SCOPED_TRACE(str(name(schedule), " p=", p));
       const Layout layout = pipeline(schedule, p, 2 * p);

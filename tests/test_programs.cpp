@@ -155,8 +155,9 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"allreduce_bench --op broadcast", "error: --op: expected one of all_reduce, reduce_scatter, all_gather, all_to_all"},
       {"pipeline_bubble --schedules 1f1b,zb-x",
        "error: pipeline_bubble: --schedules takes parallel.schedule values by commas (gpipe, 1f1b, interleaved_1f1b, "
-       "zb-h1, zb-v), got 'zb-x'"},
+       "zb-h1, zb-v, dualpipe-v), got 'zb-x'"},
       {"pipeline_bubble --micro-batches 4,x", "error: pipeline_bubble: --micro-batches takes positive counts by commas, got 'x'"},
+      {"pipeline_bubble --actions 0", "error: --actions: expected a positive integer, got '0'"},
   };
   for (const auto& [command, message] : cases) {
     Result r = run(kBin + "/" + command);
@@ -167,6 +168,17 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
 }
 
 // Binary files are skipped; when nothing else is left there is no dataset to write.
+// `pipeline_bubble --actions P` prints a generator's schedule as a schedule file
+// (docs/parallelism.md's example), running nothing.
+TEST(Programs, PipelineBubblePrintsASchedulesActionsAsAFile) {
+  const Result r = run(kBin + "/pipeline_bubble --actions 2 --schedules zb-h1 --micro-batches 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "# parallel.schedule=zb-h1, 2 ranks, M = 3\n"
+            "0F0,0F1,0I0,0W0,0F2,0I1,0W1,0I2,0W2\n"
+            "1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n");
+}
+
 TEST(PreprocessProgram, OnlyBinaryInputIsAnErrorAndLeavesNoDataset) {
   const auto dir = scratch_dir();
   std::ofstream(dir / "blob", std::ios::binary) << std::string("\x7f" "ELF\0\0\1", 7);

@@ -1,9 +1,10 @@
 // pipeline_bubble: the pipeline bubble of each schedule, measured on this machine beside the
 // same schedule on paper (core/schedule/pipeline_simulation.h) and the papers' formulas.
 //
-//   mpirun -np P build/pipeline_bubble [--schedules gpipe,1f1b,interleaved_1f1b,zb-h1,zb-v]
+//   mpirun -np P build/pipeline_bubble [--schedules gpipe,1f1b,interleaved_1f1b,zb-h1,zb-v,dualpipe-v]
 //       [--micro-batches 4,8,16] [--layers 8] [--width 256] [--rows 64] [--iters 5] [--warmup 2]
 //       [--threads 1] [--timeline] [--backend auto|mpi|gloo]
+//   build/pipeline_bubble --actions P [--schedules ...] [--micro-batches ...]
 //
 // The job is one pipeline of P stages running the real runner (parallel/pipeline.h) on a toy
 // model: `layers` layers tanh(x W^T) of width x width dealt to the virtual stages, `rows` rows
@@ -12,13 +13,17 @@
 // over the iteration (the median of `iters` after `warmup`); "paper" is the schedule run on
 // paper with unit costs; the formula is 1F1B's and GPipe's (p-1)/(M+p-1), interleaved 1F1B's
 // (p-1)/(vM+p-1), ZB-H1's (p-1)/(3M+p-1) (Qi et al. 2024: a bubble of (p-1)(T_F+T_B-T_W));
-// ZB-V's has none in closed form. --timeline draws each row's timeline on paper (each action a
-// unit) and as measured (a unit the median action's time), two characters per unit (letters as
-// render_timeline's: lower case on a rank's second chunk).
+// ZB-V's and DualPipe-V's have none in closed form. --timeline draws each row's timeline on
+// paper (each action a unit) and as measured (a unit the median action's time), two characters
+// per unit (letters as render_timeline's: lower case on a rank's second chunk). --actions P
+// prints each schedule's actions for P ranks instead, without running them: per schedule and M a
+// comment line and the rows of a schedule file (parallel.schedule_file's format), a start for
+// one's own schedule.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +31,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "core/schedule/pipeline_simulation.h"
+#include "core/schedule/schedule_file.h"
 #include "core/timer.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/comm/failure.h"
@@ -37,8 +43,8 @@ using namespace trident;
 namespace {
 
 struct Options {
-  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb-h1,zb-v", micro_batches = "4,8,16";
-  int64_t layers = 8, width = 256, rows = 64, iters = 5, warmup = 2, threads = 1;
+  std::string schedules = "gpipe,1f1b,interleaved_1f1b,zb-h1,zb-v,dualpipe-v", micro_batches = "4,8,16";
+  int64_t layers = 8, width = 256, rows = 64, iters = 5, warmup = 2, threads = 1, actions = 0;
   bool timeline = false;
   std::string backend = "auto";
   CommOptions comm;
@@ -56,6 +62,9 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--warmup", o.warmup, "untimed iterations first")->check(checked(at_least(0)))->capture_default_str();
   app.add_option("--threads", o.threads, "intra-op threads per rank")->check(checked(at_least(1)))->capture_default_str();
   app.add_flag("--timeline", o.timeline, "draw each row's measured timeline");
+  app.add_option("--actions", o.actions,
+                 "print each schedule's actions for this many ranks as a schedule file; run nothing")
+      ->check(checked(at_least(1)));
   app.add_option("--backend", o.backend, "communicator")->check(checked(one_of(spellings<Backend>())))->capture_default_str();
   return app;
 }
@@ -73,9 +82,21 @@ std::string formula(const Layout& l) {
     case Schedule::one_f_one_b: return fixed(100 * (p - 1) / (m + p - 1), 1);
     case Schedule::interleaved_1f1b: return fixed(100 * (p - 1) / (v * m + p - 1), 1);
     case Schedule::zb_h1: return fixed(100 * (p - 1) / (3 * m + p - 1), 1);
-    case Schedule::zb_v: return "-";
+    case Schedule::zb_v:
+    case Schedule::dualpipe_v: return "-";
   }
   return "-";
+}
+
+// The layout of one row, or none where the schedule does not run: Megatron's interleaved order
+// needs M a multiple of p, two chunks per rank need p >= 2.
+std::optional<Layout> row_layout(Schedule schedule, int64_t p, int64_t m) {
+  Layout layout;
+  layout.pp_size = p, layout.schedule = schedule, layout.micro_batches = m;
+  layout.virtual_stages = schedule == Schedule::interleaved_1f1b || v_shaped(schedule) ? 2 : 1;
+  if (schedule == Schedule::interleaved_1f1b && m % p != 0) return std::nullopt;
+  if (layout.virtual_stages > 1 && p < 2) return std::nullopt;
+  return layout;
 }
 
 }  // namespace
@@ -105,6 +126,14 @@ int main(int argc, char** argv) {
         fail("pipeline_bubble: --micro-batches takes positive counts by commas, got '", m, "'");
       counts.push_back(std::stoll(m));
     }
+    if (o.actions > 0) {
+      for (Schedule schedule : schedules)
+        for (int64_t m : counts)
+          if (const auto layout = row_layout(schedule, o.actions, m))
+            std::printf("# parallel.schedule=%s, %lld ranks, M = %lld\n%s", name(schedule), (long long)o.actions,
+                        (long long)m, schedule_file_text(make_pipeline_schedule(*layout)).c_str());
+      return 0;
+    }
     if (o.layers % (2 * launch.world_size) != 0)
       fail("pipeline_bubble: --layers (", o.layers, ") must be a multiple of 2 x ranks (", 2 * launch.world_size, ")");
   } catch (const std::exception&) {
@@ -127,11 +156,9 @@ int main(int argc, char** argv) {
     }
     for (Schedule schedule : schedules)
       for (int64_t m : counts) {
-        Layout layout;
-        layout.pp_size = p, layout.schedule = schedule, layout.micro_batches = m;
-        layout.virtual_stages = schedule == Schedule::interleaved_1f1b || schedule == Schedule::zb_v ? 2 : 1;
-        if (schedule == Schedule::interleaved_1f1b && m % p != 0) continue;  // Megatron's order needs it
-        if (layout.virtual_stages > 1 && p < 2) continue;
+        const std::optional<Layout> row = row_layout(schedule, p, m);
+        if (!row) continue;
+        const Layout& layout = *row;
         PipelineSchedule generated = make_pipeline_schedule(layout);
         check_pipeline_schedule(generated, str("parallel.schedule=", schedule));
         const PipelineOptions options = pipeline_options(std::move(generated), rank, {o.rows, o.width}, input.options());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 
 #include "core/error.h"
@@ -104,6 +105,51 @@ Actions zb_v(int64_t rank, int64_t p, int64_t m) {
   return out;
 }
 
+// DualPipe-V (DeepSeek's DualPipe cut in half, in the order of DeepSeek's DualPipe repository and
+// torch.distributed.pipelining's ScheduleDualPipeV): ZB-V's V, most backwards whole. Written for
+// n = max(M, 2p) micro-batches, enough to fill the V, then cut to M, as ZB-V is:
+//   warm-up   2 (p - r - 1) times F0; r + 1 times F0 F1; p - r - 1 times I1 W F1
+//   steady    n - 2p + r + 1 times F0 B1 F1 B0
+//   drain     p - r - 1 times B1 F1 B0; r + 1 times B1 B0, their second half split into I (an odd
+//             rank from a B1 on, an even one from a B0); p - r - 1 times W I0; r + 1 times W
+// where each W is the oldest I's. On GPUs DualPipe overlaps each F with the B beside it, which
+// hides expert parallelism's all-to-all behind the other's compute; this runner runs them in turn.
+Actions dualpipe_v(int64_t rank, int64_t p, int64_t m) {
+  const int64_t stage[2] = {rank, 2 * p - 1 - rank}, n = std::max(m, 2 * p);
+  int64_t forwards[2] = {0, 0}, backwards[2] = {0, 0};
+  std::deque<PipelineAction> waiting;  // the W of each I, oldest first
+  Actions out;
+  auto f = [&](int chunk) { out.push_back(action(ActionKind::forward, stage[chunk], forwards[chunk]++)); };
+  auto b = [&](int chunk, bool split) {
+    const int64_t micro = backwards[chunk]++;
+    out.push_back(action(split ? ActionKind::input_grad : ActionKind::backward, stage[chunk], micro));
+    if (split) waiting.push_back(action(ActionKind::weight_grad, stage[chunk], micro));
+  };
+  auto w = [&] {
+    TRIDENT_CHECK(!waiting.empty(), "DualPipe-V runs a W with no I waiting on rank ", rank);
+    out.push_back(waiting.front());
+    waiting.pop_front();
+  };
+  for (int64_t k = 0; k < 2 * (p - rank - 1); ++k) f(0);
+  for (int64_t k = 0; k < rank + 1; ++k) f(0), f(1);
+  for (int64_t k = 0; k < p - rank - 1; ++k) b(1, true), w(), f(1);
+  for (int64_t k = 0; k < n - 2 * p + rank + 1; ++k) f(0), b(1, false), f(1), b(0, false);
+  for (int64_t k = 0; k < p - rank - 1; ++k) b(1, false), f(1), b(0, false);
+  bool split = false;
+  for (int64_t k = 0; k < rank + 1; ++k) {
+    split |= k == (rank + 1) / 2 && rank % 2 == 1;
+    b(1, split);
+    split |= k == (rank + 1) / 2 && rank % 2 == 0;
+    b(0, split);
+  }
+  for (int64_t k = 0; k < p - rank - 1; ++k) w(), b(0, true);
+  for (int64_t k = 0; k < rank + 1; ++k) w();
+  TRIDENT_CHECK(waiting.empty() && forwards[0] == n && forwards[1] == n && backwards[0] == n && backwards[1] == n,
+                "DualPipe-V left micro-batches unfinished on rank ", rank);
+  out.erase(std::remove_if(out.begin(), out.end(), [&](const PipelineAction& a) { return a.micro >= m; }), out.end());
+  return out;
+}
+
 }  // namespace
 
 char letter(ActionKind kind) {
@@ -145,6 +191,7 @@ PipelineSchedule make_pipeline_schedule(const Layout& layout) {
       case Schedule::zb_h1: actions = one_f_one_b(r, p, m, true); break;
       case Schedule::interleaved_1f1b: actions = interleaved(r, p, v, m, layout); break;
       case Schedule::zb_v: actions = zb_v(r, p, m); break;
+      case Schedule::dualpipe_v: actions = dualpipe_v(r, p, m); break;
     }
   }
   return out;

@@ -59,7 +59,7 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Communicator> world, const Layout& 
   // group, and errors say so.
   dp_cp_ = split(grid, {"cp", "dp"}, layout.cp_size > 1 ? "data-and-context-parallel" : "data-parallel");
   pp_ = split(grid, {"pp"}, "pipeline");
-  embedding_ = split_as(*world_, embedding_groups(grid, layout.schedule == Schedule::zb_v), "embedding");
+  embedding_ = split_as(*world_, embedding_groups(grid, v_shaped(layout.schedule)), "embedding");
   mp_ = split(grid, {"tp", "pp"}, "model-parallel");  // one replica's ranks
   if (layout.ep_size == 1) {
     ep_ = make_self_communicator();

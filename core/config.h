@@ -20,6 +20,8 @@ enum class Precision { fp32, fp64, bf16, fp16, fp8 };
 // (core/schedule/pipeline_schedule.h); zb_v and dualpipe_v run two chunks per stage placed in a V.
 enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, zb_h1, zb_v, dualpipe_v };
 inline bool v_shaped(Schedule s) { return s == Schedule::zb_v || s == Schedule::dualpipe_v; }
+// parallel.virtual_stages' least value under `s`: 2 where it runs several chunks per rank.
+inline int64_t least_virtual_stages(Schedule s) { return s == Schedule::interleaved_1f1b || v_shaped(s) ? 2 : 1; }
 // Activation checkpointing: none, selective (the attention core softmax(QK^T)V, whose
 // activations grow with s^2) or full (each block keeps only its input).
 enum class Recompute { none, selective, full };

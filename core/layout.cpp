@@ -101,6 +101,10 @@ std::string build(const Config& config, int64_t world_size, Layout& out) {
   if (interleaved && micro_batches % p.pipeline != 0)
     return str("parallel.schedule=interleaved_1f1b needs a multiple of parallel.pipeline (", p.pipeline,
                ") micro-batches, but global_batch / (micro_batch * DP) = ", micro_batches);
+  // As torch's ScheduleDualPipeV: fewer do not fill its V (zb-v runs them).
+  if (p.schedule == Schedule::dualpipe_v && micro_batches < 2 * p.pipeline)
+    return str("parallel.schedule=dualpipe-v needs at least 2 x parallel.pipeline (", 2 * p.pipeline,
+               ") micro-batches, but global_batch / (micro_batch * DP) = ", micro_batches, " (zb-v runs fewer)");
 
   out.tp_size = p.tensor;
   out.cp_size = p.context;

@@ -32,7 +32,7 @@ void all_reduce_grads(ParameterGroups& optimizer, Which which, Communicator& gro
   }
 }
 
-// ZB-V holds both ends of the pipeline on its first stage: the tied embedding's owner and copy
+// A V (ZB-V, DualPipe-V) holds both ends of the pipeline on its first stage: the tied embedding's owner and copy
 // are summed there, each in a bucket of its own (parallel/flat_buckets.h), so their pieces line up.
 void sum_tied_held_together(ParameterGroups& optimizer) {
   for (auto& g : optimizer.groups()) {

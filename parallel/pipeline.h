@@ -1,5 +1,5 @@
 // Pipeline parallelism's runner: one iteration of a schedule (core/schedule/pipeline_schedule.h:
-// GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V or a file's) on this rank. The schedule is data;
+// GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V, DualPipe-V or a file's) on this rank. The schedule is data;
 // this runs its steps (core/schedule/pipeline_program.h): each compute action through the
 // stage's callback, each exchange posted to the pipeline group as it comes and waited for only
 // when what it brings is needed, and the data-parallel reduction armed where the program says.

@@ -112,21 +112,20 @@ struct WeightPass {
 void run_weight_pass(WeightPass& pass) {
   edge_list roots = pass.outputs;
   variable_list grads = pass.output_grads;
-  for (auto& [split, kept] : pass.splits) {
+  for (auto& [split, kept] : pass.splits)
     for (size_t i = 0; i < kept->grads.size(); ++i)
       if (kept->grads[i].defined()) roots.emplace_back(split, uint32_t(i)), grads.push_back(kept->grads[i]);
-    kept->grads.clear();
-  }
-  if (roots.empty()) return;  // no gradient reached it
-  torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false,
-                                                        /*accumulate_grad=*/true, pass.weights);
+  if (!roots.empty())  // else no gradient reached them
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true, pass.weights);
+  for (auto& split : pass.splits) split.second->grads.clear();  // the hooks kept them again in this run
 }
 
 // Where W starts (an output that leads to weights only, or a split node) and the nodes of W's part
 // under it; the starts whose nodes meet are joined into one pass.
 struct WeightBranch {
-  size_t output = SIZE_MAX;  // the output's index, or
-  NodeRef split;             // the split node
+  NodeRef split;      // the split node, or null for
+  size_t output = 0;  // the output's index
   std::vector<NodeRef> nodes;
 };
 
@@ -147,14 +146,14 @@ std::vector<WeightBranch> weight_branches(const Graph& graph, const edge_list& r
   std::vector<WeightBranch> branches;
   for (size_t i = 0; i < roots.size(); ++i)
     if (weights_only(graph, roots[i].function.get())) {
-      WeightBranch branch{i, nullptr, {}};
+      WeightBranch branch{nullptr, i, {}};
       std::unordered_set<Node*> seen;
       add_nodes_under(graph, roots[i].function, seen, branch.nodes);
       branches.push_back(std::move(branch));
     }
   for (const NodeRef& node : graph.order) {
     if (!graph.reach.at(node.get()).input) continue;
-    WeightBranch branch{SIZE_MAX, node, {}};
+    WeightBranch branch{node, 0, {}};
     std::unordered_set<Node*> seen;
     for (const Edge& edge : node->next_edges())
       if (edge.function && weights_only(graph, edge.function.get()))
@@ -180,7 +179,7 @@ std::vector<WeightPass> weight_passes(const std::vector<WeightBranch>& branches,
 
   std::vector<WeightPass> passes;
   std::unordered_map<size_t, size_t> pass_of;  // a set's root branch -> its pass
-  std::unordered_set<Node*> weights_added;
+  std::unordered_set<Node*> weights_added;  // a weight lies under the branches of one pass alone
   for (size_t b = 0; b < branches.size(); ++b) {
     const auto [at, fresh] = pass_of.emplace(find(b), passes.size());
     if (fresh) passes.emplace_back();

@@ -32,17 +32,6 @@ std::string error_of(Body body) {
 
 // A GPT small enough for unit tests: 2 layers, hidden 16, 4 heads, seq 8, a vocabulary of 50
 // padded to 64.
-// Every parallel.schedule value, and the chunks per rank the tests give each: two where it takes
-// several (the interleaved schedule and the V-shaped ones), else one.
-inline std::vector<Schedule> every_schedule() {
-  std::vector<Schedule> out;
-  for (const std::string& name : spellings<Schedule>()) out.push_back(spelled<Schedule>(name));
-  return out;
-}
-inline int64_t chunks_per_rank(Schedule schedule) {
-  return schedule == Schedule::interleaved_1f1b || v_shaped(schedule) ? 2 : 1;
-}
-
 inline ModelConfig tiny_model() {
   ModelConfig m;
   m.num_layers = 2;

@@ -30,7 +30,7 @@ set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
   TensorTwoByDataTwoWithSelectiveRecomputeFp64 PipelineFiveEndsAsLayersFp64
   LlamaZeroThreeDataTwoFullRecomputeFp32 HostsFourTensorByPipelineFp32 UlyssesContextTwoFp64
   ZeroBubbleH1ThreeDimensionalZeroTwoRecomputeFp64 ZeroBubbleVDataTwoZeroThreeSelectiveRecomputeFp64
-  DualPipeVThreeDimensionalZeroOneSelectiveRecomputeFp64)
+  DualPipeVPipelineTwoFp64)
 set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
   Formulas Memory Plan TimeModel DeviceProfile PipelineSchedule

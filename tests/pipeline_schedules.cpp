@@ -9,12 +9,9 @@
 
 #include "core/schedule/pipeline_program.h"
 #include "parallel/pipeline.h"
-#include "tests/helpers.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;
-using trident::testing::chunks_per_rank;
-using trident::testing::every_schedule;
 
 namespace {
 
@@ -71,9 +68,10 @@ class NotingExchanges : public Communicator {
 // whatever the schedule, split (I and W) or whole.
 TEST(PipelineSchedules, EveryScheduleRunsItsProgram) {
   const int64_t p = n();
-  for (Schedule schedule : every_schedule()) {
-    SCOPED_TRACE(name(schedule));
-    const int64_t v = chunks_per_rank(schedule), m = 2 * p;
+  for (const std::string& spelling : spellings<Schedule>()) {
+    const Schedule schedule = spelled<Schedule>(spelling);
+    SCOPED_TRACE(spelling);
+    const int64_t v = least_virtual_stages(schedule), m = 2 * p;
     const PipelineOptions o = options(schedule, m, v);
     std::vector<torch::Tensor> weights;
     for (int64_t c = 0; c < v; ++c) weights.push_back(torch::full({}, 0.5, torch::kDouble).requires_grad_());

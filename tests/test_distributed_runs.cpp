@@ -239,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"PipelineFourInterleavedFp32", kMpirun + "4 ", 1, "fp32",
                     {"parallel.pipeline=4", "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=2"}},
         // Zero-bubble schedules: each backward split into I and W (parallel/split_backward.h).
-        // ZB-H1 and ZB-V at PP 2 and 4; with TP and DP (ZeRO-2, sequence parallelism and full
+        // ZB-H1 and ZB-V at PP 2 and 4 (DualPipe-V below); with TP and DP (ZeRO-2, sequence parallelism and full
         // recomputation, whose replayed blocks split too); ZB-V with the tied embedding's owner
         // and copy on one rank, with ZeRO-3 gathering blocks again for the I only, with ring
         // attention's context parallelism, and Llama's.

@@ -63,6 +63,14 @@ TEST(Layout, ErrorsNameTheKeys) {
   EXPECT_NE(message.find("parallel.schedule=dualpipe-v runs two chunks per stage placed in a V: set "
                          "parallel.virtual_stages=2 (got 4)"),
             std::string::npos) << message;
+  message = error_of([] {
+    resolve_layout(config({"parallel.schedule=dualpipe-v", "parallel.pipeline=2", "parallel.virtual_stages=2",
+                           "batch.micro_batch_size=2", "batch.global_batch_size=6"}),
+                   2);
+  });
+  EXPECT_NE(message.find("parallel.schedule=dualpipe-v needs at least 2 x parallel.pipeline (4) micro-batches, but "
+                         "global_batch / (micro_batch * DP) = 3 (zb-v runs fewer)"),
+            std::string::npos) << message;
   message = error_of([] { resolve_layout(config({"parallel.schedule=zb-h1", "parallel.virtual_stages=2"}), 1); });
   EXPECT_NE(message.find("parallel.schedule=interleaved_1f1b and parallel.virtual_stages > 1 go together (got zb-h1"),
             std::string::npos) << message;

@@ -319,9 +319,9 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
 
 // moe-tiny (2 layers, both with experts, both losses) trains as one process does with tensor
 // parallelism (with and without sequence parallelism), context parallelism (alone, and with
-// sequence parallelism, where the losses' sums cross both), pipeline parallelism (1F1B, and
-// ZB-H1, whose W runs the experts' weights later) and ZeRO-3 over data parallelism, recomputation
-// included (fp64: losses, auxiliary losses and weights).
+// sequence parallelism, where the losses' sums cross both), pipeline parallelism (1F1B and ZB-H1,
+// its experts' backward split: SplitBackward.ExpertsUnboundFromOneWeightSplitTogether) and ZeRO-3
+// over data parallelism, recomputation included (fp64: losses, auxiliary losses and weights).
 TEST(MoE, TrainsTheSameAtEveryLayout) {
   expect_every_layout_trains_the_same(
       {"model.num_layers=2", "train.iters=3"},

@@ -167,18 +167,19 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
   }
 }
 
-// Binary files are skipped; when nothing else is left there is no dataset to write.
 // `pipeline_bubble --actions P` prints a generator's schedule as a schedule file
-// (docs/parallelism.md's example), running nothing.
+// (docs/parallelism.md's example), running nothing, and says which it cannot write.
 TEST(Programs, PipelineBubblePrintsASchedulesActionsAsAFile) {
-  const Result r = run(kBin + "/pipeline_bubble --actions 2 --schedules zb-h1 --micro-batches 3");
+  const Result r = run(kBin + "/pipeline_bubble --actions 2 --schedules zb-h1,dualpipe-v --micro-batches 3");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output,
             "# parallel.schedule=zb-h1, 2 ranks, M = 3\n"
             "0F0,0F1,0I0,0W0,0F2,0I1,0W1,0I2,0W2\n"
-            "1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n");
+            "1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2\n"
+            "# parallel.schedule=dualpipe-v, 2 ranks, M = 3: skipped, M is below 2 x ranks\n");
 }
 
+// Binary files are skipped; when nothing else is left there is no dataset to write.
 TEST(PreprocessProgram, OnlyBinaryInputIsAnErrorAndLeavesNoDataset) {
   const auto dir = scratch_dir();
   std::ofstream(dir / "blob", std::ios::binary) << std::string("\x7f" "ELF\0\0\1", 7);

@@ -88,14 +88,19 @@ std::string formula(const Layout& l) {
   return "-";
 }
 
-// The layout of one row, or none where the schedule does not run: Megatron's interleaved order
-// needs M a multiple of p, two chunks per rank need p >= 2.
-std::optional<Layout> row_layout(Schedule schedule, int64_t p, int64_t m) {
+// Why a row does not run, or "": Megatron's interleaved order needs M a multiple of p, two chunks
+// per rank need p >= 2, DualPipe-V M >= 2p.
+std::string why_not(Schedule schedule, int64_t p, int64_t m) {
+  if (least_virtual_stages(schedule) > 1 && p < 2) return "two chunks per rank need 2 ranks or more";
+  if (schedule == Schedule::interleaved_1f1b && m % p != 0) return "M is not a multiple of the ranks";
+  if (schedule == Schedule::dualpipe_v && m < 2 * p) return "M is below 2 x ranks";
+  return "";
+}
+
+Layout row_layout(Schedule schedule, int64_t p, int64_t m) {
   Layout layout;
   layout.pp_size = p, layout.schedule = schedule, layout.micro_batches = m;
-  layout.virtual_stages = schedule == Schedule::interleaved_1f1b || v_shaped(schedule) ? 2 : 1;
-  if (schedule == Schedule::interleaved_1f1b && m % p != 0) return std::nullopt;
-  if (layout.virtual_stages > 1 && p < 2) return std::nullopt;
+  layout.virtual_stages = least_virtual_stages(schedule);
   return layout;
 }
 
@@ -127,11 +132,15 @@ int main(int argc, char** argv) {
       counts.push_back(std::stoll(m));
     }
     if (o.actions > 0) {
+      if (launch.world_size > 1) fail("pipeline_bubble: --actions runs nothing: start it as one process");
       for (Schedule schedule : schedules)
-        for (int64_t m : counts)
-          if (const auto layout = row_layout(schedule, o.actions, m))
-            std::printf("# parallel.schedule=%s, %lld ranks, M = %lld\n%s", name(schedule), (long long)o.actions,
-                        (long long)m, schedule_file_text(make_pipeline_schedule(*layout)).c_str());
+        for (int64_t m : counts) {
+          std::printf("# parallel.schedule=%s, %lld ranks, M = %lld", name(schedule), (long long)o.actions,
+                      (long long)m);
+          const std::string why = why_not(schedule, o.actions, m);
+          if (!why.empty()) std::printf(": skipped, %s\n", why.c_str());
+          else std::printf("\n%s", schedule_file_text(make_pipeline_schedule(row_layout(schedule, o.actions, m))).c_str());
+        }
       return 0;
     }
     if (o.layers % (2 * launch.world_size) != 0)
@@ -156,9 +165,11 @@ int main(int argc, char** argv) {
     }
     for (Schedule schedule : schedules)
       for (int64_t m : counts) {
-        const std::optional<Layout> row = row_layout(schedule, p, m);
-        if (!row) continue;
-        const Layout& layout = *row;
+        if (const std::string why = why_not(schedule, p, m); !why.empty()) {
+          if (rank == 0) std::printf("%-17s %3lld  skipped: %s\n", name(schedule), (long long)m, why.c_str());
+          continue;
+        }
+        const Layout layout = row_layout(schedule, p, m);
         PipelineSchedule generated = make_pipeline_schedule(layout);
         check_pipeline_schedule(generated, str("parallel.schedule=", schedule));
         const PipelineOptions options = pipeline_options(std::move(generated), rank, {o.rows, o.width}, input.options());

@@ -198,7 +198,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   out.host = dense.host + experts.host;
 
   // Micro-batches held at once by the busiest rank, the schedule run on paper: 1F1B's (and ZB-H1's
-  // and ZB-V's) min(p, M), GPipe's M, interleaved 1F1B's p (1 + (p - 1) / (p v)).
+  // and ZB-V's) min(p, M), GPipe's M, interleaved 1F1B's p (1 + (p - 1) / (p v)), DualPipe-V's p + 1/2.
   const double in_flight = schedule_shape(layout, {1, 1, 1}).held_micro_batches;
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;

@@ -106,16 +106,17 @@ Actions zb_v(int64_t rank, int64_t p, int64_t m) {
 }
 
 // DualPipe-V (DeepSeek's DualPipe cut in half, in the order of DeepSeek's DualPipe repository and
-// torch.distributed.pipelining's ScheduleDualPipeV): ZB-V's V, most backwards whole. Written for
-// n = max(M, 2p) micro-batches, enough to fill the V, then cut to M, as ZB-V is:
+// torch.distributed.pipelining's ScheduleDualPipeV): ZB-V's V, most backwards whole, for M >= 2p
+// micro-batches (Layout checks it):
 //   warm-up   2 (p - r - 1) times F0; r + 1 times F0 F1; p - r - 1 times I1 W F1
-//   steady    n - 2p + r + 1 times F0 B1 F1 B0
+//   steady    M - 2p + r + 1 times F0 B1 F1 B0
 //   drain     p - r - 1 times B1 F1 B0; r + 1 times B1 B0, their second half split into I (an odd
 //             rank from a B1 on, an even one from a B0); p - r - 1 times W I0; r + 1 times W
 // where each W is the oldest I's. On GPUs DualPipe overlaps each F with the B beside it, which
 // hides expert parallelism's all-to-all behind the other's compute; this runner runs them in turn.
 Actions dualpipe_v(int64_t rank, int64_t p, int64_t m) {
-  const int64_t stage[2] = {rank, 2 * p - 1 - rank}, n = std::max(m, 2 * p);
+  TRIDENT_CHECK(m >= 2 * p, "DualPipe-V needs at least 2p micro-batches (", 2 * p, "), got ", m);
+  const int64_t stage[2] = {rank, 2 * p - 1 - rank};
   int64_t forwards[2] = {0, 0}, backwards[2] = {0, 0};
   std::deque<PipelineAction> waiting;  // the W of each I, oldest first
   Actions out;
@@ -133,7 +134,7 @@ Actions dualpipe_v(int64_t rank, int64_t p, int64_t m) {
   for (int64_t k = 0; k < 2 * (p - rank - 1); ++k) f(0);
   for (int64_t k = 0; k < rank + 1; ++k) f(0), f(1);
   for (int64_t k = 0; k < p - rank - 1; ++k) b(1, true), w(), f(1);
-  for (int64_t k = 0; k < n - 2 * p + rank + 1; ++k) f(0), b(1, false), f(1), b(0, false);
+  for (int64_t k = 0; k < m - 2 * p + rank + 1; ++k) f(0), b(1, false), f(1), b(0, false);
   for (int64_t k = 0; k < p - rank - 1; ++k) b(1, false), f(1), b(0, false);
   bool split = false;
   for (int64_t k = 0; k < rank + 1; ++k) {
@@ -144,9 +145,8 @@ Actions dualpipe_v(int64_t rank, int64_t p, int64_t m) {
   }
   for (int64_t k = 0; k < p - rank - 1; ++k) w(), b(0, true);
   for (int64_t k = 0; k < rank + 1; ++k) w();
-  TRIDENT_CHECK(waiting.empty() && forwards[0] == n && forwards[1] == n && backwards[0] == n && backwards[1] == n,
+  TRIDENT_CHECK(waiting.empty() && forwards[0] == m && forwards[1] == m && backwards[0] == m && backwards[1] == m,
                 "DualPipe-V left micro-batches unfinished on rank ", rank);
-  out.erase(std::remove_if(out.begin(), out.end(), [&](const PipelineAction& a) { return a.micro >= m; }), out.end());
   return out;
 }
 

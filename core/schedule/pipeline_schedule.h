@@ -55,7 +55,7 @@ PipelineSchedule placed_schedule(const Layout& layout);
 //   zb-h1             1F1B with I for B and each W deferred r micro-batches (at most p micro-batches
 //                     held on any rank, as 1F1B's first stage)
 //   zb-v              two chunks per rank in a V, I and W split (Qi et al. 2024, section 6)
-//   dualpipe-v        the same V in DualPipe-V's order (DeepSeek-V3 2024), most backwards whole
+//   dualpipe-v        the same V in DualPipe-V's order (DeepSeek-V3 2024), most backwards whole; M >= 2p
 PipelineSchedule make_pipeline_schedule(const Layout& layout);
 
 // Throws Error naming the first action at fault: a stage or micro-batch out of range or on

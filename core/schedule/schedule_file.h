@@ -3,7 +3,7 @@
 // rank r's actions in order, separated by commas; an empty cell is idle time (skipped); a line
 // that starts with # is a comment.
 //
-//   # zb-h1, 2 ranks, 3 micro-batches
+//   # parallel.schedule=zb-h1, 2 ranks, M = 3
 //   0F0,0F1,0I0,0W0,0F2,0I1,0W1,0I2,0W2
 //   1F0,1I0,1F1,1I1,1W0,1F2,1I2,1W1,1W2
 //

@@ -30,8 +30,8 @@ struct GridCoordinates {
 };
 
 // The first and last stage of each pipeline of `grid` (one rank without pipelining): the ranks
-// that hold the tied word embedding. With `ends_on_first_stage` (ZB-V's chunks in a V) the first
-// stage holds both ends alone.
+// that hold the tied word embedding. With `ends_on_first_stage` (chunks in a V: ZB-V, DualPipe-V)
+// the first stage holds both ends alone.
 std::vector<std::vector<int>> embedding_groups(const ProcessGrid& grid, bool ends_on_first_stage = false);
 
 class ProcessGroups {

@@ -266,7 +266,7 @@ INSTANTIATE_TEST_SUITE_P(
         ParallelRun{"LlamaZeroBubbleVPipelineTwoFp64", kMpirun + "2 ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=zb-v", "parallel.virtual_stages=2"}, kLlama},
         // DualPipe-V: the V in DeepSeek's order, its drain split; at PP 2 and 4, and in 3D with ZeRO-1
-        // and selective recomputation (M = 2p there, the least it is written for).
+        // and selective recomputation (M = 2p there, the least it runs).
         ParallelRun{"DualPipeVPipelineTwoFp64", kEnvLaunch + "2 -- ", 2, "fp64",
                     {"parallel.pipeline=2", "parallel.schedule=dualpipe-v", "parallel.virtual_stages=2"}},
         ParallelRun{"DualPipeVPipelineFourFp64", kMpirun + "4 ", 1, "fp64",

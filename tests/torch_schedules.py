@@ -23,10 +23,13 @@ except ImportError as error:
     print(f"skipped: {sys.executable} lacks torch.distributed.pipelining ({error})")
     sys.exit(SKIP)
 # trident's name of each schedule and torch's class, where this torch has it.
-SCHEDULES = {name: getattr(torch_schedules, cls) for name, cls in
-             (("zb-v", "ScheduleZBVZeroBubble"), ("dualpipe-v", "ScheduleDualPipeV")) if hasattr(torch_schedules, cls)}
+SCHEDULES = {}
+for name, cls in (("zb-v", "ScheduleZBVZeroBubble"), ("dualpipe-v", "ScheduleDualPipeV")):
+    if hasattr(torch_schedules, cls):
+        SCHEDULES[name] = getattr(torch_schedules, cls)
+    else:
+        print(f"{name}: skipped, {sys.executable}'s torch has no {cls}")
 if not SCHEDULES:
-    print(f"skipped: {sys.executable}'s torch has neither ScheduleZBVZeroBubble nor ScheduleDualPipeV")
     sys.exit(SKIP)
 
 BINARY = Path(os.environ.get("TRIDENT_BINARY_DIR") or Path(__file__).resolve().parents[1] / "build").resolve()

@@ -15,10 +15,11 @@
 // (p-1)/(vM+p-1), ZB-H1's (p-1)/(3M+p-1) (Qi et al. 2024: a bubble of (p-1)(T_F+T_B-T_W));
 // ZB-V's and DualPipe-V's have none in closed form. --timeline draws each row's timeline on
 // paper (each action a unit) and as measured (a unit the median action's time), two characters
-// per unit (letters as render_timeline's: lower case on a rank's second chunk). --actions P
-// prints each schedule's actions for P ranks instead, without running them: per schedule and M a
-// comment line and the rows of a schedule file (parallel.schedule_file's format), a start for
-// one's own schedule.
+// per unit (letters as render_timeline's: lower case on a rank's second chunk). A schedule that
+// does not run at P and M (why_not) is a "skipped" row. --actions P, in one process, prints each
+// schedule's actions for P ranks instead, without running them: per schedule and M a comment
+// line and the rows of a schedule file (parallel.schedule_file's format), a start for one's own
+// schedule, or the comment line alone saying why it is skipped.
 #include <torch/torch.h>
 
 #include <algorithm>

@@ -15,11 +15,11 @@
 // (p-1)/(vM+p-1), ZB-H1's (p-1)/(3M+p-1) (Qi et al. 2024: a bubble of (p-1)(T_F+T_B-T_W));
 // ZB-V's and DualPipe-V's have none in closed form. --timeline draws each row's timeline on
 // paper (each action a unit) and as measured (a unit the median action's time), two characters
-// per unit (letters as render_timeline's: lower case on a rank's second chunk). A schedule that
-// does not run at P and M (why_not) is a "skipped" row. --actions P, in one process, prints each
-// schedule's actions for P ranks instead, without running them: per schedule and M a comment
-// line and the rows of a schedule file (parallel.schedule_file's format), a start for one's own
-// schedule, or the comment line alone saying why it is skipped.
+// per unit (letters as render_timeline's: lower case on a rank's second chunk). A schedule whose
+// generator is not written for P and M (why_not_generated) is a "skipped" row. --actions P, in
+// one process, prints each schedule's actions for P ranks instead, without running them: per
+// schedule and M a comment line and the rows of a schedule file (parallel.schedule_file's
+// format), a start for one's own schedule, or the comment line alone saying why it is skipped.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -89,15 +89,6 @@ std::string formula(const Layout& l) {
   return "-";
 }
 
-// Why a row does not run, or "": Megatron's interleaved order needs M a multiple of p, two chunks
-// per rank need p >= 2, DualPipe-V M >= 2p.
-std::string why_not(Schedule schedule, int64_t p, int64_t m) {
-  if (least_virtual_stages(schedule) > 1 && p < 2) return "two chunks per rank need 2 ranks or more";
-  if (schedule == Schedule::interleaved_1f1b && m % p != 0) return "M is not a multiple of the ranks";
-  if (schedule == Schedule::dualpipe_v && m < 2 * p) return "M is below 2 x ranks";
-  return "";
-}
-
 Layout row_layout(Schedule schedule, int64_t p, int64_t m) {
   Layout layout;
   layout.pp_size = p, layout.schedule = schedule, layout.micro_batches = m;
@@ -138,7 +129,7 @@ int main(int argc, char** argv) {
         for (int64_t m : counts) {
           std::printf("# parallel.schedule=%s, %lld ranks, M = %lld", name(schedule), (long long)o.actions,
                       (long long)m);
-          const std::string why = why_not(schedule, o.actions, m);
+          const std::string why = why_not_generated(schedule, o.actions, m);
           if (!why.empty()) std::printf(": skipped, %s\n", why.c_str());
           else std::printf("\n%s", schedule_file_text(make_pipeline_schedule(row_layout(schedule, o.actions, m))).c_str());
         }
@@ -166,7 +157,7 @@ int main(int argc, char** argv) {
     }
     for (Schedule schedule : schedules)
       for (int64_t m : counts) {
-        if (const std::string why = why_not(schedule, p, m); !why.empty()) {
+        if (const std::string why = why_not_generated(schedule, p, m); !why.empty()) {
           if (rank == 0) std::printf("%-17s %3lld  skipped: %s\n", name(schedule), (long long)m, why.c_str());
           continue;
         }

@@ -197,6 +197,13 @@ PipelineSchedule make_pipeline_schedule(const Layout& layout) {
   return out;
 }
 
+std::string why_not_generated(Schedule schedule, int64_t p, int64_t m) {
+  if (least_virtual_stages(schedule) > 1 && p < 2) return "two chunks per rank need 2 ranks or more";
+  if (schedule == Schedule::interleaved_1f1b && m % p != 0) return "M is not a multiple of the ranks";
+  if (schedule == Schedule::dualpipe_v && m < 2 * p) return "M is below 2 x ranks";
+  return "";
+}
+
 void check_pipeline_schedule(const PipelineSchedule& schedule, const std::string& origin) {
   const int64_t stages = schedule.stages(), m = schedule.micro_batches;
   auto fail = [&](int64_t rank, size_t index, const PipelineAction& a, const std::string& why) {

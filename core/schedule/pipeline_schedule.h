@@ -58,6 +58,11 @@ PipelineSchedule placed_schedule(const Layout& layout);
 //   dualpipe-v        the same V in DualPipe-V's order (DeepSeek-V3 2024), most backwards whole; M >= 2p
 PipelineSchedule make_pipeline_schedule(const Layout& layout);
 
+// Why `schedule`'s generator is not written for p ranks and M micro-batches (with
+// least_virtual_stages chunks), or "": two chunks per rank need p >= 2, Megatron's interleaved
+// order M a multiple of p, DualPipe-V M >= 2p. Layout refuses such configs first, naming the keys.
+std::string why_not_generated(Schedule schedule, int64_t p, int64_t m);
+
 // Throws Error naming the first action at fault: a stage or micro-batch out of range or on
 // another rank, a forward missing or repeated, a backward missing or both whole and split, a W
 // before its I; and, by simulating the schedule, a deadlock (each stuck rank's action and what

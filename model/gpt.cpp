@@ -142,7 +142,9 @@ MLPImpl::MLPImpl(const ModelConfig& config, const TensorParallel& tp, int64_t f)
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return down(mlp_activation(gate ? gate(x) : torch::Tensor(), up(x), fused_kernels_));
+  if (!gate) return down(mlp_activation(torch::Tensor(), up(x), fused_kernels_));
+  const auto gate_and_up = column_parallel_sharing_input({gate.get(), up.get()}, x);
+  return down(mlp_activation(gate_and_up[0], gate_and_up[1], fused_kernels_));
 }
 
 BlockImpl::BlockImpl(const BlockContext& context)

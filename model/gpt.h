@@ -92,7 +92,7 @@ class SelfAttentionImpl : public torch::nn::Module {
 TORCH_MODULE(SelfAttention);
 
 // GELU: down(gelu(up x)). SwiGLU (Shazeer 2020): down(silu(gate x) * up x), gate and up each
-// column-parallel (ffn / t rows per rank).
+// column-parallel (ffn / t rows per rank), taking one gathered input.
 class MLPImpl : public torch::nn::Module {
  public:
   // Of width `ffn` (the dense MLP's, or a Mixture-of-Experts layer's shared expert's).

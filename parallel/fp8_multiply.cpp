@@ -50,53 +50,80 @@ void check_multiple_of_16(int64_t rows, int64_t in, int64_t out) {
        "on this rank: batch.micro_batch_size x model.seq_length / the context-parallel size)");
 }
 
-// Y = X W^T + b, its three multiplies in FP8 (the TN layout throughout):
-//   forward   Y  [M, N] = X8 [M, K]     x (W8 [N, K])^T          e4m3 x e4m3
-//   backward  dX [M, K] = G8 [M, N]     x (W8^T [K, N])^T        e5m2 x e4m3
-//             dW [N, K] = G8^T [N, M]   x (X8^T [K, M])^T        e5m2 x e4m3
-// where (A)^T of a contiguous A is the column-major operand the multiply takes.
-struct Linear : public torch::autograd::Function<Linear> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                               const std::optional<torch::Tensor>& bias) {
-    const int64_t in = weight.size(1), out = weight.size(0);
+// Y_i = X W_i^T + b_i for linear layers that take the same X, their three multiplies each in FP8
+// (the TN layout throughout), X cast once:
+//   forward   Y_i  [M, N] = X8 [M, K]     x (W_i8 [N, K])^T        e4m3 x e4m3
+//   backward  dX   [M, K] = sum over i of G_i8 [M, N] x (W_i8^T [K, N])^T     e5m2 x e4m3
+//             dW_i [N, K] = G_i8^T [N, M] x (X8^T [K, M])^T        e5m2 x e4m3
+// where (A)^T of a contiguous A is the column-major operand the multiply takes. The inputs are x,
+// the n weights, then n biases or none (LibTorch's functions take no undefined tensor in a list);
+// the gradients follow them.
+struct Linears : public torch::autograd::Function<Linears> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
+                               at::TensorList biases) {
+    TRIDENT_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
+                  "fp8::linears: ", weights.size(), " weights and ", biases.size(), " biases");
+    const int64_t in = weights[0].size(1);
     const auto rows = x.reshape({-1, in});
-    check_multiple_of_16(rows.size(0), in, out);
-    const Quantised qx = quantise(rows, Format::e4m3, true, weight.requires_grad());
-    const Quantised qw = quantise(weight, Format::e4m3, true, false);
-    // The bias goes into the multiply's output pass where its type is the output's 16-bit type.
-    const bool bias_inside = bias && bias->scalar_type() == x.scalar_type() && x.scalar_type() != torch::kFloat;
-    auto y = at::_scaled_mm(qx.rows, qw.rows.t(), qx.inverse_scale, qw.inverse_scale, bias_inside ? bias : std::nullopt,
-                            std::nullopt, x.scalar_type(), /*use_fast_accum=*/true);
-    if (bias && !bias_inside) y.add_(*bias);
-    ctx->save_for_backward({qx.transposed, qx.inverse_scale, weight, qw.scale});
+    bool weight_grads = false;
+    for (const auto& w : weights) weight_grads = weight_grads || w.requires_grad();
+    const Quantised qx = quantise(rows, Format::e4m3, true, weight_grads);
+    variable_list outputs, saved = {qx.transposed, qx.inverse_scale};
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const auto& weight = weights[i];
+      const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases[i];
+      const int64_t out = weight.size(0);
+      TRIDENT_CHECK(weight.size(1) == in, "fp8::linears: a weight of ", weight.sizes(), " beside one of ", in,
+                    " inputs");
+      check_multiple_of_16(rows.size(0), in, out);
+      const Quantised qw = quantise(weight, Format::e4m3, true, false);
+      // The bias goes into the multiply's output pass where its type is the output's 16-bit type.
+      const bool bias_inside =
+          bias.defined() && bias.scalar_type() == x.scalar_type() && x.scalar_type() != torch::kFloat;
+      auto y = at::_scaled_mm(qx.rows, qw.rows.t(), qx.inverse_scale, qw.inverse_scale,
+                              bias_inside ? std::optional<torch::Tensor>(bias) : std::nullopt, std::nullopt,
+                              x.scalar_type(), /*use_fast_accum=*/true);
+      if (bias.defined() && !bias_inside) y.add_(bias);
+      std::vector<int64_t> sizes = x.sizes().vec();
+      sizes.back() = out;
+      outputs.push_back(y.view(sizes));
+      saved.push_back(weight);
+      saved.push_back(qw.scale);
+    }
+    ctx->save_for_backward(saved);
     ctx->saved_data["x_sizes"] = x.sizes().vec();
-    ctx->saved_data["bias"] = bias.has_value();  // an absent bias is no input edge of the graph
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = out;
-    return y.view(sizes);
+    ctx->saved_data["with_bias"] = !biases.empty();
+    return outputs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x_transposed = saved[0], &x_inverse = saved[1], &weight = saved[2], &w_scale = saved[3];
+    const torch::Tensor &x_transposed = saved[0], &x_inverse = saved[1];
     const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
-    const int64_t out = weight.size(0);
-    const auto g = grads[0].reshape({-1, out});  // of y's type, which is x's
-    const bool need_x = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
-    const Quantised qg = quantise(g, Format::e5m2, need_x, need_w);
-    torch::Tensor dx, dw, db;
-    if (need_x) {
-      const Quantised qw = quantise_with(weight, w_scale, Format::e4m3, false, true);
-      dx = at::_scaled_mm(qg.rows, qw.transposed.t(), qg.inverse_scale, qw.inverse_scale, std::nullopt, std::nullopt,
-                          g.scalar_type())
-               .view(x_sizes);
+    const bool with_bias = ctx->saved_data["with_bias"].toBool();
+    const size_t n = (saved.size() - 2) / 2;
+    const bool need_x = ctx->needs_input_grad(0);
+    variable_list out(1 + (with_bias ? 2 : 1) * n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!grads[i].defined()) continue;  // an output nothing used
+      const torch::Tensor &weight = saved[2 + 2 * i], &w_scale = saved[3 + 2 * i];
+      const auto g = grads[i].reshape({-1, weight.size(0)});  // of y's type, which is x's
+      const bool need_w = ctx->needs_input_grad(1 + i);
+      const Quantised qg = quantise(g, Format::e5m2, need_x, need_w);
+      if (need_x) {
+        const Quantised qw = quantise_with(weight, w_scale, Format::e4m3, false, true);
+        const auto dx = at::_scaled_mm(qg.rows, qw.transposed.t(), qg.inverse_scale, qw.inverse_scale, std::nullopt,
+                                       std::nullopt, g.scalar_type());
+        out[0] = out[0].defined() ? out[0].add_(dx) : dx;
+      }
+      if (need_w)
+        out[1 + i] = at::_scaled_mm(qg.transposed, x_transposed.t(), qg.inverse_scale, x_inverse, std::nullopt,
+                                    std::nullopt, weight.scalar_type());
+      if (with_bias && ctx->needs_input_grad(1 + n + i))
+        out[1 + n + i] = g.sum(0, /*keepdim=*/false, torch::kFloat).to(weight.scalar_type());
     }
-    if (need_w)
-      dw = at::_scaled_mm(qg.transposed, x_transposed.t(), qg.inverse_scale, x_inverse, std::nullopt, std::nullopt,
-                          weight.scalar_type());
-    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2))
-      db = g.sum(0, /*keepdim=*/false, torch::kFloat).to(weight.scalar_type());
-    return {dx, dw, db};
+    if (out[0].defined()) out[0] = out[0].view(x_sizes);
+    return out;
   }
 };
 
@@ -145,8 +172,9 @@ Quantised quantise_with(const torch::Tensor& x, const torch::Tensor& scale, Form
   return q;
 }
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  return Linear::apply(x, weight, bias.defined() ? std::optional<torch::Tensor>(bias) : std::nullopt);
+std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                   const std::vector<torch::Tensor>& biases) {
+  return Linears::apply(x, at::TensorList(weights), at::TensorList(biases));
 }
 
 #else
@@ -161,8 +189,15 @@ namespace {
 
 Quantised quantise(const torch::Tensor&, Format, bool, bool) { unavailable(); }
 Quantised quantise_with(const torch::Tensor&, const torch::Tensor&, Format, bool, bool) { unavailable(); }
-torch::Tensor linear(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) { unavailable(); }
+std::vector<torch::Tensor> linears(const torch::Tensor&, const std::vector<torch::Tensor>&,
+                                   const std::vector<torch::Tensor>&) {
+  unavailable();
+}
 
 #endif
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return bias.defined() ? linears(x, {weight}, {bias})[0] : linears(x, {weight}, {})[0];
+}
 
 }  // namespace trident::fp8

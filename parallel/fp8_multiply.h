@@ -18,6 +18,8 @@
 
 #include <torch/types.h>
 
+#include <vector>
+
 namespace trident::fp8 {
 
 enum class Format { e4m3, e5m2 };
@@ -42,5 +44,10 @@ Quantised quantise_with(const torch::Tensor& x, const torch::Tensor& scale, Form
 // gradients in their own types. Sizes of the multiplies (x's rows, in, out) must be multiples of
 // 16 (cuBLAS's FP8 kernels): the error names them otherwise.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// Linear layers that take the same x (SwiGLU's gate and up): x W_i^T + b_i for each weight, x cast
+// once and its transposed 8-bit copy kept once for all the weights' gradients. `biases`: one per
+// weight, or none.
+std::vector<torch::Tensor> linears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                   const std::vector<torch::Tensor>& biases);
 
 }  // namespace trident::fp8

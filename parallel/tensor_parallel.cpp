@@ -135,10 +135,34 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, Tens
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  Communicator& tp = *tp_.group;
-  auto input = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
-  auto y = linear_over_rows(multiply_, input, weight, bias);
-  return output_ == ColumnOutput::gathered ? gather_from_tensor_parallel(y, tp) : y;
+  auto y = column_parallel_sharing_input({this}, x)[0];
+  return output_ == ColumnOutput::gathered ? gather_from_tensor_parallel(y, *tp_.group) : y;
+}
+
+std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<ColumnParallelLinearImpl*>& layers,
+                                                         const torch::Tensor& x) {
+  TRIDENT_CHECK(!layers.empty(), "column_parallel_sharing_input takes at least one layer");
+  const ColumnParallelLinearImpl& first = *layers[0];
+  for (const auto* layer : layers)
+    TRIDENT_CHECK(layer->tp_.group == first.tp_.group && layer->tp_.sequence_parallel == first.tp_.sequence_parallel &&
+                      layer->multiply_ == first.multiply_ &&
+                      (layers.size() == 1 || layer->output_ == ColumnOutput::split),
+                  "column-parallel layers sharing an input need one group, one sequence parallelism, one multiply "
+                  "and outputs left split");
+  Communicator& tp = *first.tp_.group;
+  const auto input =
+      first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
+  std::vector<torch::Tensor> weights, biases, outputs;
+  for (const auto* layer : layers) {
+    TRIDENT_CHECK(layer->bias.defined() == first.bias.defined(),
+                  "column-parallel layers sharing an input have biases all or none");
+    weights.push_back(layer->weight);
+    if (layer->bias.defined()) biases.push_back(layer->bias);
+  }
+  if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
+  for (const auto* layer : layers)
+    outputs.push_back(linear_over_rows(LinearMultiply::native, input, layer->weight, layer->bias));
+  return outputs;
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, TensorParallel tp, Init init,

@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <vector>
 
 #include "parallel/comm/communicator.h"
 #include "parallel/parameter_role.h"
@@ -55,11 +56,21 @@ class ColumnParallelLinearImpl : public ParallelModule {
   torch::Tensor weight, bias;  // [out/t, in], [out/t] (undefined without bias)
 
  private:
+  friend std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<ColumnParallelLinearImpl*>& layers,
+                                                                  const torch::Tensor& x);
   TensorParallel tp_;
   ColumnOutput output_;
   LinearMultiply multiply_ = LinearMultiply::native;
 };
 TORCH_MODULE(ColumnParallelLinear);
+
+// Column-parallel layers of one group that take the same input (SwiGLU's gate and up), their
+// outputs in order: the input gathered once for all of them (with sequence parallelism one
+// all-gather forward and one reduce-scatter of the summed gradients backward, not one each;
+// without it one all-reduce backward), kept once for their weights' gradients, and in FP8 cast
+// once. Each layer's forward is this with itself alone.
+std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<ColumnParallelLinearImpl*>& layers,
+                                                         const torch::Tensor& x);
 
 // Y = X A^T + b with A's columns (inputs) split over the group; the partial products are summed
 // (all-reduce, or reduce-scatter along the sequence with sequence parallelism), then the

@@ -179,12 +179,18 @@ class CountingGroup : public Communicator {
 
 // Megatron's accounting: a block issues 2 all-reduces forward and 2 backward; with sequence
 // parallelism each becomes an all-gather plus a reduce-scatter (same volume, no all-reduce).
+// SwiGLU's gate and up take one gathered input: no collective more.
 TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
   ModelConfig config;
   config.hidden_size = kIn;
   config.num_attention_heads = 12;
   config.seq_length = kSeq;
-  for (bool sequence_parallel : {false, true}) {
+  for (const auto [activation, sequence_parallel] :
+       {std::pair{Activation::gelu, false}, std::pair{Activation::gelu, true}, std::pair{Activation::swiglu, false},
+        std::pair{Activation::swiglu, true}}) {
+    SCOPED_TRACE(std::string(activation == Activation::swiglu ? "SwiGLU" : "GELU") +
+                 (sequence_parallel ? " with sequence parallelism" : ""));
+    config.activation = activation;
     auto counting = std::make_shared<CountingGroup>(*group());
     auto block = make_block({config, TensorParallel{counting, sequence_parallel}, Recompute::none, ContextParallel{},
                              std::make_shared<DropoutStreams>(), 0, std::make_shared<AuxiliaryLosses>()});

@@ -118,6 +118,36 @@ TEST(Fp8, LinearEqualsTheMultiplyOfItsQuantisedOperands) {
   }
 }
 
+// Layers that take the same input (SwiGLU's gate and up) cast it once and give what each layer
+// gives alone: the same outputs, weight and bias gradients, and the sum of the input's gradients.
+TEST(Fp8, LinearsSharingAnInputEqualTheLinearsApart) {
+  TRIDENT_SKIP_WITHOUT_FP8();
+  for (const auto& device : devices()) {
+    const auto type = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
+    torch::manual_seed(6);
+    const auto options = torch::TensorOptions().dtype(type).device(device);
+    const auto x = torch::randn({2, 16, 32}, options);
+    const auto w1 = torch::randn({48, 32}, options) * 0.2, w2 = torch::randn({16, 32}, options),
+               b1 = torch::randn({48}, options), b2 = torch::randn({16}, options);
+    const auto g1 = torch::randn({2, 16, 48}, options) * 1e-3, g2 = torch::randn({2, 16, 16}, options);
+    auto leaves = [](const std::vector<torch::Tensor>& ts) {
+      std::vector<torch::Tensor> out;
+      for (const auto& t : ts) out.push_back(t.detach().clone().requires_grad_());
+      return out;
+    };
+    const auto shared = leaves({x, w1, w2, b1, b2}), apart = leaves({x, w1, w2, b1, b2});
+    const auto together = fp8::linears(shared[0], {shared[1], shared[2]}, {shared[3], shared[4]});
+    torch::autograd::backward(together, {g1, g2});
+    const auto y1 = fp8::linear(apart[0], apart[1], apart[3]), y2 = fp8::linear(apart[0], apart[2], apart[4]);
+    torch::autograd::backward({y1, y2}, {g1, g2});
+    ASSERT_EQ(together.size(), 2u);
+    EXPECT_TRUE(torch::equal(together[0], y1)) << device;
+    EXPECT_TRUE(torch::equal(together[1], y2)) << device;
+    for (size_t i = 0; i < shared.size(); ++i)
+      EXPECT_TRUE(torch::allclose(shared[i].grad(), apart[i].grad(), 1e-6, 0)) << device << ": gradient " << i;
+  }
+}
+
 // A multiply whose sizes cuBLAS's FP8 kernels cannot take is one error naming the sizes and what
 // decides them, on every device alike.
 TEST(Fp8, SizesNotMultiplesOf16AreOneClearError) {

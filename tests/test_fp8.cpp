@@ -72,20 +72,26 @@ TEST(Fp8, CastRoundsToNearestEvenAndSaturates) {
 }
 
 // The CUDA kernel writes the bytes LibTorch's ops write on the CPU, both layouts, for each
-// input type and a shape that leaves tiles partly filled.
+// input type and shapes that leave tiles partly filled: one whose sizes are not multiples of 8
+// (an element per thread) and two that are (8 at once: a whole tile, and parts of tiles).
 TEST(Fp8, CastKernelWritesTheBytesOfTheCpuPath) {
   TRIDENT_SKIP_WITHOUT_FP8();
   if (!torch::cuda::is_available() || !fp8::cast_kernel_applies(torch::zeros({1}, torch::kCUDA)))
     GTEST_SKIP() << "needs a GPU and a build with the CUDA cast";
   torch::manual_seed(3);
-  for (const auto type : {torch::kFloat, torch::kHalf, torch::kBFloat16})
-    for (const auto format : {fp8::Format::e4m3, fp8::Format::e5m2}) {
-      const auto x = (torch::randn({70, 50}) * 3).to(type);
-      const auto gpu = fp8::quantise(x.cuda(), format, true, true), cpu = fp8::quantise(x, format, true, true);
-      EXPECT_TRUE(torch::equal(gpu.scale.cpu(), cpu.scale)) << type;
-      EXPECT_TRUE(torch::equal(gpu.rows.cpu().view(torch::kUInt8), cpu.rows.view(torch::kUInt8))) << type;
-      EXPECT_TRUE(torch::equal(gpu.transposed.cpu().view(torch::kUInt8), cpu.transposed.view(torch::kUInt8))) << type;
-    }
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{70, 50}, {128, 64}, {200, 72}})
+    for (const auto type : {torch::kFloat, torch::kHalf, torch::kBFloat16})
+      for (const auto format : {fp8::Format::e4m3, fp8::Format::e5m2}) {
+        const auto x = (torch::randn({rows, cols}) * 3).to(type);
+        const auto gpu = fp8::quantise(x.cuda(), format, true, true), cpu = fp8::quantise(x, format, true, true);
+        const std::string what = std::to_string(rows) + " x " + std::to_string(cols) + " " + c10::toString(type);
+        EXPECT_TRUE(torch::equal(gpu.scale.cpu(), cpu.scale)) << what;
+        EXPECT_TRUE(torch::equal(gpu.rows.cpu().view(torch::kUInt8), cpu.rows.view(torch::kUInt8))) << what;
+        EXPECT_TRUE(torch::equal(gpu.transposed.cpu().view(torch::kUInt8), cpu.transposed.view(torch::kUInt8))) << what;
+        const auto alone = fp8::quantise(x.cuda(), format, false, true);  // the transposed copy alone
+        EXPECT_TRUE(torch::equal(alone.transposed.cpu().view(torch::kUInt8), cpu.transposed.view(torch::kUInt8)))
+            << what;
+      }
 }
 
 // Y = X W^T + b and its three gradients equal the multiplies of the emulated operands: X and W

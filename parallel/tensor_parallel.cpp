@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/fp8_multiply.h"
+#include "parallel/sequence_parallel_inputs.h"
 
 namespace trident {
 namespace {
@@ -160,8 +161,25 @@ std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<Colum
     if (layer->bias.defined()) biases.push_back(layer->bias);
   }
   if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
-  for (const auto* layer : layers)
-    outputs.push_back(linear_over_rows(LinearMultiply::native, input, layer->weight, layer->bias));
+  if (!first.tp_.sequence_parallel || tp.size() == 1) {
+    for (const auto* layer : layers)
+      outputs.push_back(linear_over_rows(LinearMultiply::native, input, layer->weight, layer->bias));
+    return outputs;
+  }
+  // The multiplies keep x, the shard, for their weights' gradients rather than the gathered rows.
+  const auto rows = input.reshape({-1, input.size(-1)});
+  std::vector<torch::Tensor> products, kept_as_shard;
+  for (const auto* layer : layers) {
+    products.push_back(layer->bias.defined() ? at::addmm(layer->bias, rows, layer->weight.t())
+                                             : at::mm(rows, layer->weight.t()));
+    if (layer->weight.requires_grad()) kept_as_shard.push_back(products.back());
+  }
+  gather_again_in_backward(kept_as_shard, x, first.tp_.group);
+  std::vector<int64_t> sizes = input.sizes().vec();
+  for (auto& product : products) {
+    sizes.back() = product.size(-1);
+    outputs.push_back(product.view(sizes));
+  }
   return outputs;
 }
 

@@ -67,8 +67,10 @@ TORCH_MODULE(ColumnParallelLinear);
 // Column-parallel layers of one group that take the same input (SwiGLU's gate and up), their
 // outputs in order: the input gathered once for all of them (with sequence parallelism one
 // all-gather forward and one reduce-scatter of the summed gradients backward, not one each;
-// without it one all-reduce backward), kept once for their weights' gradients, and in FP8 cast
-// once. Each layer's forward is this with itself alone.
+// without it one all-reduce backward) and in FP8 cast once. For their weights' gradients they
+// keep, with sequence parallelism, the shard and gather it again in backward, once for all of
+// them (parallel/sequence_parallel_inputs.h; in FP8, the gathered input's 8-bit copy), else
+// the input. Each layer's forward is this with itself alone.
 std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<ColumnParallelLinearImpl*>& layers,
                                                          const torch::Tensor& x);
 

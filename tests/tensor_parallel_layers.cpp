@@ -178,7 +178,8 @@ class CountingGroup : public Communicator {
 }  // namespace
 
 // Megatron's accounting: a block issues 2 all-reduces forward and 2 backward; with sequence
-// parallelism each becomes an all-gather plus a reduce-scatter (same volume, no all-reduce).
+// parallelism each becomes an all-gather plus a reduce-scatter (same volume, no all-reduce),
+// and backward gathers the two column-parallel layers' inputs again (kept as their shards).
 // SwiGLU's gate and up take one gathered input: no collective more.
 TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
   ModelConfig config;
@@ -213,9 +214,9 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
     if (!sequence_parallel) {
       EXPECT_EQ(counting->all_reduces, 2);
       EXPECT_EQ(counting->all_gathers + counting->reduce_scatters, 0);
-    } else {
+    } else {  // and the column-parallel layers' inputs gathered again (the attention's, the MLP's)
       EXPECT_EQ(counting->all_reduces, 0);
-      EXPECT_EQ(counting->all_gathers, 2);
+      EXPECT_EQ(counting->all_gathers, 2 + 2);
       EXPECT_EQ(counting->reduce_scatters, 2);
     }
   }

@@ -59,12 +59,19 @@ TEST(Memory, KorthikantiActivationsByHand) {
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (34 + scores));
   l.tp_size = 8;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (10 + 24.0 / 8 + scores / 8));
+  // Sequence parallelism gathering the linear layers' inputs again in backward, as Megatron and
+  // trident do; software that keeps the two gathered inputs keeps them whole (4 where the
+  // formula has 4 / 8).
   l.sequence_parallel = true;
+  Software keeping = kUnfused;
+  keeping.keeps_gathered_inputs = true;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * (34 + scores) / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, keeping), sbh * ((34 + scores) / 8 + 4 * 7.0 / 8));
   l.recompute = Recompute::selective;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), sbh * 34 / 8);
   l.recompute = Recompute::full;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, kUnfused), 2 * sbh / 8);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, keeping), 2 * sbh / 8);
 }
 
 // With g key/value groups K and V shrink to g / a of Q's size, and SwiGLU's MLP of f stores its
@@ -895,7 +902,8 @@ TEST(TimeModel, RegisteredBuffersCostOnlyTheirMemoryTraffic) {
 // What each policy keeps: per op (torchtitan) less than the attention core's policy, which keeps
 // less than none; every n-th layer whole lies between (n = 1: full recompute). FP8 keeps the
 // multiplies' inputs in a byte, a kernel that takes the key/value groups keeps them so, a fused
-// cross-entropy keeps 16-bit logits only; recomputation's time follows what it re-runs.
+// cross-entropy keeps 16-bit logits only, sequence parallelism's gathered inputs kept whole cost
+// what they say; recomputation's time follows what it re-runs.
 TEST(Memory, RecomputePoliciesAndSoftwareKeepWhatTheySay) {
   ModelConfig m = korthikanti_model();
   m.num_query_groups = 8;
@@ -922,6 +930,16 @@ TEST(Memory, RecomputePoliciesAndSoftwareKeepWhatTheySay) {
   EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"fp8=true"}), sbh * (2 + 1 + 14336.0 / 4096));
   EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"attention_keeps_groups=true"}), sbh * (4 - 1));
   EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"compile=true"}), sbh * 2 * 14336.0 / 4096);
+  // With sequence parallelism over 4 ranks, the two linear layers' gathered inputs whole (4, or 2
+  // in FP8, where a quarter is the split count) unless they are gathered again in backward.
+  l.tp_size = 4;
+  l.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(kept(Recompute::none, {"keeps_gathered_inputs=true"}) - kept(Recompute::none, {}), sbh * 4 * 0.75);
+  EXPECT_DOUBLE_EQ(
+      kept(Recompute::none, {"fp8=true", "keeps_gathered_inputs=true"}) - kept(Recompute::none, {"fp8=true"}),
+      sbh * 2 * 0.75);
+  l.tp_size = 1;
+  l.sequence_parallel = false;
   m.vocab_size = 4096;
   l.recompute = Recompute::none;
   const MemoryEstimate plain = estimate_memory(m, 4096, l, Precision::bf16, trident_software());

@@ -58,6 +58,8 @@ double kept_bytes(const ModelConfig& model, const Layout& layout, Recompute reco
   // 2 and the MLP's output multiply's f / h. A kernel that takes the key/value groups as they
   // are keeps them so (4 g / a), one that needs them repeated keeps the repeated ones (4).
   // After Ulysses a ring keeps the groups as dealt out: lcm(g / t, u) of a rank's a / t heads.
+  // With sequence parallelism software that keeps the gathered inputs keeps the two linear
+  // layers' inputs whole (4, or 2 in FP8) rather than split.
   const double kept_groups =
       layout.ulysses_size > 1 ? double(std::lcm(model.query_groups() / layout.tp_size, layout.ulysses_size)) * t : g;
   const double kv = no_scores || (fused_attention && software.attention_keeps_groups) ? 4 * kept_groups / a : 4;
@@ -69,7 +71,10 @@ double kept_bytes(const ModelConfig& model, const Layout& layout, Recompute reco
   const double head_norms = model.qk_layernorm ? 2 * (1 + g / a) : 0;
   const double split = (4 - fp8 + kv + head_norms) * width + mlp, replicated = (model.hidden_dropout > 0 ? 10 : 8) - 2 * fp8;
   const double experts = routing_bytes(model);
-  if (layout.sequence_parallel) return sbh * ((replicated + split + attention_scores) / t + experts);
+  if (layout.sequence_parallel) {
+    const double gathered = software.keeps_gathered_inputs ? (4 - 2 * fp8) * (1 - 1 / t) : 0;
+    return sbh * ((replicated + split + attention_scores) / t + gathered + experts);
+  }
   return sbh * (replicated + split / t + attention_scores / t + experts);
 }
 

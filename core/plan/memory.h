@@ -36,7 +36,9 @@ struct MemoryEstimate {
 // Activation bytes one transformer layer stores for one micro-batch of b sequences
 // (Korthikanti et al. 2022, eqs. 1-5, 16-bit activations): s b h (34 + 5 a s / h) without
 // parallelism; with TP t, s b h (10 + 24/t + 5 a s / (h t)); with TP and sequence parallelism
-// s b h (34 + 5 a s / h) / t. Selective recompute drops the 5 a s / h term; full recompute
+// s b h (34 + 5 a s / h) / t, as Megatron gathers the linear layers' inputs again in backward
+// (software that keeps them gathered keeps those two whole: 4 (1 - 1/t) s b h more).
+// Selective recompute drops the 5 a s / h term; full recompute
 // keeps only the layer input, 2 s b h (divided by t with sequence parallelism). Context
 // parallelism c holds s / c tokens, and its ring attention keeps no s x s scores (it keeps
 // q, k, v, the output and one log-sum-exp per row, and recomputes the scores in backward):

@@ -65,6 +65,7 @@ const std::vector<Setting>& settings() {
       choice("fp8_scaling", &Software::fp8_scaling, kScalings),
       flag("fused_cross_entropy", &Software::fused_cross_entropy),
       flag("attention_keeps_groups", &Software::attention_keeps_groups),
+      flag("keeps_gathered_inputs", &Software::keeps_gathered_inputs),
       choice("selective_recompute", &Software::selective_recompute, kPolicies),
       {"recompute_layer_every",
        [](Software& s, const std::string& text) { return check_value(text, at_least(1), s.recompute_layer_every); }},
@@ -111,6 +112,7 @@ Software at_precision(Software software, Precision precision) {
   if (precision == Precision::fp8) {
     software.fp8 = true;
     software.fp8_scaling = Fp8Scaling::current;
+    software.keeps_gathered_inputs = true;
   }
   return software;
 }
@@ -135,7 +137,8 @@ Software llama3_software() {
 
 // torchtitan: FSDP2's prefetch, per-op selective recomputation, torchao's dynamic FP8 scaling.
 Software torchtitan_software() {
-  return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op", "fp8_scaling=current"});
+  return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op", "fp8_scaling=current",
+                               "keeps_gathered_inputs=true"});
 }
 
 Software llm_foundry_software() {
@@ -198,6 +201,7 @@ std::string describe_software(const Software& s) {
       s.fp8 ? str("FP8 multiplies (", name(s.fp8_scaling), " scaling)") : std::string("16-bit multiplies"),
       s.fused_cross_entropy ? "fused cross-entropy" : "fp32 cross-entropy",
       s.attention_keeps_groups ? "K/V groups kept" : "K/V repeated for every head",
+      s.keeps_gathered_inputs ? "gathered inputs kept" : "inputs gathered again in backward",
       s.selective_recompute == SelectiveRecompute::layers
           ? str("selective recompute of every ", s.recompute_layer_every, " layers")
           : str("selective recompute by ", name(s.selective_recompute))};

@@ -76,6 +76,11 @@ struct Software {
   // Transformer Engine's kernels) and keeps them so for backward, or needs them repeated for
   // every query head (trident, torchtitan's repeat_kv) and keeps the repeated ones.
   bool attention_keeps_groups = false;
+  // With sequence parallelism, the column-parallel layers (the attention's input projection, the
+  // MLP's first) keep the all-gathered input their weights' gradients need, whole on every TP
+  // rank (torchtitan's DTensor layers; trident's FP8 layers, an 8-bit copy), or keep their shard
+  // and gather it again in backward (Megatron's, trident's).
+  bool keeps_gathered_inputs = false;
   SelectiveRecompute selective_recompute = SelectiveRecompute::attention;
   int64_t recompute_layer_every = 2;  // with selective_recompute=layers
   bool fused_attention() const { return attention_kernel != AttentionKernel::math; }
@@ -93,7 +98,8 @@ Software trident_software();
 // kernel, its attention is the math path.
 Software trident_software_on_libtorch(int major);
 // The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
-// multiplies the linear layers in FP8 with current scaling, whatever `software` says.
+// multiplies the linear layers in FP8 with current scaling, keeping the 8-bit copies of their
+// gathered inputs, whatever `software` says.
 Software at_precision(Software software, Precision precision);
 Software megatron_2021_software();
 Software megatron_core_software();

@@ -58,6 +58,12 @@ constexpr int kChunksPerRow = kWideTile / kChunk;  // threads across a tile row
 constexpr int kWideThreads = 256;                  // threads per block
 constexpr int kRowsPerPass = kWideThreads / kChunksPerRow;
 
+// kChunk 8-bit values, written and read as one 8-byte word.
+union Chunk {
+  uint8_t bytes[kChunk];
+  uint2 packed;
+};
+
 // kChunk consecutive elements of T (16- or 32-byte aligned) as floats, in 16-byte loads.
 template <typename T>
 __device__ __forceinline__ void load_chunk(const T* __restrict__ p, float (&v)[kChunk]) {
@@ -89,10 +95,7 @@ __global__ void __launch_bounds__(kWideThreads)
     if (r < rows && c < cols) {
       float v[kChunk];
       load_chunk(x + r * cols + c, v);
-      union {
-        uint8_t bytes[kChunk];
-        uint2 packed;
-      } q;
+      Chunk q;
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) q.bytes[k] = __nv_cvt_float_to_fp8(v[k] * s, __NV_SATFINITE, format);
       if (out) *reinterpret_cast<uint2*>(out + r * cols + c) = q.packed;
@@ -104,10 +107,7 @@ __global__ void __launch_bounds__(kWideThreads)
   for (int i = first; i < kWideTile; i += kRowsPerPass) {
     const int64_t c = c0 + i, r = r0 + offset;
     if (r < rows && c < cols) {
-      union {
-        uint8_t bytes[kChunk];
-        uint2 packed;
-      } q;
+      Chunk q;
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) q.bytes[k] = tile[offset + k][i];
       *reinterpret_cast<uint2*>(out_transposed + c * rows + r) = q.packed;

@@ -66,16 +66,18 @@ struct Linears : public torch::autograd::Function<Linears> {
     const int64_t in = weights[0].size(1);
     const auto rows = x.reshape({-1, in});
     bool weight_grads = false;
-    for (const auto& w : weights) weight_grads = weight_grads || w.requires_grad();
+    for (const auto& weight : weights) {
+      TRIDENT_CHECK(weight.size(1) == in, "fp8::linears: a weight of ", weight.sizes(), " beside one of ", in,
+                    " inputs");
+      check_multiple_of_16(rows.size(0), in, weight.size(0));
+      weight_grads = weight_grads || weight.requires_grad();
+    }
     const Quantised qx = quantise(rows, Format::e4m3, true, weight_grads);
     variable_list outputs, saved = {qx.transposed, qx.inverse_scale};
     for (size_t i = 0; i < weights.size(); ++i) {
       const auto& weight = weights[i];
       const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases[i];
       const int64_t out = weight.size(0);
-      TRIDENT_CHECK(weight.size(1) == in, "fp8::linears: a weight of ", weight.sizes(), " beside one of ", in,
-                    " inputs");
-      check_multiple_of_16(rows.size(0), in, out);
       const Quantised qw = quantise(weight, Format::e4m3, true, false);
       // The bias goes into the multiply's output pass where its type is the output's 16-bit type.
       const bool bias_inside =
@@ -105,7 +107,6 @@ struct Linears : public torch::autograd::Function<Linears> {
     const bool need_x = ctx->needs_input_grad(0);
     variable_list out(1 + (with_bias ? 2 : 1) * n);
     for (size_t i = 0; i < n; ++i) {
-      if (!grads[i].defined()) continue;  // an output nothing used
       const torch::Tensor &weight = saved[2 + 2 * i], &w_scale = saved[3 + 2 * i];
       const auto g = grads[i].reshape({-1, weight.size(0)});  // of y's type, which is x's
       const bool need_w = ctx->needs_input_grad(1 + i);

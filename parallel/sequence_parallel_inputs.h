@@ -16,9 +16,10 @@
 namespace trident {
 
 // `products`: 2-D multiplies (at::addmm or at::mm) of the same rows, the rows of `shard`
-// ([b, s/t, h]) gathered over `tp`. Each drops the gathered rows it saved and gathers them again
-// in backward, once for all of them each time backward runs them (a split backward runs them
-// twice). Products without a graph (no gradient wanted) are left as they are.
+// ([b, s/t, h]) gathered over `tp`, each with a weight that wants its gradient. Each drops the
+// gathered rows it saved; backward gathers them again once for all of them, where it computes
+// the weights' gradients (a split backward's W, not its I). `shard` must not change in place
+// until then (checked). Products without a graph (no gradient wanted) are left as they are.
 void gather_again_in_backward(const std::vector<torch::Tensor>& products, const torch::Tensor& shard,
                               std::shared_ptr<Communicator> tp);
 

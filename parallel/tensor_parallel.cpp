@@ -144,22 +144,19 @@ std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<Colum
                                                          const torch::Tensor& x) {
   TRIDENT_CHECK(!layers.empty(), "column_parallel_sharing_input takes at least one layer");
   const ColumnParallelLinearImpl& first = *layers[0];
-  for (const auto* layer : layers)
-    TRIDENT_CHECK(layer->tp_.group == first.tp_.group && layer->tp_.sequence_parallel == first.tp_.sequence_parallel &&
-                      layer->multiply_ == first.multiply_ &&
-                      (layers.size() == 1 || layer->output_ == ColumnOutput::split),
-                  "column-parallel layers sharing an input need one group, one sequence parallelism, one multiply "
-                  "and outputs left split");
-  Communicator& tp = *first.tp_.group;
-  const auto input =
-      first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   std::vector<torch::Tensor> weights, biases, outputs;
   for (const auto* layer : layers) {
-    TRIDENT_CHECK(layer->bias.defined() == first.bias.defined(),
-                  "column-parallel layers sharing an input have biases all or none");
+    TRIDENT_CHECK(layer->tp_.group == first.tp_.group && layer->tp_.sequence_parallel == first.tp_.sequence_parallel &&
+                      layer->multiply_ == first.multiply_ && layer->bias.defined() == first.bias.defined() &&
+                      (layers.size() == 1 || layer->output_ == ColumnOutput::split),
+                  "column-parallel layers sharing an input need one group, one sequence parallelism, one multiply, "
+                  "biases all or none and outputs left split");
     weights.push_back(layer->weight);
     if (layer->bias.defined()) biases.push_back(layer->bias);
   }
+  Communicator& tp = *first.tp_.group;
+  const auto input =
+      first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
   if (!first.tp_.sequence_parallel || tp.size() == 1) {
     for (const auto* layer : layers)

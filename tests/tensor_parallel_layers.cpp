@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "model/gpt.h"
+#include "parallel/split_backward.h"
 #include "parallel/tensor_parallel.h"
 #include "tests/multiprocess.h"
 
@@ -219,6 +220,21 @@ TEST(TensorParallelLayers, CollectivesPerBlockMatchTheory) {
       EXPECT_EQ(counting->all_gathers, 2 + 2);
       EXPECT_EQ(counting->reduce_scatters, 2);
     }
+    if (!sequence_parallel) continue;
+    // Split in two (the zero-bubble schedules): I, the input's gradient, gathers nothing again;
+    // W gathers the two inputs, SwiGLU's gate and up theirs once.
+    counting->reset();
+    WeightGrads weights;
+    x.mutable_grad() = torch::Tensor();
+    const auto y_again = block->forward(x);
+    counting->reset();
+    backward_inputs({y_again}, {torch::ones_like(y_again)}, {x}, weights);
+    EXPECT_EQ(counting->all_gathers, 2);
+    EXPECT_EQ(counting->reduce_scatters, 2);
+    counting->reset();
+    weights.run();
+    EXPECT_EQ(counting->all_gathers, 2);
+    EXPECT_EQ(counting->reduce_scatters, 0);
   }
 }
 

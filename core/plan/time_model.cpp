@@ -371,7 +371,10 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   // In all-reduces (an all-gather and a reduce-scatter count one): two per layer forward, two
   // backward, the forward's again with full recompute. SwiGLU's gate and up gather their input
   // each (with SP: half an all-reduce more forward, half more backward) or, without SP, each
-  // reduce its gradient (one more backward).
+  // reduce its gradient (one more backward). No stack runs that any more (trident's gate and up
+  // share one gather, Megatron's are one multiply), and sequence parallelism's gathers again in
+  // backward (Megatron's behind the multiplies, trident's exposed) are not counted: the
+  // published runs the rates were set on are fitted with these counts (docs/planning.md).
   const bool gated = m.activation == Activation::swiglu, sp = layout.sequence_parallel;
   const double forward_calls = 2 + (gated && sp ? 0.5 : 0);
   const double backward_calls = 2 + (gated ? (sp ? 0.5 : 1) : 0);

@@ -76,6 +76,25 @@ TEST(TensorParallelLayers, ColumnParallelLinear) {
   }
 }
 
+// With sequence parallelism a column-parallel layer keeps its input's shard and gathers it again
+// in backward: an input changed in place after the forward is one error, on every rank, not a
+// wrong weight gradient.
+TEST(TensorParallelLayers, AnInputChangedInPlaceBeforeItsGatherAgainIsOneError) {
+  ColumnParallelLinear layer(kIn, kOut, TensorParallel{group(), true});
+  layer->to(torch::kDouble);
+  const auto x = mine(shared_random({kBatch, kSeq, kIn}, 3), 1);
+  const auto y = layer(x);
+  x.add_(1);
+  try {
+    y.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("a column-parallel layer's input was modified in place after its forward"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(TensorParallelLayers, RowParallelLinear) {
   for (auto [input_is_parallel, sequence_parallel] :
        {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {

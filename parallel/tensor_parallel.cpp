@@ -1,7 +1,6 @@
 #include "parallel/tensor_parallel.h"
 
 #include <torch/autograd.h>
-#include <torch/nn/functional/linear.h>
 
 #include "core/error.h"
 #include "parallel/fp8_multiply.h"
@@ -109,18 +108,27 @@ torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Commun
 
 namespace {
 
-// x W^T + b over x's last dimension. LibTorch puts the bias into the multiply (cuBLAS adds it as
-// it writes the output) for a 2-D input; for [b, s, h] the C++ frontend's linear multiplies,
-// then adds the bias in a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the
+// rows W^T + b for rows [N, in]: at::addmm puts the bias into the multiply (cuBLAS adds it as it
+// writes the output), at::mm without one. For [b, s, h] the C++ frontend's linear would multiply,
+// then add the bias in a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the
 // 1.7B row's GPU time), and at::linear folds the rows only when they are contiguous. So the rows
 // go in as one matrix, whatever their strides.
+torch::Tensor multiply_rows(const torch::Tensor& rows, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());
+}
+
+// A product of x's rows in x's shape, its last dimension the product's.
+torch::Tensor in_shape_of(const torch::Tensor& product, const torch::Tensor& x) {
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = product.size(-1);
+  return product.view(sizes);
+}
+
+// x W^T + b over x's last dimension.
 torch::Tensor linear_over_rows(LinearMultiply multiply, const torch::Tensor& x, const torch::Tensor& weight,
                                const torch::Tensor& bias = {}) {
   if (multiply == LinearMultiply::fp8) return fp8::linear(x, weight, bias);
-  if (!bias.defined() || x.dim() == 2) return torch::nn::functional::linear(x, weight, bias);
-  std::vector<int64_t> sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  return torch::nn::functional::linear(x.reshape({-1, x.size(-1)}), weight, bias).view(sizes);
+  return in_shape_of(multiply_rows(x.reshape({-1, x.size(-1)}), weight, bias), x);
 }
 
 }  // namespace
@@ -158,25 +166,16 @@ std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<Colum
   const auto input =
       first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
-  if (!first.tp_.sequence_parallel || tp.size() == 1) {
-    for (const auto* layer : layers)
-      outputs.push_back(linear_over_rows(LinearMultiply::native, input, layer->weight, layer->bias));
-    return outputs;
-  }
-  // The multiplies keep x, the shard, for their weights' gradients rather than the gathered rows.
   const auto rows = input.reshape({-1, input.size(-1)});
   std::vector<torch::Tensor> products, kept_as_shard;
   for (const auto* layer : layers) {
-    products.push_back(layer->bias.defined() ? at::addmm(layer->bias, rows, layer->weight.t())
-                                             : at::mm(rows, layer->weight.t()));
+    products.push_back(multiply_rows(rows, layer->weight, layer->bias));
     if (layer->weight.requires_grad()) kept_as_shard.push_back(products.back());
   }
-  gather_again_in_backward(kept_as_shard, x, first.tp_.group);
-  std::vector<int64_t> sizes = input.sizes().vec();
-  for (auto& product : products) {
-    sizes.back() = product.size(-1);
-    outputs.push_back(product.view(sizes));
-  }
+  // With sequence parallelism the multiplies keep x, the shard, for their weights' gradients
+  // rather than the gathered rows.
+  if (first.tp_.sequence_parallel && tp.size() > 1) gather_again_in_backward(kept_as_shard, x, first.tp_.group);
+  for (const auto& product : products) outputs.push_back(in_shape_of(product, input));
   return outputs;
 }
 

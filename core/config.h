@@ -146,8 +146,10 @@ struct ModelConfig {
   // The block every layer is: the built-in "transformer" or one the program registers (model/block.h).
   std::string block = "transformer";
   // On CUDA, the fused kernels (model/fused_kernels.h) for the norms, activations, rotary
-  // embedding and loss; false: LibTorch's composite ops, which the CPU always runs. The same
-  // model either way: a software setting, free to change between runs of one checkpoint.
+  // embedding and loss; false: LibTorch's composite ops, which the CPU always runs. Also, on any
+  // device, 16-bit weights' gradients added into the fp32 buffer by the linear layers' multiplies
+  // (gradient-accumulation fusion, parallel/linear_multiply.h). The same model either way: a
+  // software setting, free to change between runs of one checkpoint.
   bool fused_kernels = true;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }

@@ -1,6 +1,5 @@
 #include "model/gpt.h"
 
-#include <torch/nn/functional/linear.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -10,6 +9,7 @@
 #include "model/fused_kernels.h"
 #include "model/init.h"
 #include "parallel/context_attention.h"
+#include "parallel/linear_multiply.h"
 
 namespace trident {
 namespace {
@@ -231,7 +231,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input, const Documents& docu
   x = ln_f(x);
   // The head is vocabulary-parallel (the embedding again when tied): each rank scores its slice.
   x = tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
-  return torch::nn::functional::linear(x, head_weight());
+  return linear_over_rows(x, head_weight());
 }
 
 torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache) {
@@ -249,7 +249,7 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& input, KvCache& cache
   if (wpe) x = x + wpe(positions);
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward_cached(x, positions, cache.keys[i], cache.values[i]);
   cache.tokens += n;
-  return torch::nn::functional::linear(ln_f(x), head_weight());
+  return linear_over_rows(ln_f(x), head_weight());
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& input, const torch::Tensor& targets, const Documents& documents,

@@ -77,7 +77,7 @@ ZeroOptimizer::ZeroOptimizer(const std::vector<RoledParameter>& params, Communic
       params_(tensors_of(params)),
       flat_(make_buckets(params_, params, options, zero_)),
       weights_(make_weights(params_, flat_, dp_group, zero_, options.units)),
-      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, zero_}),
+      grads_(params_, flat_, dp_group, GradBufferOptions{options.main_dtype, zero_, options.fuse_weight_grads}),
       rank_(sharded() ? group_.rank() : 0) {
   // Step 4 of the header's order: main weights and moments for this rank's shard, in host
   // memory with offload.

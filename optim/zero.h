@@ -37,6 +37,9 @@ struct ZeroOptions {
   // model is on a GPU), this rank's reduced gradients copied there for AdamW on the CPU, the
   // updated weights copied back. On a CPU model the same path runs, host and device being one.
   bool offload = false;
+  // 16-bit weights: their gradients added into the fp32 buffer by the linear layers' multiplies
+  // (GradBufferOptions::fuse_weight_grads).
+  bool fuse_weight_grads = true;
   // Stage 3: each parameter's unit (ParallelModel::units); a bucket holds one unit, whatever
   // bucket_bytes says.
   std::vector<int64_t> units;

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "parallel/linear_multiply.h"
 
 namespace trident {
 namespace {
@@ -68,9 +69,17 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuck
     accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
     accumulators_.push_back(std::move(accumulator));
   }
+  if (!grads_are_views_ && options_.fuse_weight_grads)
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].dim() == 2) {
+        accumulate_grad_in(params_[i], [this, i] { return storage_of(i).view_as(params_[i]); });
+        fused_.push_back(params_[i]);
+      }
 }
 
-DataParallelGrads::~DataParallelGrads() = default;
+DataParallelGrads::~DataParallelGrads() {
+  for (const auto& weight : fused_) stop_accumulating_grad_in(weight);
+}
 
 torch::Tensor DataParallelGrads::storage_of(size_t param) {
   const size_t b = flat_.bucket_of[param];
@@ -95,8 +104,8 @@ void DataParallelGrads::arm() {
 }
 
 void DataParallelGrads::on_ready(size_t param) {
-  if (!grads_are_views_) {
-    torch::Tensor& grad = params_[param].mutable_grad();
+  torch::Tensor& grad = params_[param].mutable_grad();
+  if (!grads_are_views_ && grad.defined()) {  // undefined: the multiplies added it all
     storage_of(param).view_as(grad).add_(grad);
     grad.reset();
   }

@@ -3,8 +3,10 @@
 // backward goes on.
 //
 // Gradients accumulate in `dtype`: the parameters' own (their .grad is then a view of the
-// buffer, and AccumulateGrad adds into it in place) or fp32 for 16-bit parameters (a hook adds
-// each micro-batch's .grad into the buffer and frees it). ZeRO stages:
+// buffer, and AccumulateGrad adds into it in place) or fp32 for 16-bit parameters: the linear
+// layers' multiplies add their weights' gradients into the buffer themselves (gradient-
+// accumulation fusion, parallel/linear_multiply.h), and a hook adds every other micro-batch
+// .grad into the buffer and frees it. ZeRO stages:
 //   0  every bucket is all-reduced (averaged): every rank holds every mean gradient;
 //   1  the buffer is kept whole, each bucket reduce-scattered: rank r keeps the mean of its slice;
 //   2  (and 3) only the shard is kept: a bucket's storage lives while a micro-batch's backward fills
@@ -34,6 +36,9 @@ namespace trident {
 struct GradBufferOptions {
   torch::Dtype dtype = torch::kFloat;  // accumulation dtype
   ZeroSharding zero;                   // replicas: the data-parallel group's size, at every stage
+  // 16-bit parameters into an fp32 buffer: their weights' gradients added by the multiplies
+  // (false: every gradient through .grad and the hook).
+  bool fuse_weight_grads = true;
 };
 
 // Buckets of about `bucket_bytes` of gradients in `dtype` for `params` (model order), padded for
@@ -101,6 +106,7 @@ class DataParallelGrads {
   // Keep the hooks alive; held as this LibTorch holds autograd nodes (std::shared_ptr in 1.x,
   // c10::intrusive_ptr in recent 2.x).
   std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()))> accumulators_;
+  std::vector<torch::Tensor> fused_;  // weights whose multiplies add their gradients into the buffer
   bool armed_ = false;
   size_t started_during_backward_ = 0;
 };

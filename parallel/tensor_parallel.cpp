@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/fp8_multiply.h"
+#include "parallel/linear_multiply.h"
 #include "parallel/sequence_parallel_inputs.h"
 
 namespace trident {
@@ -108,27 +109,11 @@ torch::Tensor reduce_scatter_to_sequence_parallel(const torch::Tensor& x, Commun
 
 namespace {
 
-// rows W^T + b for rows [N, in]: at::addmm puts the bias into the multiply (cuBLAS adds it as it
-// writes the output), at::mm without one. For [b, s, h] the C++ frontend's linear would multiply,
-// then add the bias in a broadcast pass of its own (on CUDA a non-vectorised kernel: 6% of the
-// 1.7B row's GPU time), and at::linear folds the rows only when they are contiguous. So the rows
-// go in as one matrix, whatever their strides.
-torch::Tensor multiply_rows(const torch::Tensor& rows, const torch::Tensor& weight, const torch::Tensor& bias) {
-  return bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());
-}
-
-// A product of x's rows in x's shape, its last dimension the product's.
-torch::Tensor in_shape_of(const torch::Tensor& product, const torch::Tensor& x) {
-  std::vector<int64_t> sizes = x.sizes().vec();
-  sizes.back() = product.size(-1);
-  return product.view(sizes);
-}
-
-// x W^T + b over x's last dimension.
-torch::Tensor linear_over_rows(LinearMultiply multiply, const torch::Tensor& x, const torch::Tensor& weight,
-                               const torch::Tensor& bias = {}) {
+// x W^T + b over x's last dimension by `multiply`.
+torch::Tensor linear_by(LinearMultiply multiply, const torch::Tensor& x, const torch::Tensor& weight,
+                        const torch::Tensor& bias = {}) {
   if (multiply == LinearMultiply::fp8) return fp8::linear(x, weight, bias);
-  return in_shape_of(multiply_rows(x.reshape({-1, x.size(-1)}), weight, bias), x);
+  return linear_over_rows(x, weight, bias);
 }
 
 }  // namespace
@@ -167,14 +152,16 @@ std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<Colum
       first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
   const auto rows = input.reshape({-1, input.size(-1)});
+  // With sequence parallelism the multiplies keep x, the shard, for their weights' gradients
+  // rather than the gathered rows, through hooks on LibTorch's own backward nodes.
+  const bool keep_shard = first.tp_.sequence_parallel && tp.size() > 1;
   std::vector<torch::Tensor> products, kept_as_shard;
   for (const auto* layer : layers) {
-    products.push_back(multiply_rows(rows, layer->weight, layer->bias));
+    products.push_back(multiply_rows(rows, layer->weight, layer->bias,
+                                     keep_shard ? WeightGrad::autograd : WeightGrad::fused_where_registered));
     if (layer->weight.requires_grad()) kept_as_shard.push_back(products.back());
   }
-  // With sequence parallelism the multiplies keep x, the shard, for their weights' gradients
-  // rather than the gathered rows.
-  if (first.tp_.sequence_parallel && tp.size() > 1) gather_again_in_backward(kept_as_shard, x, first.tp_.group);
+  if (keep_shard) gather_again_in_backward(kept_as_shard, x, first.tp_.group);
   for (const auto& product : products) outputs.push_back(in_shape_of(product, input));
   return outputs;
 }
@@ -196,8 +183,8 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   Communicator& tp = *tp_.group;
   auto input = input_ == RowInput::split ? x : scatter_to_tensor_parallel(x, tp);
   // One rank reduces nothing: the bias goes into the multiply (one pass over the output less).
-  if (tp.size() == 1) return linear_over_rows(multiply_, input, weight, bias);
-  auto partial = linear_over_rows(multiply_, input, weight);
+  if (tp.size() == 1) return linear_by(multiply_, input, weight, bias);
+  auto partial = linear_by(multiply_, input, weight);
   auto y = tp_.sequence_parallel ? reduce_scatter_to_sequence_parallel(partial, tp)
                                  : reduce_from_tensor_parallel(partial, tp);
   return bias.defined() ? y + bias : y;

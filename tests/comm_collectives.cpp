@@ -11,6 +11,7 @@
 #include "parallel/comm/launch.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/data_parallel.h"
+#include "parallel/linear_multiply.h"
 #include "tests/helpers.h"
 #include "tests/multiprocess.h"
 
@@ -247,6 +248,45 @@ TEST(ProcessGroups, AViewOfTheGridSplitsItsOwnGroups) {
   t.fill_(double(me()));
   edp->all_reduce(t, ReduceOp::sum);
   EXPECT_EQ(t.item<double>(), double(me() % 2 * 2 + 2));  // ranks k and k+2
+}
+
+// bf16 weights whose linear multiplies add their gradients into the fp32 buffer (gradient-
+// accumulation fusion, parallel/linear_multiply.h) are reduced like the rest: each bucket as soon
+// as the hooks say its gradients are in, during the last backward, to the exact means.
+TEST(DataParallelGrads, FusedWeightGradientsAverageAtEveryZeroStage) {
+  for (int64_t stage : {0, 1, 2}) {
+    SCOPED_TRACE(stage);
+    auto a = torch::zeros({30, 10}, torch::dtype(torch::kBFloat16).requires_grad(true));
+    auto b = torch::zeros({50, 10}, torch::dtype(torch::kBFloat16).requires_grad(true));
+    auto c = torch::zeros({70}, torch::dtype(torch::kBFloat16).requires_grad(true));
+    GradBufferOptions options;
+    options.zero = ZeroSharding{stage, n()};
+    const std::vector<torch::Tensor> params = {a, b, c};
+    DataParallelGrads grads(params, make_grad_buckets(params, 4 * 400, torch::kFloat, options.zero),
+                            trident::testing::world(), options);
+    ASSERT_EQ(grads.num_buckets(), 2u);
+    const FlatBuckets& flat = grads.flat();
+    grads.zero();
+    for (int micro = 0; micro < 2; ++micro) {
+      if (micro == 1) grads.arm();
+      // 4 rows of (r + 1) (and 2 (r + 1)) against a gradient of ones: every element of a's
+      // gradient is 4 (r + 1), of b's 8 (r + 1); c's is 3 (r + 1).
+      const auto rows = torch::full({4, 10}, double(me() + 1), torch::kBFloat16);
+      auto loss = multiply_rows(rows, a, {}).sum() + multiply_rows(2 * rows, b, {}).sum() + (c * 3 * (me() + 1)).sum();
+      loss.backward();
+      EXPECT_FALSE(a.grad().defined());
+    }
+    grads.finish();
+    if (stage < 2) EXPECT_EQ(grads.started_during_backward(), 2u);
+    const double mean = (n() + 1) / 2.0 * 2;  // two micro-batches
+    auto expected = torch::zeros({flat.total});
+    expected.narrow(0, flat.offset[0], 300).fill_(4 * mean);
+    expected.narrow(0, flat.offset[1], 500).fill_(8 * mean);
+    expected.narrow(0, flat.offset[2], 70).fill_(3 * mean);
+    const int64_t rank = stage == 0 ? 0 : me();
+    for (size_t k = 0; k < grads.num_buckets(); ++k)
+      EXPECT_TRUE(torch::equal(grads.reduced(k), expected.narrow(0, flat.slice_start(k, rank), flat.slice_numel(k))));
+  }
 }
 
 // Every ZeRO stage reduces the same means; stages 1 and 2 leave each rank its slices only.

@@ -10,6 +10,8 @@
 #include "optim/zero.h"
 #include "parallel/data_parallel.h"
 #include "parallel/flat_buckets.h"
+#include "parallel/linear_multiply.h"
+#include "parallel/split_backward.h"
 #include "tests/helpers.h"
 
 using namespace trident;
@@ -179,6 +181,81 @@ TEST(DataParallelGrads, OneRankRunsNoCollective) {
       for (size_t k = 0; k < grads.num_buckets(); ++k)
         EXPECT_TRUE(torch::equal(grads.reduced(k), expected.narrow(0, flat.slice_start(k, 0), flat.slice_numel(k))));
     }
+}
+
+// Gradient-accumulation fusion (parallel/linear_multiply.h): bf16 weights' gradients from the
+// linear multiply go into the fp32 buffer in fp32, each micro-batch unrounded, and never reach
+// .grad; the bias' gradient takes the hook's path; the input's gradient is LibTorch's own. A
+// zero-bubble split (parallel/split_backward.h) adds the weight's share in W, not in I. Without
+// fusion each micro-batch's gradient is rounded to bf16 first: an error the fused sum has not.
+// On the CPU, and on a GPU where there is one (cuBLAS adding into the fp32 buffer: a LibTorch
+// that cannot, and falls back to the 16-bit add, fails it).
+TEST(DataParallelGrads, MultipliesAddSixteenBitWeightGradientsInFp32) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA);
+  for (const torch::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    torch::manual_seed(3);
+    const int micro_batches = 3;
+    const auto bf16 = torch::dtype(torch::kBFloat16).device(device);
+    std::vector<torch::Tensor> rows, upstream;
+    for (int m = 0; m < micro_batches; ++m) {
+      rows.push_back(torch::randn({24, 16}).to(bf16));
+      upstream.push_back(torch::randn({24, 8}).to(bf16));
+    }
+    const auto weight0 = torch::randn({8, 16}).to(bf16), bias0 = torch::randn({8}).to(bf16);
+    // The exact sums, in fp64 from the bf16 values.
+    auto exact_weight = torch::zeros({8, 16}, torch::kDouble), exact_bias = torch::zeros({8}, torch::kDouble);
+    for (int m = 0; m < micro_batches; ++m) {
+      exact_weight += upstream[m].cpu().to(torch::kDouble).t().mm(rows[m].cpu().to(torch::kDouble));
+      exact_bias += upstream[m].cpu().to(torch::kDouble).sum(0);
+    }
+    struct Result {
+      torch::Tensor weight, bias;
+    };
+    auto run = [&](int64_t stage, bool fuse, bool split) {
+      auto weight = weight0.clone().requires_grad_(), bias = bias0.clone().requires_grad_();
+      const std::vector<torch::Tensor> params = {weight, bias};
+      GradBufferOptions options;
+      options.zero = ZeroSharding{stage, 1};
+      options.fuse_weight_grads = fuse;
+      FakeGroup group(0, 1);
+      DataParallelGrads grads(params, make_grad_buckets(params, 4 << 20, torch::kFloat, options.zero), group, options);
+      grads.zero();
+      for (int m = 0; m < micro_batches; ++m) {
+        if (m == micro_batches - 1) grads.arm();
+        auto input = rows[m].clone().requires_grad_();
+        const auto y = multiply_rows(input, weight, bias);
+        if (split) {
+          WeightGrads later;
+          const auto dx = backward_inputs({y}, {upstream[m]}, {input}, later);
+          EXPECT_TRUE(torch::allclose(dx.at(0), upstream[m].mm(weight0)));
+          if (m == 0 && stage == 0)  // its bucket is the buffer itself
+            EXPECT_EQ(grads.reduced(0).abs().max().item<float>(), 0) << "I added a weight's gradient";
+          later.run();
+        } else {
+          torch::autograd::backward({y}, {upstream[m]});
+          EXPECT_TRUE(torch::allclose(input.grad(), upstream[m].mm(weight0)));
+        }
+        EXPECT_FALSE(weight.grad().defined());
+      }
+      grads.finish();
+      const FlatBuckets& flat = grads.flat();
+      const auto all = grads.reduced(0).cpu();
+      return Result{all.narrow(0, flat.offset[0], weight.numel()).view({8, 16}).to(torch::kDouble),
+                    all.narrow(0, flat.offset[1], bias.numel()).to(torch::kDouble)};
+    };
+    const double scale = exact_weight.abs().max().item<double>();
+    auto error = [&](const torch::Tensor& got) { return (got - exact_weight).abs().max().item<double>() / scale; };
+    EXPECT_GT(error(run(0, false, false).weight), 1e-4);  // bf16 rounding of each micro-batch's gradient
+    for (int64_t stage : {0, 1, 2})
+      for (bool split : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "stage " << stage << (split ? ", split backward" : ""));
+        const Result fused = run(stage, true, split);
+        EXPECT_LT(error(fused.weight), 1e-6);                              // fp32's rounding alone
+        EXPECT_TRUE(torch::allclose(fused.bias, exact_bias, 2e-2, 2e-2));  // bf16 sums, through .grad
+      }
+  }
 }
 
 // The gradient norm decides the clipping: over one default bucket (25 MB of fp32, 6.5 M

@@ -121,6 +121,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     zero.bucket_bytes = int64_t(config_.parallel.bucket_mb * (1 << 20));
     zero.main_dtype = dtype_ == torch::kDouble ? torch::kDouble : torch::kFloat;
     zero.offload = layout_.offload;
+    zero.fuse_weight_grads = config_.model.fused_kernels;
     zero.units = model_.units;
     // Each parameter group's optimizer over the ranks holding its copies: the data- and
     // context-parallel ranks for dense weights, the expert-data-parallel ones for experts.

@@ -113,36 +113,37 @@ Software at_precision(Software software, Precision precision) {
     software.fp8 = true;
     software.fp8_scaling = Fp8Scaling::current;
     software.keeps_gathered_inputs = true;
+    software.fused_gradient_accumulation = false;  // the FP8 multiplies return 16-bit weight gradients
   }
   return software;
 }
 
 // Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
 Software megatron_2021_software() {
-  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false",
-                                  "fused_gradient_accumulation=true", "compile=true"});
+  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false", "compile=true"});
 }
 
 // Megatron-Core: Transformer Engine's fused norm-linear, SwiGLU and rotary kernels and its
 // attention, which takes the key/value groups as they are.
 Software megatron_core_software() {
-  return preset("megatron-core", {"fused_gradient_accumulation=true", "overlap_tensor_comm=true",
-                                  "overlap_weight_gather=true", "overlap_pipeline_comm=true", "compile=true",
-                                  "attention_keeps_groups=true"});
+  return preset("megatron-core", {"overlap_tensor_comm=true", "overlap_weight_gather=true",
+                                  "overlap_pipeline_comm=true", "compile=true", "attention_keeps_groups=true"});
 }
 
 Software llama3_software() {
-  return preset("llama3", {"overlap_weight_gather=true", "overlap_pipeline_comm=true", "attention_keeps_groups=true"});
+  return preset("llama3", {"fused_gradient_accumulation=false", "overlap_weight_gather=true",
+                           "overlap_pipeline_comm=true", "attention_keeps_groups=true"});
 }
 
 // torchtitan: FSDP2's prefetch, per-op selective recomputation, torchao's dynamic FP8 scaling.
 Software torchtitan_software() {
-  return preset("torchtitan", {"overlap_weight_gather=true", "selective_recompute=op", "fp8_scaling=current",
-                               "keeps_gathered_inputs=true"});
+  return preset("torchtitan", {"fused_gradient_accumulation=false", "overlap_weight_gather=true",
+                               "selective_recompute=op", "fp8_scaling=current", "keeps_gathered_inputs=true"});
 }
 
 Software llm_foundry_software() {
-  return preset("llm-foundry", {"overlap_weight_gather=true", "fused_cross_entropy=true"});
+  return preset("llm-foundry",
+                {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "fused_cross_entropy=true"});
 }
 
 const std::vector<Software>& software_presets() {

@@ -36,9 +36,10 @@ struct Software {
   // overlap_grad_reduce came in 2023).
   bool overlap_gradient_reduction = true;
   // Weight gradients accumulated into the fp32 buffer by their own multiply (Megatron's
-  // gradient_accumulation_fusion), or, as trident does for 16-bit weights, each micro-batch's
-  // 16-bit gradient added in by a hook: 10 bytes per parameter per micro-batch.
-  bool fused_gradient_accumulation = false;
+  // gradient_accumulation_fusion, trident's for 16-bit weights: parallel/linear_multiply.h), or
+  // each micro-batch's 16-bit gradient added in by a pass of its own (autograd and a hook):
+  // 10 bytes per parameter per micro-batch.
+  bool fused_gradient_accumulation = true;
   // Tensor-parallel collectives cut into t pieces, each sent while the piece of the multiply it
   // feeds or follows computes (Megatron-Core's tp_comm_overlap, torchtitan's async TP; both need
   // sequence parallelism, whose all-gathers and reduce-scatters are what is cut).

@@ -26,6 +26,7 @@ std::vector<Validation> validate_time_model() {
   Hardware h100;
   h100.gpus = 1;
   h100.device = h100_profile();
+  h100.software.fused_gradient_accumulation = false;  // measured on 2026-11-22, before trident fused it
   Config config = scaling_row_config(megatron_scaling_table().front());
   config.batch.micro_batch_size = 8;
   config.recompute = Recompute::none;

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "parallel/comm/backends.h"
 #include "parallel/linear_multiply.h"
 
 namespace trident {
@@ -69,7 +70,7 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuck
     accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i));
     accumulators_.push_back(std::move(accumulator));
   }
-  if (!grads_are_views_ && options_.fuse_weight_grads)
+  if (options_.fuse_weight_grads && is_16bit_float(params_.front()) && options_.dtype == torch::kFloat)
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].dim() == 2) {
         accumulate_grad_in(params_[i], [this, i] { return storage_of(i).view_as(params_[i]); });

@@ -1,80 +1,77 @@
 #include "parallel/sequence_parallel_inputs.h"
 
-#include <torch/csrc/autograd/generated/Functions.h>
-#include <torch/csrc/autograd/saved_variable_hooks.h>
-
-#include <mutex>
+#include <torch/autograd.h>
 
 #include "core/error.h"
+#include "parallel/linear_multiply.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trident {
 namespace {
 
-// The shard and its gathered rows while the multiplies sharing them unpack them: gathered at the
-// first unpack, dropped once each of the `users` has had them.
-class GatheredRows {
- public:
-  GatheredRows(const torch::Tensor& shard, std::shared_ptr<Communicator> tp, size_t users)
-      : shard_(shard.detach()), version_(shard._version()), tp_(std::move(tp)), users_(users) {}
-  torch::Tensor unpack() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    TRIDENT_CHECK(shard_._version() == version_,
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The gathered rows of `shard` [b, s/t, h]: [b s, h].
+torch::Tensor gathered_rows(const torch::Tensor& shard, Communicator& tp) {
+  return gather_from_sequence_parallel(shard, tp).reshape({-1, shard.size(-1)});
+}
+
+// Inputs: the shard, the weights, the biases (an empty list or one each), the group.
+struct MultipliesOfGatheredShard : public torch::autograd::Function<MultipliesOfGatheredShard> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& shard, at::TensorList weights,
+                               at::TensorList biases, Communicator* tp) {
+    const torch::Tensor rows = gathered_rows(shard, *tp);
+    variable_list outputs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const torch::Tensor product = multiply_rows(rows, weights[i], biases.empty() ? torch::Tensor() : biases[i]);
+      outputs.push_back(product.view({shard.size(0), -1, product.size(-1)}));
+    }
+    ctx->save_for_backward(weights.vec());
+    // The shard itself, not a saved variable: its in-place change is this error, not autograd's.
+    ctx->saved_data["shard"] = shard.detach();
+    ctx->saved_data["version"] = int64_t(shard._version());
+    ctx->saved_data["with_bias"] = !biases.empty();
+    ctx->saved_data["tp"] = reinterpret_cast<int64_t>(tp);
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list weights = ctx->get_saved_variables();
+    const torch::Tensor shard = ctx->saved_data["shard"].toTensor();
+    TRIDENT_CHECK(shard._version() == ctx->saved_data["version"].toInt(),
                   "a column-parallel layer's input was modified in place after its forward; with sequence "
                   "parallelism its backward gathers that input again, so it must stay as it was");
-    if (!rows_.defined()) {
-      torch::NoGradGuard no_grad;
-      rows_ = gather_from_sequence_parallel(shard_, *tp_).reshape({-1, shard_.size(-1)});
+    auto& tp = *reinterpret_cast<Communicator*>(ctx->saved_data["tp"].toInt());
+    const bool with_bias = ctx->saved_data["with_bias"].toBool();
+    const size_t n = weights.size();
+    variable_list out(1 + (with_bias ? 2 : 1) * n + 1);  // the last for the group: none
+    bool any_weight = false;
+    for (size_t i = 0; i < n; ++i) any_weight |= grads[i].defined() && ctx->needs_input_grad(1 + i);
+    const torch::Tensor rows = any_weight ? gathered_rows(shard, tp) : torch::Tensor();
+    torch::Tensor grad_rows;
+    for (size_t i = 0; i < n; ++i) {
+      if (!grads[i].defined()) continue;
+      const torch::Tensor g = grads[i].reshape({-1, weights[i].size(0)});
+      if (ctx->needs_input_grad(0))
+        grad_rows = grad_rows.defined() ? grad_rows.addmm_(g, weights[i]) : g.mm(weights[i]);
+      if (ctx->needs_input_grad(1 + i)) out[1 + i] = weight_gradient(weights[i], g, rows);
+      if (with_bias && ctx->needs_input_grad(1 + n + i)) out[1 + n + i] = g.sum(0);
     }
-    torch::Tensor rows = rows_;
-    if (++served_ % users_ == 0) rows_.reset();
-    return rows;
+    if (grad_rows.defined())
+      out[0] = reduce_scatter_to_sequence_parallel(grad_rows.view({shard.size(0), -1, shard.size(-1)}), tp);
+    return out;
   }
-  torch::Tensor placeholder() const { return torch::empty({0}, shard_.options()); }
-
- private:
-  std::mutex mutex_;
-  torch::Tensor shard_, rows_;
-  int64_t version_;
-  std::shared_ptr<Communicator> tp_;
-  size_t users_, served_ = 0;
 };
-
-// On a product's node: the rows when the node computes its weight's gradient, and nothing to
-// gather when it does not (a split backward's I, which needs only the rows' sizes, saved apart).
-struct GatherAgain : public torch::autograd::SavedVariableHooks {
-  GatherAgain(std::shared_ptr<GatheredRows> rows, torch::autograd::Node* node, size_t weight_edge)
-      : rows_(std::move(rows)), node_(node), weight_edge_(weight_edge) {}
-  void call_pack_hook(const at::Tensor&) override {}  // the gathered rows are not kept
-  at::Tensor call_unpack_hook() override {
-    return node_->task_should_compute_output(weight_edge_) ? rows_->unpack() : rows_->placeholder();
-  }
-  std::shared_ptr<GatheredRows> rows_;
-  torch::autograd::Node* node_;  // the node that holds this hook
-  size_t weight_edge_;
-};
-
-// The saved variable holding a product's first operand (the rows), and the weight's edge.
-std::pair<torch::autograd::SavedVariable*, size_t> saved_rows(torch::autograd::Node* node) {
-  using namespace torch::autograd::generated;
-  if (auto* addmm = dynamic_cast<AddmmBackward0*>(node)) return {&addmm->mat1_, 2};  // bias, rows, weight^T
-  if (auto* mm = dynamic_cast<MmBackward0*>(node)) return {&mm->self_, 1};           // rows, weight^T
-  fail("gather_again_in_backward takes products of at::addmm or at::mm, not of ", node->name());
-}
 
 }  // namespace
 
-void gather_again_in_backward(const std::vector<torch::Tensor>& products, const torch::Tensor& shard,
-                              std::shared_ptr<Communicator> tp) {
-  std::vector<torch::autograd::Node*> nodes;
-  for (const auto& product : products)
-    if (product.grad_fn()) nodes.push_back(product.grad_fn().get());
-  if (nodes.empty()) return;
-  const auto rows = std::make_shared<GatheredRows>(shard, std::move(tp), nodes.size());
-  for (auto* node : nodes) {
-    const auto [saved, weight_edge] = saved_rows(node);
-    saved->register_hooks(std::make_unique<GatherAgain>(rows, node, weight_edge));
-  }
+std::vector<torch::Tensor> multiply_gathered_shard(const torch::Tensor& shard,
+                                                   const std::vector<torch::Tensor>& weights,
+                                                   const std::vector<torch::Tensor>& biases, Communicator& tp) {
+  TRIDENT_CHECK(biases.empty() || biases.size() == weights.size(), "multiply_gathered_shard: ", weights.size(),
+                " weights and ", biases.size(), " biases");
+  return MultipliesOfGatheredShard::apply(shard, at::TensorList(weights), at::TensorList(biases), &tp);
 }
 
 }  // namespace trident

@@ -15,8 +15,10 @@
 //   W  runs the engine from each split node, with that gradient, to its own weights alone: the
 //      weight branches run, the input's path is not computed again.
 //
-// W adds into .grad through each weight's AccumulateGrad, so the hooks there (data-parallel
-// reduction, parallel/data_parallel.h) fire as in a whole backward. The graph and its saved
+// W adds into .grad through each weight's AccumulateGrad (or, gradient-accumulation fusion,
+// parallel/linear_multiply.h, into the fp32 buffer from the multiply, AccumulateGrad still running
+// after it), so the hooks there (data-parallel reduction, parallel/data_parallel.h) fire as in a
+// whole backward. The graph and its saved
 // tensors live until W has run. Split nodes whose weight branches meet (experts unbound from one
 // stacked weight when the grouped multiply is not there, a weight used by two sibling layers) run
 // W together, in one pass from all of them. A weight used at two depths of the chunk (one split

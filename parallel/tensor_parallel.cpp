@@ -148,21 +148,16 @@ std::vector<torch::Tensor> column_parallel_sharing_input(const std::vector<Colum
     if (layer->bias.defined()) biases.push_back(layer->bias);
   }
   Communicator& tp = *first.tp_.group;
+  // With sequence parallelism the multiplies keep x, the shard, for their weights' gradients
+  // rather than the gathered rows (FP8's keep their 8-bit copy of the gathered rows).
+  if (first.tp_.sequence_parallel && tp.size() > 1 && first.multiply_ == LinearMultiply::native)
+    return multiply_gathered_shard(x, weights, biases, tp);
   const auto input =
       first.tp_.sequence_parallel ? gather_from_sequence_parallel(x, tp) : copy_to_tensor_parallel(x, tp);
   if (first.multiply_ == LinearMultiply::fp8) return fp8::linears(input, weights, biases);
   const auto rows = input.reshape({-1, input.size(-1)});
-  // With sequence parallelism the multiplies keep x, the shard, for their weights' gradients
-  // rather than the gathered rows, through hooks on LibTorch's own backward nodes.
-  const bool keep_shard = first.tp_.sequence_parallel && tp.size() > 1;
-  std::vector<torch::Tensor> products, kept_as_shard;
-  for (const auto* layer : layers) {
-    products.push_back(multiply_rows(rows, layer->weight, layer->bias,
-                                     keep_shard ? WeightGrad::autograd : WeightGrad::fused_where_registered));
-    if (layer->weight.requires_grad()) kept_as_shard.push_back(products.back());
-  }
-  if (keep_shard) gather_again_in_backward(kept_as_shard, x, first.tp_.group);
-  for (const auto& product : products) outputs.push_back(in_shape_of(product, input));
+  for (const auto* layer : layers)
+    outputs.push_back(in_shape_of(multiply_rows(rows, layer->weight, layer->bias), input));
   return outputs;
 }
 

@@ -91,7 +91,7 @@ TEST(PlotReport, SetsThePlanBesideTheMeasurements) {
   trident::Hardware hardware;
   hardware.gpus = 2;
   hardware.device = trident::h100_profile();
-  hardware.software = trident::trident_software_on_libtorch(2);
+  hardware.software = trident::trident_software_on_libtorch("2.11.0");
   const trident::PlanRow plan = trident::evaluate_layout(hand.config, layout, hardware);
   const double tokens = double(hand.config.batch.global_batch_size * hand.config.model.seq_length);
   const trident::MemoryEstimate memory = trident::estimate_memory(hand.config.model, hand.config.model.padded_vocab(1),

@@ -255,6 +255,42 @@ TEST(MixedPrecision, Bf16TracksTheFp32LossCurve) {
   EXPECT_LT(b.back(), 0.7 * b.front());
 }
 
+// Gradient-accumulation fusion (parallel/linear_multiply.h) in whole models: GPT-2 (its head the
+// tied embedding: the head's share fused, the lookup's through .grad) and Llama (an untied head,
+// SwiGLU's gate and up on one input), at ZeRO-0 and at ZeRO-3 (weights gathered unit by unit).
+// bf16 training with it follows the run without it (model.fused_kernels=false) within bf16's
+// rounding, and differs from it: its sums are not rounded to bf16 each micro-batch, so it ran.
+TEST(MixedPrecision, Bf16GradientAccumulationFusionFollowsTheUnfusedRun) {
+  const auto dir = scratch_dir();
+  const std::string data = write_corpus(dir);
+  const std::vector<std::string> llama = {"model.normalization=rmsnorm",
+                                          "model.position_embedding_type=rope",
+                                          "model.activation=swiglu",
+                                          "model.ffn_hidden_size=64",
+                                          "model.num_query_groups=1",
+                                          "model.add_bias_linear=false",
+                                          "model.untie_embeddings_and_output_weights=true"};
+  for (const bool is_llama : {false, true})
+    for (const std::string stage : {"0", "3"}) {
+      SCOPED_TRACE((is_llama ? "Llama, ZeRO-" : "GPT-2, ZeRO-") + stage);
+      std::vector<std::string> settings = {"train.iters=6", "precision=bf16", "parallel.zero_stage=" + stage};
+      if (is_llama) settings.insert(settings.end(), llama.begin(), llama.end());
+      auto with = settings, without = settings;
+      with.push_back("model.fused_kernels=true");
+      without.push_back("model.fused_kernels=false");
+      Trainer fused_run(small_config(data, with)), unfused_run(small_config(data, without));
+      const auto fused = training_losses(fused_run), unfused = training_losses(unfused_run);
+      ASSERT_EQ(fused.size(), unfused.size());
+      bool differs = false;
+      for (size_t i = 0; i < fused.size(); ++i) {
+        EXPECT_NEAR(fused[i], unfused[i], 0.01 * unfused[i]) << "iteration " << i + 1;
+        differs |= fused[i] != unfused[i];
+      }
+      EXPECT_TRUE(differs);
+      EXPECT_LT(fused.back(), fused.front());
+    }
+}
+
 // An fp16 step whose gradients overflow is skipped (the weights stay as they were) and halves
 // the loss scale; the steps around it update normally.
 TEST(MixedPrecision, Fp16OverflowSkipsExactlyThatStepAndHalvesTheScale) {

@@ -215,6 +215,9 @@ TEST(DataParallelGrads, MultipliesAddSixteenBitWeightGradientsInFp32) {
     };
     auto run = [&](int64_t stage, bool fuse, bool split) {
       auto weight = weight0.clone().requires_grad_(), bias = bias0.clone().requires_grad_();
+      // A tensor hook gets the gradients that reach .grad: none of the fused weight's (undefined).
+      int weight_grads_seen = 0;
+      weight.register_hook([&](const torch::Tensor& g) { weight_grads_seen += g.defined(); });
       const std::vector<torch::Tensor> params = {weight, bias};
       GradBufferOptions options;
       options.zero = ZeroSharding{stage, 1};
@@ -239,6 +242,8 @@ TEST(DataParallelGrads, MultipliesAddSixteenBitWeightGradientsInFp32) {
         }
         EXPECT_FALSE(weight.grad().defined());
       }
+      EXPECT_EQ(weight_grads_seen, fuse ? 0 : micro_batches);
+      if (stage < 2) EXPECT_EQ(grads.started_during_backward(), 1u);  // the hooks marked the bucket ready
       grads.finish();
       const FlatBuckets& flat = grads.flat();
       const auto all = grads.reduced(0).cpu();

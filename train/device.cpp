@@ -92,7 +92,7 @@ std::string keep_freed_host_memory() {
   return "";
 }
 
-Software build_software() { return trident_software_on_libtorch(TORCH_VERSION_MAJOR); }
+Software build_software() { return trident_software_on_libtorch(TORCH_VERSION); }
 
 BuildInfo build_info() {
   BuildInfo info;

@@ -148,16 +148,16 @@ HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, co
     held.dense += in_layer.dense;
     held.experts += in_layer.experts;
   }
-  double count = 0;  // the embeddings, final norm and head, split over TP
+  const double t = double(layout.tp_size);  // the embeddings, final norm and head split over TP
   if (stage == 0) {
     const bool learned = model.position_embedding_type == PositionEmbeddingType::learned;
-    count += V * h + (learned ? double(model.seq_length) * h : 0);
+    held.embedding = (V * h + (learned ? double(model.seq_length) * h : 0)) / t;
+    held.dense += held.embedding;
   }
   if (stage == layout.head_rank()) {
     const bool own_head = model.untie_embeddings_and_output_weights || layout.pp_size > 1;
-    count += double(norm_parameter_count(model)) + (own_head ? V * h : 0);
+    held.dense += (double(norm_parameter_count(model)) + (own_head ? V * h : 0)) / t;
   }
-  held.dense += count / double(layout.tp_size);
   return held;
 }
 

@@ -63,9 +63,10 @@ double layer_activation_bytes(const ModelConfig& model, const Layout& layout, co
 // the embedding (and learned positions) on the first, the final norm and the head (untied, or
 // the tied embedding's copy when p > 1) on the last; split over TP, and the experts over EP as
 // well. Dense and experts apart, as ZeRO shards them over different ranks
-// (optim/parameter_groups.h).
+// (optim/parameter_groups.h); `embedding`: the input embedding's (and learned positions') part
+// of `dense`.
 struct HeldParameters {
-  double dense = 0, experts = 0;
+  double dense = 0, experts = 0, embedding = 0;
   double total() const { return dense + experts; }
 };
 HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);

@@ -1,5 +1,6 @@
 #include "core/plan/software.h"
 
+#include <cstdio>
 #include <functional>
 
 #include "core/error.h"
@@ -102,9 +103,13 @@ Software preset(const char* name, const std::vector<std::string>& settings) {
 
 Software trident_software() { return Software{}; }
 
-Software trident_software_on_libtorch(int major) {
+Software trident_software_on_libtorch(const std::string& version) {
+  int major = 0, minor = 0;
+  TRIDENT_CHECK(std::sscanf(version.c_str(), "%d.%d", &major, &minor) == 2, "a LibTorch version such as 2.11.0, not '",
+                version, "'");
   Software software = trident_software();
   if (major < 2) software.attention_kernel = AttentionKernel::math;
+  if (major < 2 || (major == 2 && minor < 8)) software.fused_gradient_accumulation = false;
   return software;
 }
 

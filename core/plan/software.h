@@ -95,9 +95,10 @@ struct Software {
 // compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's FSDP
 // with its prefetch, a Triton or flash attention kernel).
 Software trident_software();
-// trident's software as built against LibTorch `major`: LibTorch 1.x has no fused attention
-// kernel, its attention is the math path.
-Software trident_software_on_libtorch(int major);
+// trident's software as built against LibTorch `version` ("2.11.0"): LibTorch 1.x has no fused
+// attention kernel, its attention is the math path; before 2.8 no multiply adds 16-bit products
+// into fp32, so gradient accumulation is not fused.
+Software trident_software_on_libtorch(const std::string& version);
 // The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
 // multiplies the linear layers in FP8 with current scaling, keeping the 8-bit copies of their
 // gathered inputs, whatever `software` says.

@@ -355,7 +355,9 @@ std::string throughput_warning(double measured, double estimated, const std::str
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
                                       const Software& given) {
-  const Software software = at_precision(given, config.precision);
+  Software software = at_precision(given, config.precision);
+  // model.fused_kernels=false turns trident's gradient-accumulation fusion off with its kernels.
+  if (!config.model.fused_kernels) software.fused_gradient_accumulation = false;
   const ModelConfig& m = config.model;
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   IterationTime out;
@@ -473,9 +475,15 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   for (int64_t stage : {int64_t(0), std::min<int64_t>(1, layout.pp_size - 1), layout.pp_size - 1}) {
     StageTime candidate{stage, stage_work(m, vocab, layout, d, config.precision, software, stage),
                         double(stage_layers(layout, m.num_layers, stage))};
-    // Each micro-batch's 16-bit weight gradients added into the fp32 buffer: read 2 and 4, write 4.
-    if (mixed(config.precision) && !software.fused_gradient_accumulation)
-      candidate.work.backward += memory_seconds(10 * stage_parameters(m, vocab, layout, stage), d);
+    // Each micro-batch's 16-bit weight gradients added into the fp32 buffer in a pass of their own
+    // (read 2 and 4, write 4): every parameter's, or with the fusion only the input embedding's
+    // (a lookup's gradient) and the experts' (trident's grouped multiply does not fuse it;
+    // Megatron's grouped linear can, so for it this is pessimistic); the norms' are too few.
+    if (mixed(config.precision)) {
+      const HeldParameters held = stage_held_parameters(m, vocab, layout, stage);
+      const double added = software.fused_gradient_accumulation ? held.embedding + held.experts : held.total();
+      candidate.work.backward += memory_seconds(10 * added, d);
+    }
     const double seconds = candidate.compute() + candidate.layers * (tp_exposed + cp_exposed + ep_layer);
     if (seconds > stage_mb) slowest = candidate, stage_mb = seconds;
   }

@@ -11,8 +11,6 @@
 
 namespace trident {
 
-int RunRecord::libtorch_major() const { return std::stoi(libtorch); }
-
 std::string run_record_path(const std::string& metrics_file) {
   return std::filesystem::path(metrics_file).replace_extension(".run.json").string();
 }

@@ -17,8 +17,6 @@ struct RunRecord {
   std::string trident;     // trident's version
   int64_t parameters = 0;  // the model's, as built
   std::string started;     // UTC, ISO 8601: when the run (or its last resumption) started
-
-  int libtorch_major() const;
 };
 
 // runs/x/metrics.jsonl -> runs/x/metrics.run.json

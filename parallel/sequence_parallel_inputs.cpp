@@ -38,6 +38,8 @@ struct MultipliesOfGatheredShard : public torch::autograd::Function<MultipliesOf
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list weights = ctx->get_saved_variables();
+    TRIDENT_CHECK(ctx->saved_data.count("shard"),
+                  "a sequence-parallel multiply's weights' gradients were asked for twice");
     const torch::Tensor shard = ctx->saved_data["shard"].toTensor();
     TRIDENT_CHECK(shard._version() == ctx->saved_data["version"].toInt(),
                   "a column-parallel layer's input was modified in place after its forward; with sequence "
@@ -47,11 +49,12 @@ struct MultipliesOfGatheredShard : public torch::autograd::Function<MultipliesOf
     const size_t n = weights.size();
     variable_list out(1 + (with_bias ? 2 : 1) * n + 1);  // the last for the group: none
     bool any_weight = false;
-    for (size_t i = 0; i < n; ++i) any_weight |= grads[i].defined() && ctx->needs_input_grad(1 + i);
+    for (size_t i = 0; i < n; ++i) any_weight |= ctx->needs_input_grad(1 + i);
     const torch::Tensor rows = any_weight ? gathered_rows(shard, tp) : torch::Tensor();
+    // The weights' gradients are the shard's last use (saved_data outlives backward otherwise).
+    if (any_weight) ctx->saved_data.erase("shard");
     torch::Tensor grad_rows;
-    for (size_t i = 0; i < n; ++i) {
-      if (!grads[i].defined()) continue;
+    for (size_t i = 0; i < n; ++i) {  // every gradient defined (materialised)
       const torch::Tensor g = grads[i].reshape({-1, weights[i].size(0)});
       if (ctx->needs_input_grad(0))
         grad_rows = grad_rows.defined() ? grad_rows.addmm_(g, weights[i]) : g.mm(weights[i]);

@@ -5,8 +5,10 @@
 #include <torch/torch.h>
 
 #include "model/gpt.h"
+#include "parallel/data_parallel.h"
 #include "parallel/split_backward.h"
 #include "parallel/tensor_parallel.h"
+#include "tests/helpers.h"
 #include "tests/multiprocess.h"
 
 using namespace trident;
@@ -73,6 +75,59 @@ TEST(TensorParallelLayers, ColumnParallelLinear) {
       expect_close(layer->bias.grad(), mine(b_ref.grad(), 0), "bias grad");
       expect_close(x_local.grad(), sequence_parallel ? mine(x_ref.grad(), 1) : x_ref.grad(), "input grad");
     }
+  }
+}
+
+// bf16 column-parallel layers under sequence parallelism (SwiGLU's gate and up on one shard) with
+// their weights' gradients accumulated in an fp32 buffer (gradient-accumulation fusion,
+// parallel/linear_multiply.h): the re-gathered rows' products land in the buffer, in fp32, and
+// never in .grad; over two micro-batches the buffer holds the fp64 reference's sum to fp32's
+// rounding, where bf16 gradients added one by one would be off by bf16's.
+TEST(TensorParallelLayers, SequenceParallelWeightGradientsGoIntoTheFp32Buffer) {
+  const auto bf16 = torch::kBFloat16;
+  auto w_gate = shared_random({kOut, kIn}, 11).to(bf16), w_up = shared_random({kOut, kIn}, 12).to(bf16);
+  std::vector<torch::Tensor> xs, gs;
+  for (uint64_t m = 0; m < 2; ++m) {
+    xs.push_back(shared_random({kBatch, kSeq, kIn}, 13 + m).to(bf16));
+    gs.push_back(shared_random({kBatch, kSeq, kOut}, 15 + m).to(bf16));
+  }
+  const TensorParallel tp{group(), true};
+  ColumnParallelLinear gate(kIn, kOut, tp, Init::normal, ColumnOutput::split, false),
+      up(kIn, kOut, tp, Init::normal, ColumnOutput::split, false);
+  gate->to(bf16);
+  up->to(bf16);
+  {
+    torch::NoGradGuard no_grad;
+    gate->weight.copy_(mine(w_gate, 0));
+    up->weight.copy_(mine(w_up, 0));
+  }
+  const std::vector<torch::Tensor> params = {gate->weight, up->weight};
+  int seen = 0;
+  for (const auto& w : params) w.register_hook([&](const torch::Tensor& g) { seen += g.defined(); });
+  trident::testing::FakeGroup one(0, 1);
+  GradBufferOptions options;
+  options.zero = ZeroSharding{0, 1};
+  DataParallelGrads grads(params, make_grad_buckets(params, 1 << 20, torch::kFloat, options.zero), one, options);
+  grads.zero();
+  for (size_t m = 0; m < 2; ++m) {
+    if (m == 1) grads.arm();
+    const auto outputs = column_parallel_sharing_input({gate.get(), up.get()}, mine(xs[m], 1));
+    (outputs[0].to(torch::kFloat) * mine(gs[m], 2).to(torch::kFloat) +
+     2 * outputs[1].to(torch::kFloat) * mine(gs[m], 2).to(torch::kFloat))
+        .sum()
+        .backward();
+  }
+  grads.finish();
+  EXPECT_EQ(seen, 0);
+  const FlatBuckets& flat = grads.flat();
+  for (size_t i = 0; i < 2; ++i) {
+    auto exact = torch::zeros({kOut, kIn}, torch::kDouble);
+    for (size_t m = 0; m < 2; ++m)
+      exact += (i == 0 ? 1.0 : 2.0) *
+               gs[m].to(torch::kDouble).reshape({-1, kOut}).t().mm(xs[m].to(torch::kDouble).reshape({-1, kIn}));
+    const auto got = grads.reduced(0).narrow(0, flat.offset[i], flat.numel[i]).view({kOut / n(), kIn});
+    const double error = (got.to(torch::kDouble) - mine(exact, 0)).abs().max().item<double>();
+    EXPECT_LT(error, 1e-5 * exact.abs().max().item<double>()) << (i == 0 ? "gate" : "up");
   }
 }
 

@@ -97,7 +97,9 @@ struct Software {
 Software trident_software();
 // trident's software as built against LibTorch `version` ("2.11.0"): LibTorch 1.x has no fused
 // attention kernel, its attention is the math path; before 2.8 no multiply adds 16-bit products
-// into fp32, so gradient accumulation is not fused.
+// into fp32, so gradient accumulation is not fused (from 2.8 it is planned fused; a LibTorch whose
+// multiply still cannot add into fp32 says so at run time, parallel/linear_multiply.h, and runs
+// slower than planned).
 Software trident_software_on_libtorch(const std::string& version);
 // The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
 // multiplies the linear layers in FP8 with current scaling, keeping the 8-bit copies of their

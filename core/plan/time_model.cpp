@@ -587,20 +587,23 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   };
   const double gpus = double(layout.world_size());
   out.explanation = {
-      line("compute", out.compute_s,
-           str("M = ", layout.micro_batches, " micro-batches x ", compute_mb * 1e3, " ms of forward ", work.forward * 1e3,
-               " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute), ") on stage ", slowest.stage,
-               " (", layers, " layers), the slowest, ", d.name, ": multiplies at ", d.matmul_tflops,
-               " TFLOP/s with tile and wave quantization, memory at ", d.memory_gbs * d.memory_efficiency,
-               " GB/s, attention ",
-               software.fused_attention()
-                   ? str(name(software.attention_kernel), " at ",
-                         fixed(attention_tflops(block_keys, head_dim, d, software.attention_kernel), 1),
-                         " TFLOP/s (", d.attention_tflops, " at long sequences)")
-                   : std::string("unfused"),
-               software.fp8 ? str(", linear multiplies in FP8 at ", d.fp8_matmul_tflops, " TFLOP/s") : "",
-               software.compile ? ", element-wise chains fused" : "",
-               software.fused_gradient_accumulation ? "" : ", 16-bit gradients added into fp32 (10 B per parameter)")),
+      line(
+          "compute", out.compute_s,
+          str("M = ", layout.micro_batches, " micro-batches x ", compute_mb * 1e3, " ms of forward ",
+              work.forward * 1e3, " + backward ", work.backward * 1e3, " (recompute ", name(layout.recompute),
+              ") on stage ", slowest.stage, " (", layers, " layers), the slowest, ", d.name, ": multiplies at ",
+              d.matmul_tflops, " TFLOP/s with tile and wave quantization, memory at ",
+              d.memory_gbs * d.memory_efficiency, " GB/s, attention ",
+              software.fused_attention()
+                  ? str(name(software.attention_kernel), " at ",
+                        fixed(attention_tflops(block_keys, head_dim, d, software.attention_kernel), 1), " TFLOP/s (",
+                        d.attention_tflops, " at long sequences)")
+                  : std::string("unfused"),
+              software.fp8 ? str(", linear multiplies in FP8 at ", d.fp8_matmul_tflops, " TFLOP/s") : "",
+              software.compile ? ", element-wise chains fused" : "",
+              !mixed(config.precision)               ? ""
+              : software.fused_gradient_accumulation ? ", the embedding's and experts' 16-bit gradients added into fp32"
+                                                     : ", 16-bit gradients added into fp32 (10 B per parameter)")),
       line("bubble", out.bubble_s,
            str(fixed(shape.bubble_stage_times, 2), " stage times of ", stage_mb * 1e3, " ms (", layout.schedule,
                " on paper: 1F1B's p - 1 = ", p - 1, ", interleaved's (p - 1) / v)")),
@@ -615,23 +618,29 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                          layout.ring_size() > 1 ? str(", within groups of ", layout.ulysses_size, "; ") : "")
                    : "",
                layout.ring_size() > 1
-                   ? str("ring attention's block transfers", layout.ulysses_size > 1 ? str(" across ", layout.ring_size(), " groups") : "",
+                   ? str("ring attention's block transfers",
+                         layout.ulysses_size > 1 ? str(" across ", layout.ring_size(), " groups") : "",
                          ", behind block attention where it is longer")
                    : "",
-               layout.cp_size == 1 ? "no context parallelism" : overlap_split(M * layers * cp_layer, out.context_comm_s))),
+               layout.cp_size == 1 ? "no context parallelism"
+                                   : overlap_split(M * layers * cp_layer, out.context_comm_s))),
       line("pp-comm", out.pipeline_comm_s,
            str("2 (M v + p - 1) transfers of ", binary_bytes(boundary_bytes), " between stages, ",
                pp_overlapped ? "asynchronous (the fill and drain wait)" : "waited for",
                overlap_split(pp_total, out.pipeline_comm_s))),
       line("dp-comm", out.data_comm_s,
            str("ZeRO-", layout.zero_stage, " over ", replicas, " replicas at ", dp_gbs, " GB/s: gradients ",
-               software.overlap_gradient_reduction ? "reduced behind the backward but the last bucket" : "reduced after the backward",
+               software.overlap_gradient_reduction ? "reduced behind the backward but the last bucket"
+                                                   : "reduced after the backward",
                zero.reduce_scatters() && !zero.shards_weights()
-                   ? (software.overlap_weight_gather ? ", weights gathered behind the next forward" : ", weights gathered after the step")
-                   : zero.shards_weights() ? ", weights gathered twice per micro-batch behind the compute" : "",
+                   ? (software.overlap_weight_gather ? ", weights gathered behind the next forward"
+                                                     : ", weights gathered after the step")
+               : zero.shards_weights() ? ", weights gathered twice per micro-batch behind the compute"
+                                       : "",
                overlap_split(dp_total, out.data_comm_s))),
       line("optimizer", out.optimizer_s,
-           layout.offload ? std::string("on the host (offload)") : str("42 bytes x ", si_units(shard), " parameters through memory")),
+           layout.offload ? std::string("on the host (offload)")
+                          : str("42 bytes x ", si_units(shard), " parameters through memory")),
       line("total", out.seconds(), str(si_units(gpus), " GPUs, software ", software.name)),
   };
   // A model with experts says what expert parallelism costs, after the context's line.

@@ -60,7 +60,7 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuck
   for (size_t i = 0; i < params_.size(); ++i) {
     TRIDENT_CHECK(params_[i].scalar_type() == params_.front().scalar_type(),
                   "data-parallel gradients need parameters of one dtype");
-    if (grads_are_views_) params_[i].mutable_grad() = storage_of(i).view_as(params_[i]);
+    if (grads_are_views_) params_[i].mutable_grad() = storage_of(i);
   }
   // One process without ZeRO and gradients accumulated in place: nothing to add or reduce.
   unreduced_ = !options_.zero.reduce_scatters() && grads_are_views_ && group_.size() == 1;
@@ -73,7 +73,7 @@ DataParallelGrads::DataParallelGrads(std::vector<torch::Tensor> params, FlatBuck
   if (options_.fuse_weight_grads && is_16bit_float(params_.front()) && options_.dtype == torch::kFloat)
     for (size_t i = 0; i < params_.size(); ++i)
       if (params_[i].dim() == 2) {
-        accumulate_grad_in(params_[i], [this, i] { return storage_of(i).view_as(params_[i]); });
+        accumulate_grad_in(params_[i], [this, i] { return storage_of(i); });
         fused_.push_back(params_[i]);
       }
 }
@@ -88,8 +88,8 @@ torch::Tensor DataParallelGrads::storage_of(size_t param) {
   if (!bucket.storage.defined())  // stage 2: allocated when the bucket's first gradient comes
     bucket.storage = torch::zeros({flat_.buckets[b].numel},
                                   params_[param].options().dtype(options_.dtype).requires_grad(false));
-  return bucket.storage.narrow(0, flat_.offset[param] - flat_.buckets[b].start,
-                               flat_.numel[param]);
+  return bucket.storage.narrow(0, flat_.offset[param] - flat_.buckets[b].start, flat_.numel[param])
+      .view_as(params_[param]);
 }
 
 void DataParallelGrads::zero() {
@@ -107,7 +107,7 @@ void DataParallelGrads::arm() {
 void DataParallelGrads::on_ready(size_t param) {
   torch::Tensor& grad = params_[param].mutable_grad();
   if (!grads_are_views_ && grad.defined()) {  // undefined: the multiplies added it all
-    storage_of(param).view_as(grad).add_(grad);
+    storage_of(param).add_(grad);
     grad.reset();
   }
   if (!armed_ && !options_.zero.shards_grads()) return;

@@ -89,6 +89,8 @@ class DataParallelGrads {
   };
   class ReadyHook;
   void on_ready(size_t param);
+  // A parameter's place in its bucket's storage, in the parameter's shape (at stage 2 the
+  // storage is made when its first gradient comes).
   torch::Tensor storage_of(size_t param);
   void start(size_t bucket);
   void complete_oldest();

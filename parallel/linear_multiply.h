@@ -7,9 +7,10 @@
 // gradient_accumulation_fusion does), the weight-gradient multiply adds its fp32 result into the
 // buffer as it writes it (cuBLAS, beta = 1, through LibTorch's addmm with an fp32 output where
 // the LibTorch has one that adds into fp32: asked once; otherwise the 16-bit product is added in
-// a pass of its own, with a warning) and the weight's .grad stays undefined. The sum is also closer to exact: no 16-bit
-// rounding of each micro-batch's gradient. The CPU does the same arithmetic in fp32 (16-bit products are exact in
-// fp32), so its tests see the fused path's numbers.
+// a pass of its own, with a warning) and the weight's .grad stays undefined. The sum is also
+// closer to exact: no 16-bit rounding of each micro-batch's gradient. The CPU does the same
+// arithmetic in fp32 (16-bit products are exact in fp32), so its tests see the fused path's
+// numbers.
 //
 // The buffer's owner registers each weight whose gradient goes there (accumulate_grad_in) for as
 // long as the buffer lives; a multiply of an unregistered weight is LibTorch's own.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -23,8 +25,9 @@ using namespace trident;
 namespace {
 
 const std::string kSource = TRIDENT_SOURCE_DIR;
+// trident's composite path (element-wise work eager, an fp32 cross-entropy) with `kernel`'s attention.
 Software with_attention(AttentionKernel kernel) {
-  Software s;
+  Software s = without_fused_kernels(trident_software());
   s.attention_kernel = kernel;
   return s;
 }
@@ -470,7 +473,7 @@ TEST(Plan, LargestModelPerStrategy) {
     SCOPED_TRACE(gpus);
     Hardware hw;
     hw.gpus = gpus;
-    hw.memory_gib = memory;
+    hw.device.memory_gib = memory;
     const auto rows = largest_models(base, hw);
     ASSERT_EQ(rows.size(), strategies().size());
     std::map<std::string, double> params;
@@ -550,9 +553,46 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   ASSERT_NE(calibration, std::string::npos) << text;
   ASSERT_NE(held, std::string::npos) << text;
   EXPECT_LT(calibration, held);
-  EXPECT_NE(text.find("  held out, torchtitan: 18 rows"), std::string::npos) << text;
-  EXPECT_NE(text.find("0 of 112 layouts that ran answered \"does not fit\""), std::string::npos) << text;
+  EXPECT_NE(text.find("  held out, torchtitan: 20 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("  held out, trident: 5 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("0 of 118 layouts that ran answered \"does not fit\""), std::string::npos) << text;
   std::printf("%s", text.c_str());
+}
+
+// trident's own H200 rows are scripts/gpu_report's two rows as the script runs them: each planned
+// from the config file with the script's settings (and the row's precision or composite path)
+// gives the row's estimate, so neither can change without the other.
+TEST(PublishedRuns, TridentsOwnRowsAreTheGpuReportsRows) {
+  const std::string script = read_text_file(kSource + "/scripts/gpu_report", "the GPU report script");
+  auto settings_of = [&](const std::string& row) {
+    std::smatch match;
+    const std::regex line("\\[" + std::regex_replace(row, std::regex("\\."), "\\.") +
+                          "\\]=\"--config (\\S+) ([^\"]*)\"");
+    EXPECT_TRUE(std::regex_search(script, match, line)) << row;
+    std::vector<std::string> overrides;
+    std::istringstream words(match[2].str());
+    for (std::string word; words >> word;) overrides.push_back(word);
+    return std::pair{kSource + "/" + match[1].str(), overrides};
+  };
+  int checked = 0;
+  for (const PublishedRun& run : published_runs()) {
+    if (run.stack != "trident") continue;
+    SCOPED_TRACE(run.id);
+    auto [file, overrides] = settings_of(run.id.rfind("1.7B", 0) == 0 ? "gpt1.7b" : "llama3-8b-6");
+    if (run.config.precision == Precision::fp8) overrides.push_back("precision=fp8");
+    if (!run.config.model.fused_kernels) overrides.push_back("model.fused_kernels=false");
+    const Config config = Config::load(file, overrides);
+    Hardware hw;
+    hw.gpus = run.gpus;
+    hw.device = run.device;
+    hw.software = run.software;
+    const PlanRow planned = evaluate_layout(config, resolve_layout(config, run.gpus), hw);
+    const PlanRow published = evaluate_layout(run.config, resolve_layout(run.config, run.gpus), hw);
+    EXPECT_DOUBLE_EQ(planned.seconds(), published.seconds());
+    EXPECT_DOUBLE_EQ(planned.memory.total(), published.memory.total());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
 }
 
 // A device profile names the machine around the GPU: H100s on NVLink 4 and 400 Gb/s NDR, A100s
@@ -760,6 +800,9 @@ TEST(DeviceProfile, FilesRoundTripAndErrorsNameTheField) {
             "device profile '" + path + "': 'link_efficiency' must be in (0, 1] (got 1.5)");
   EXPECT_EQ(known_profile("NVIDIA H100 80GB HBM3")->name, h100_profile().name);
   EXPECT_EQ(known_profile("NVIDIA A100-SXM4-80GB")->name, a100_profile().name);
+  EXPECT_EQ(known_profile("NVIDIA H200")->name, h200_profile().name);
+  EXPECT_EQ(known_profile("NVIDIA H100 PCIe"), nullptr);
+  EXPECT_EQ(known_profile("NVIDIA H200 NVL"), nullptr);
   EXPECT_EQ(known_profile("cpu"), nullptr);
 }
 
@@ -788,7 +831,7 @@ TEST(Software, SettingsAreCheckedByName) {
   EXPECT_NE(describe_software(fp8).find("selective recompute of every 3 layers"), std::string::npos);
   for (const char* stack : {"trident", "megatron-2021", "megatron-core", "llama3", "torchtitan", "llm-foundry"})
     EXPECT_NE(software_named(stack), nullptr) << stack;
-  EXPECT_TRUE(software_named("llm-foundry")->fused_cross_entropy);
+  EXPECT_EQ(software_named("llm-foundry")->cross_entropy, CrossEntropy::fused);
   EXPECT_EQ(software_named("torchtitan")->selective_recompute, SelectiveRecompute::op);
   auto refusal = [](const std::vector<std::string>& settings) {
     try {
@@ -803,6 +846,12 @@ TEST(Software, SettingsAreCheckedByName) {
   EXPECT_EQ(refusal({"fp8=maybe"}), "software.fp8: expected true or false, got 'maybe'");
   EXPECT_EQ(refusal({"attention_kernel=xformers"}),
             "software.attention_kernel: expected one of flash, flash1, memory_efficient, math, got 'xformers'");
+  EXPECT_EQ(refusal({"fused_cross_entropy=true"}).rfind(
+                "unknown software setting 'software.fused_cross_entropy' (did you mean 'software.cross_entropy'?", 0),
+            0u)
+      << refusal({"fused_cross_entropy=true"});
+  EXPECT_EQ(refusal({"cross_entropy=liger"}),
+            "software.cross_entropy: expected one of fp32, fused, fused_whole_vocabulary, got 'liger'");
   EXPECT_EQ(refusal({"recompute_layer_every=0"}), "software.recompute_layer_every: expected a positive integer, got '0'");
   EXPECT_EQ(refusal({"fp8"}), "'software.fp8': expected software.NAME=VALUE");
 }
@@ -852,8 +901,43 @@ TEST(TimeModel, Fp8AndCompileAreSettings) {
   EXPECT_GT(compute("llama3-8b.yaml", h100_profile(), {"fp8=true", "fp8_scaling=current"}),
             compute("llama3-8b.yaml", h100_profile(), {"fp8=true"}));
   EXPECT_GT(compute("llama3-8b.yaml", a100_profile(), {"fp8=true"}), compute("llama3-8b.yaml", a100_profile(), {}));
-  EXPECT_LT(compute("llama3-8b.yaml", h100_profile(), {"compile=true"}), bf16);
-  EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=true"}), compute("gpt1.7b.yaml", h100_profile(), {}));
+  EXPECT_GT(compute("llama3-8b.yaml", h100_profile(), {"compile=false"}), bf16);
+  EXPECT_DOUBLE_EQ(compute("gpt1.7b.yaml", h100_profile(), {"compile=false"}),
+                   compute("gpt1.7b.yaml", h100_profile(), {}));
+}
+
+// trident's preset is its CUDA build with its fused kernels; a config that turns them off
+// (model.fused_kernels=false) or runs in fp64 is planned as the composite path runs: element-wise
+// work eager and an fp32 cross-entropy, and without the kernels no gradient-accumulation fusion
+// either; in time and in memory.
+TEST(TimeModel, TridentsCompositePathIsPlannedAsItRuns) {
+  auto row = [](const std::vector<std::string>& overrides, const std::vector<std::string>& settings) {
+    std::vector<std::string> all = {"parallel.tensor=1", "parallel.pipeline=1"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const Config config = Config::load(kSource + "/configs/llama3-8b.yaml", all);
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = h100_profile();
+    hw.software = software_with("trident", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw);
+  };
+  const PlanRow fused = row({}, {}), composite = row({"model.fused_kernels=false"}, {});
+  const PlanRow settings = row({}, {"compile=false", "cross_entropy=fp32", "fused_gradient_accumulation=false"});
+  EXPECT_DOUBLE_EQ(composite.time.compute_s, settings.time.compute_s);
+  EXPECT_DOUBLE_EQ(composite.memory.total(), settings.memory.total());
+  EXPECT_GT(composite.time.compute_s, fused.time.compute_s);
+  EXPECT_GT(composite.memory.activations, fused.memory.activations);
+  EXPECT_EQ(describe_software(as_run(trident_software(),
+                                     Config::parse("", {"model.fused_kernels=false", "data.type=synthetic"}).model,
+                                     Precision::bf16)),
+            describe_software(software_with(
+                "trident", {"compile=false", "cross_entropy=fp32", "fused_gradient_accumulation=false"})));
+  // fp64 has no fused kernels; its gradients are not 16-bit, so there is nothing to fuse there.
+  EXPECT_EQ(describe_software(as_run(trident_software(), ModelConfig{}, Precision::fp64)),
+            describe_software(without_fused_kernels(trident_software())));
+  EXPECT_EQ(describe_software(
+                as_run(as_run(trident_software(), ModelConfig{}, Precision::fp8), ModelConfig{}, Precision::fp8)),
+            describe_software(as_run(trident_software(), ModelConfig{}, Precision::fp8)));
 }
 
 // A config at precision=fp8 is planned as trident runs it: FP8 multiplies with current scaling,
@@ -932,7 +1016,7 @@ TEST(Memory, RecomputePoliciesAndSoftwareKeepWhatTheySay) {
   EXPECT_DOUBLE_EQ(op, sbh * (4 + 2 + 1.5 + 7));
   EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"fp8=true"}), sbh * (2 + 1 + 14336.0 / 4096));
   EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"attention_keeps_groups=true"}), sbh * (4 - 1));
-  EXPECT_DOUBLE_EQ(none - kept(Recompute::none, {"compile=true"}), sbh * 2 * 14336.0 / 4096);
+  EXPECT_DOUBLE_EQ(kept(Recompute::none, {"compile=false"}) - none, sbh * 2 * 14336.0 / 4096);
   // With sequence parallelism over 4 ranks, the two linear layers' gathered inputs whole (4, or 2
   // in FP8, where a quarter is the split count) unless they are gathered again in backward.
   l.tp_size = 4;
@@ -945,10 +1029,21 @@ TEST(Memory, RecomputePoliciesAndSoftwareKeepWhatTheySay) {
   l.sequence_parallel = false;
   m.vocab_size = 4096;
   l.recompute = Recompute::none;
-  const MemoryEstimate plain = estimate_memory(m, 4096, l, Precision::bf16, trident_software());
-  const MemoryEstimate fused = estimate_memory(m, 4096, l, Precision::bf16, software_with("trident", {"fused_cross_entropy=true"}));
-  EXPECT_DOUBLE_EQ(plain.activations - fused.activations, 6.0 * 2048 * 4096);
-  EXPECT_GT(plain.transient, 0);
+  auto logits_kept = [&](const char* cross_entropy, int64_t tp) {
+    Layout split = l;
+    split.tp_size = tp;
+    const MemoryEstimate e = estimate_memory(m, 4096, split, Precision::bf16,
+                                             software_with("trident", {str("cross_entropy=", cross_entropy)}));
+    return std::pair{e.activations - double(m.num_layers) * layer_activation_bytes(m, split, trident_software()),
+                     e.transient};
+  };
+  EXPECT_DOUBLE_EQ(logits_kept("fp32", 1).first, 8.0 * 2048 * 4096);
+  EXPECT_DOUBLE_EQ(logits_kept("fused", 1).first, 2.0 * 2048 * 4096);
+  EXPECT_GT(logits_kept("fp32", 1).second, 0);
+  // trident's (the default): fused at TP 1, the vocabulary-parallel loss in fp32 where TP splits it.
+  EXPECT_EQ(logits_kept("fused_whole_vocabulary", 1), logits_kept("fused", 1));
+  EXPECT_EQ(logits_kept("fused_whole_vocabulary", 2), logits_kept("fp32", 2));
+  EXPECT_DOUBLE_EQ(logits_kept("fused", 2).first, 1.0 * 2048 * 4096);
   // Time: per op re-runs the element-wise work and half the multiplies, more than the attention core.
   const Config config = Config::load(kSource + "/configs/llama3-8b.yaml", {"parallel.tensor=1", "recompute=selective"});
   Hardware hw;
@@ -973,7 +1068,7 @@ TEST(Plan, NearTheEdgeIsReportedNotRefused) {
   const double estimate = evaluate_layout(config, resolve_layout(config, 8), hw).memory.total() / kGiB;
   for (const double memory : {estimate * 0.95, estimate * 1.05, estimate / 1.2}) {
     SCOPED_TRACE(memory);
-    hw.memory_gib = memory;
+    hw.device.memory_gib = memory;
     const PlanRow row = evaluate_layout(config, resolve_layout(config, 8), hw);
     const std::string explained = explain_layout(config, row.layout, hw);
     if (memory < estimate / 1.1) {

@@ -119,7 +119,7 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
   const std::pair<std::string, std::string> cases[] = {
       {"plan --size 1.7b --gpus abc", "error: --gpus: expected a positive integer, got 'abc' (see plan --help)"},
       {"plan --size 1.7b --gpus 0", "error: --gpus: expected a positive integer, got '0'"},
-      {"plan --size 1.7b --device v100", "error: --device: expected one of a100, h100, got 'v100'"},
+      {"plan --size 1.7b --device v100", "error: --device: expected one of a100, h100, h200, got 'v100'"},
       {"allreduce_bench --backend ucx", "error: --backend: expected one of auto, mpi, gloo, nccl, got 'ucx'"},
       {"allreduce_bench --device gpu", "error: --device: expected one of cpu, cuda, got 'gpu'"},
       {"plan --size 1.7b --profile " + (dir / "none.yaml").string(),

@@ -399,9 +399,8 @@ TEST(ZeroThree, GathersTwoBlocksAtATimeAndFreesThem) {
   trainer.step();
   EXPECT_EQ(sharded->gathered_bytes(), 0);
   EXPECT_EQ(held_by(*model), 0);
-  const MemoryEstimate estimate =
-      estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(), config.precision,
-                      build_software());
+  const MemoryEstimate estimate = estimate_memory(config.model, config.model.padded_vocab(), trainer.layout(),
+                                                  config.precision, build_software(torch::kCPU));
   EXPECT_EQ(double(trainer.optimizer().memory().gathered), estimate.gathered);
   EXPECT_EQ(double(trainer.optimizer().memory().weights), estimate.weights);
 

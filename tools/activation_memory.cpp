@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     world->all_reduce(measured, ReduceOp::max);
     loss.backward();  // the graph was whole: backward runs, its collectives matched on every rank
 
-    const MemoryEstimate estimate = estimate_memory(m, vocab, layout, config.precision, build_software());
+    const MemoryEstimate estimate = estimate_memory(m, vocab, layout, config.precision, build_software(torch::kCPU));
     if (launch.rank == 0)
       std::printf("| %s | %lld | %lld | %.1f | %.1f |\n", describe_axes(layout).c_str(), (long long)m.seq_length,
                   (long long)(m.seq_length / layout.cp_size), measured.item<double>() / (1 << 20),

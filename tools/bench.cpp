@@ -285,6 +285,7 @@ DeviceProfile measure_profile(const Options& o) {
   // (the 16-bit rate) on a device the planner does not know.
   p.fp8_matmul_tflops = known ? known->fp8_matmul_tflops * p.matmul_tflops / known->matmul_tflops : p.matmul_tflops;
   p.sms = multiprocessor_count(o.device);
+  p.memory_gib = device_memory_gib(o.device);
   if (!gpu) p.tile_m = p.tile_n = p.alignment = 1;  // no tensor-core tiles or waves on the CPU
   const double peak = known_peak_tflops(device_name(o.device), Precision::bf16);
   p.peak_tflops = peak > 0 ? peak : p.matmul_tflops;

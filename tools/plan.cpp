@@ -48,7 +48,7 @@ struct Options {
   std::string device = "a100", profile_path, software = "trident";
   // Overrides of the profile's links.
   std::optional<int64_t> gpus_per_node;
-  std::optional<double> intra_node_gbs, inter_node_gbs, host_link_gbs;
+  std::optional<double> memory_gib, intra_node_gbs, inter_node_gbs, host_link_gbs;
 };
 
 std::vector<std::string> row_names() {
@@ -68,10 +68,11 @@ CLI::App& describe(CLI::App& app, Options& o) {
   app.add_option("--gpus", o.gpus, "GPUs in the cluster")->check(checked(at_least(1)));
   app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the profile's)")
       ->check(checked(at_least(1)));
-  app.add_option("--memory-gib", o.hardware.memory_gib, "memory per GPU, GiB")
-      ->check(checked(positive_number()))->capture_default_str();
-  auto* device = app.add_option("--device", o.device, "built-in device profile: a100 or h100")
-                     ->check(checked(one_of({"a100", "h100"})))->capture_default_str();
+  app.add_option("--memory-gib", o.memory_gib, "memory per GPU, GiB (default: the profile's)")
+      ->check(checked(positive_number()));
+  auto* device = app.add_option("--device", o.device, "built-in device profile: a100, h100 or h200")
+                     ->check(checked(one_of({"a100", "h100", "h200"})))
+                     ->capture_default_str();
   app.add_option("--profile", o.profile_path, "device profile file (bench --profile writes one)")->excludes(device);
   app.add_option("--intra-node-gbs", o.intra_node_gbs, "link bandwidth per GPU within a node, GB/s (default: the profile's)")
       ->check(checked(positive_number()));
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
     Hardware& hardware = o.hardware;
     hardware.device = o.profile_path.empty() ? *known_profile(o.device) : load_device_profile(o.profile_path);
     DeviceProfile& device = hardware.device;
+    device.memory_gib = o.memory_gib.value_or(device.memory_gib);
     device.gpus_per_node = o.gpus_per_node.value_or(device.gpus_per_node);
     device.intra_node_gbs = o.intra_node_gbs.value_or(device.intra_node_gbs);
     device.inter_node_gbs = o.inter_node_gbs.value_or(device.inter_node_gbs);

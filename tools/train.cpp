@@ -48,7 +48,7 @@ void print_dry_run(const trident::Config& config, const trident::LaunchInfo& lau
       iteration_flops(config.model, vocab, config.batch.global_batch_size, config.recompute);
   Hardware hardware;  // an A100 80 GB cluster, 8 per node (plan --profile for another device)
   hardware.gpus = launch.world_size;
-  hardware.software = build_software();
+  hardware.software = build_software(torch::kCUDA);  // as this build runs on a GPU
   std::printf("layout: world %lld = %s, %lld micro-batches\n"
               "parameters: %s%s (vocabulary padded to %lld)\n"
               "FLOPs per iteration: %s (model), %s (hardware), %s (6PD)\n",

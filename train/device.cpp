@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
+#include <unistd.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/utils.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "model/fused_kernels.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/fp8_multiply.h"
 
@@ -92,7 +94,10 @@ std::string keep_freed_host_memory() {
   return "";
 }
 
-Software build_software() { return trident_software_on_libtorch(TORCH_VERSION); }
+Software build_software(const torch::Device& device) {
+  const Software software = trident_software_on_libtorch(TORCH_VERSION);
+  return device.is_cuda() && fused::built() ? software : without_fused_kernels(software);
+}
 
 BuildInfo build_info() {
   BuildInfo info;
@@ -125,6 +130,15 @@ int64_t multiprocessor_count(const torch::Device& device) {
   (void)device;
 #endif
   return 1;
+}
+
+double device_memory_gib(const torch::Device& device) {
+#ifdef TRIDENT_TORCH_CUDA
+  if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index())->totalGlobalMem) / double(1 << 30);
+#else
+  (void)device;
+#endif
+  return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)) / double(1 << 30);
 }
 
 void check_precision_runs_on(Precision precision, const torch::Device& device) {

@@ -22,9 +22,11 @@ torch::Device training_device(TrainDevice device, int64_t local_rank);
 std::string device_name(const torch::Device& device);
 // Waits for all the work queued on a GPU (nothing to wait for on the CPU).
 void synchronize(const torch::Device& device);
-// trident's software as this build runs it, for the time model: LibTorch 2.x computes attention
-// in a fused kernel (SDPA), 1.x as matmuls with the softmax through memory.
-Software build_software();
+// trident's software as this build runs it on `device`, for the time and memory models: LibTorch
+// 2.x computes attention in a fused kernel (SDPA), 1.x as matmuls with the softmax through
+// memory; the fused element-wise kernels and loss (model/fused_kernels.h) run on CUDA in a build
+// that has them, the composite path elsewhere.
+Software build_software(const torch::Device& device);
 // What this build of trident is and was compiled with (`train --version`; the CUDA variant's test
 // checks that none of its CUDA code silently dropped out): LibTorch's version and CUDA ("" for
 // a CPU LibTorch), whether trident's code for LibTorch's CUDA API (streams, events, the caching
@@ -39,6 +41,8 @@ BuildInfo build_info();
 std::string describe(const BuildInfo& info);
 // Streaming multiprocessors of a GPU (1 on the CPU, which has no waves to quantize).
 int64_t multiprocessor_count(const torch::Device& device);
+// The device's memory in GiB: a GPU's, or the host's physical memory for the CPU.
+double device_memory_gib(const torch::Device& device);
 // train.threads: the CPU threads of LibTorch's intra-op pool and of its BLAS's, set together so
 // that two pools never compete for the cores: OpenBLAS's OpenMP build and MKL share LibTorch's
 // pool (both get `threads`); a pthreads OpenBLAS gets them and LibTorch one (its multiplies are

@@ -67,7 +67,7 @@ void RunLog::start(const std::string& backend, const torch::Device& device, int6
 
 void RunLog::memory(const StateMemory& held, const torch::Device& device) const {
   const MemoryEstimate estimate =
-      estimate_memory(config_.model, vocab_, layout_, config_.precision, build_software());
+      estimate_memory(config_.model, vocab_, layout_, config_.precision, build_software(device));
   const auto mib = binary_bytes;
   std::string activations = str("not measured on ", device.str());
   if (const auto stats = allocator_stats(device)) {

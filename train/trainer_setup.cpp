@@ -82,7 +82,7 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
   if (const DeviceProfile* profile = known_profile(device_name(device_))) {
     Hardware hardware;
     hardware.device = *profile;
-    hardware.software = build_software();
+    hardware.software = build_software(device_);
     hardware.gpus = layout_.world_size();
     log_->expect_throughput(evaluate_layout(config_, layout_, hardware).tflops_per_gpu, profile->name);
   }

@@ -37,6 +37,7 @@ Field field(const char* name, T DeviceProfile::*member, Range range = Range::pos
 const std::vector<Field>& fields() {
   static const std::vector<Field> all = {
       field("name", &DeviceProfile::name, Range::any),
+      field("memory_gib", &DeviceProfile::memory_gib),
       field("peak_tflops", &DeviceProfile::peak_tflops),
       field("matmul_tflops", &DeviceProfile::matmul_tflops),
       field("memory_gbs", &DeviceProfile::memory_gbs),
@@ -81,6 +82,7 @@ DeviceProfile h100_profile() {
 DeviceProfile h100_hbm2e_profile() {
   DeviceProfile p = h100_profile();
   p.name = "H100 96GB HBM2e 500 W";
+  p.memory_gib = 95;
   p.memory_gbs = 2400;
   // The power limit lowers the clock: every tensor-core rate by the same share, set from
   // torchtitan's 8B FSDP 8 compile run.
@@ -91,14 +93,22 @@ DeviceProfile h100_hbm2e_profile() {
   return p;
 }
 
+DeviceProfile h200_profile() {
+  DeviceProfile p = h100_profile();
+  p.name = "H200 141GB SXM";
+  p.memory_gib = 140;
+  p.memory_gbs = 4800;
+  return p;
+}
+
 const DeviceProfile* known_profile(const std::string& device_name) {
-  static const DeviceProfile a100 = a100_profile(), h100 = h100_profile();
+  static const DeviceProfile a100 = a100_profile(), h100 = h100_profile(), h200 = h200_profile();
   auto has = [&](const char* part) {
     std::string lower = device_name;
     for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
     return lower.find(part) != std::string::npos;
   };
-  if (has("h100") && !has("pcie")) return &h100;
+  if (has("h100") || has("h200")) return has("pcie") || has("nvl") ? nullptr : has("h100") ? &h100 : &h200;
   if (has("a100")) return &a100;
   return nullptr;
 }

@@ -14,9 +14,9 @@
 // device has no FP8). Communication overlapped with computation takes SMs and memory bandwidth
 // from it: the computation beside it slows by `overlap_contention` of the overlapped time. A
 // collective between nodes waits `collective_step_us` at each step of its ring.
-// The profile also names the machine the device sits in: GPUs per node, the link between them
-// inside a node, each GPU's share of the network between nodes and its link to host memory,
-// all as specified, of which collectives reach `link_efficiency`.
+// The profile also holds the device's memory, and names the machine the device sits in: GPUs per node, the link between
+// them inside a node, each GPU's share of the network between nodes and its link to host memory, all as specified, of
+// which collectives reach `link_efficiency`.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@ namespace trident {
 
 struct DeviceProfile {
   std::string name = "A100 80GB SXM";
+  double memory_gib = 80;          // memory per GPU
   double peak_tflops = 312;        // dense 16-bit tensor-core peak (for MFU)
   double matmul_tflops = 230;      // achieved by a large 16-bit multiply
   double memory_gbs = 2039;        // specified memory bandwidth
@@ -70,7 +71,14 @@ DeviceProfile h100_profile();
 // from torchtitan's Llama 3 8B FSDP 8 compile run (docs/planning.md). Not picked by a device
 // name: the published runs (core/plan/published_runs.h) name it.
 DeviceProfile h100_hbm2e_profile();
-// The built-in profile for a device name (as CUDA reports it, or "a100" / "h100"), or none.
+// H200 SXM: the H100 SXM's tensor cores at the same clock (989 TFLOP/s, 132 SMs), so the
+// H100's rates and constants, with the H200's own memory: 141 GB of HBM3e (140 GiB, as CUDA
+// reports it) at 4.8 TB/s specified; NVLink 4, one 400 Gb/s port per GPU and PCIe 5.0 as
+// the H100's. Nothing in it is set from an H200 run: trident's own runs on one H200 and
+// torchtitan's on 32 and 64 are held out against it (docs/planning.md).
+DeviceProfile h200_profile();
+// The built-in profile for a device name (as CUDA reports it, or "a100" / "h100" / "h200"), or
+// none (an H100 or H200 on PCIe or NVL runs at other clocks).
 const DeviceProfile* known_profile(const std::string& device_name);
 
 // A profile file: YAML with the fields above by name (every field required: `bench --profile`

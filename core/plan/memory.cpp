@@ -167,7 +167,7 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const Software& given, const std::string& optimizer) {
-  const Software software = at_precision(given, precision);
+  const Software software = as_run(given, model, precision);
   // ZeRO shards over every rank that holds a copy of the weights: data x context parallel, and
   // for the experts their expert-data-parallel copies.
   const ZeroSharding zero = layout.zero();
@@ -208,12 +208,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout, software) * double(most_layers) * in_flight;
-  const double logits = (software.fused_cross_entropy ? 2 : 8.0) * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) *
-                        double(vocab) / t;
+  const double logits = (software.fuses_cross_entropy(layout.tp_size) ? 2 : 8.0) *
+                        double(model.seq_length / layout.cp_size) * double(layout.micro_batch) * double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;
   Layout stored_whole = layout;
   stored_whole.recompute = Recompute::none;
-  const double logits_gradient = layout.pp_size == 1 && !software.fused_cross_entropy ? logits / 2 : 0;  // fp32 already
+  const double logits_gradient =
+      layout.pp_size == 1 && !software.fuses_cross_entropy(layout.tp_size) ? logits / 2 : 0;  // fp32 already
   out.transient = std::max(width * layer_activation_bytes(model, stored_whole, software), logits_gradient);
 
   const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations + out.transient;

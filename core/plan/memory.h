@@ -87,8 +87,8 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // stage's embeddings and final LayerNorm for the whole iteration and two blocks at a time (the
 // one computing and the next, prefetched: parallel/sharded_parameters.h). With offload the
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not
-// on the device. `optimizer` is adamw | adam8bit | sgd; `software` as `precision` uses it
-// (at_precision).
+// on the device. `optimizer` is adamw | adam8bit | sgd; `software` as a run of `model` at
+// `precision` uses it (as_run: FP8, model.fused_kernels).
 MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const Layout& layout,
                                Precision precision, const Software& software, const std::string& optimizer = "adamw");
 

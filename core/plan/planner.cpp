@@ -43,7 +43,7 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   PlanRow row;
   row.layout = layout;
   row.memory = estimate_memory(m, vocab, layout, config.precision, hw.software);
-  const double memory = hw.memory_gib * kGiB, estimate = row.memory.total();
+  const double memory = hw.device.memory_gib * kGiB, estimate = row.memory.total();
   row.fits = estimate <= memory;
   row.near_edge = std::abs(estimate / memory - 1) <= kMemoryMargin;
   row.time = estimate_iteration_time(config, layout, hw.device, hw.software);
@@ -92,7 +92,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
             [](const PlanRow& a, const PlanRow& b) { return a.seconds() < b.seconds(); });
 
   // The rule of thumb, for the config's own micro-batch size and recompute.
-  const double memory = hw.memory_gib * kGiB;
+  const double memory = hw.device.memory_gib * kGiB;
   const double states = plan.parameters * 18;
   const int64_t micro = config.batch.micro_batch_size;
   auto& why = plan.reasoning;
@@ -105,11 +105,11 @@ Plan make_plan(const Config& config, const Hardware& hw) {
     return true;
   };
   if (states < 0.75 * memory) {
-    why.push_back(str("parameters x 18 B = ", si_units(states), "B < 75% of ", hw.memory_gib,
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B < 75% of ", hw.device.memory_gib,
                       " GiB: no model parallelism, data parallelism over all ", hw.gpus, " GPUs"));
     if (!take(1, 1, 1)) why.push_back("but TP 1 x PP 1 does not divide the batch or fit; searching");
   } else {
-    why.push_back(str("parameters x 18 B = ", si_units(states), "B >= 75% of ", hw.memory_gib,
+    why.push_back(str("parameters x 18 B = ", si_units(states), "B >= 75% of ", hw.device.memory_gib,
                       " GiB: model parallelism needed"));
   }
   if (!plan.recommended) {
@@ -129,8 +129,8 @@ Plan make_plan(const Config& config, const Hardware& hw) {
                           " and PP ", pp, ", the smallest pipeline depth that fits"));
   }
   if (!plan.recommended) {
-    why.push_back(str("no layout with micro-batch ", micro, " and recompute=", config.recompute,
-                      " fits in ", hw.memory_gib, " GiB on ", hw.gpus, " GPUs"));
+    why.push_back(str("no layout with micro-batch ", micro, " and recompute=", config.recompute, " fits in ",
+                      hw.device.memory_gib, " GiB on ", hw.gpus, " GPUs"));
   } else {
     const Layout& l = plan.recommended->layout;
     why.push_back("recommended: " + describe(l));
@@ -207,10 +207,10 @@ std::string compare_with_row(const Plan& plan, const ScalingRow& row, const Conf
 
 std::string describe_hardware(const Hardware& hw) {
   const DeviceProfile& d = hw.device;
-  return str(hw.gpus, " x ", d.name, " (", hw.memory_gib, " GiB, ", d.peak_tflops, " TFLOP/s peak, multiplies at ",
-             d.matmul_tflops, "), ", d.gpus_per_node, " per node, links ", d.intra_node_gbs, " GB/s within a node, ",
-             d.inter_node_gbs, " between nodes per GPU, ", d.host_link_gbs, " to the host; software ",
-             describe_software(hw.software));
+  return str(hw.gpus, " x ", d.name, " (", hw.device.memory_gib, " GiB, ", d.peak_tflops,
+             " TFLOP/s peak, multiplies at ", d.matmul_tflops, "), ", d.gpus_per_node, " per node, links ",
+             d.intra_node_gbs, " GB/s within a node, ", d.inter_node_gbs, " between nodes per GPU, ", d.host_link_gbs,
+             " to the host; software ", describe_software(hw.software));
 }
 
 std::string plan_table(const Plan& plan, size_t max_rows) {
@@ -282,10 +282,12 @@ std::string explain_layout(const Config& config, const Layout& layout, const Har
     std::snprintf(line, sizeof line, "%-11s %10s\n", what, binary_bytes(bytes).c_str());
     out += line;
   }
-  out += str("# ", row.near_edge ? str("near the edge (the estimate within ", int(100 * kMemoryMargin),
-                                      "% of the memory: it may fit or not)")
-                                  : row.fits ? "fits" : "does not fit",
-             " in ", hw.memory_gib, " GiB\n");
+  out += str("# ",
+             row.near_edge ? str("near the edge (the estimate within ", int(100 * kMemoryMargin),
+                                 "% of the memory: it may fit or not)")
+             : row.fits    ? "fits"
+                           : "does not fit",
+             " in ", hw.device.memory_gib, " GiB\n");
   for (const auto& warning : efficiency_warnings(config, layout, hw.device)) out += "# warning: " + warning + "\n";
   return out;
 }

@@ -19,8 +19,7 @@ constexpr double kGiB = double(1 << 30);
 
 struct Hardware {
   int64_t gpus = 8;
-  double memory_gib = 80;  // per GPU
-  // What each GPU achieves and the links around it (core/plan/device_profile.h).
+  // What each GPU holds and achieves, and the links around it (core/plan/device_profile.h).
   DeviceProfile device = a100_profile();
   Software software = trident_software();  // core/plan/time_model.h
   double host_adam_params_per_s = 1e9;  // AdamW on the CPU for one GPU's shard (stated, not measured)

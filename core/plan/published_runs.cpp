@@ -56,15 +56,14 @@ Overrides layout(int64_t tp, int64_t cp, int64_t pp, int64_t zero, int64_t micro
   return out;
 }
 
-PublishedRun run(std::string stack, std::string id, std::string source, DeviceProfile device, double memory_gib,
-                 int64_t gpus, const Overrides& config, Software software, double tokens_per_s_per_gpu,
-                 double peak_memory_gib = 0, std::string calibrates = "") {
+PublishedRun run(std::string stack, std::string id, std::string source, DeviceProfile device, int64_t gpus,
+                 const Overrides& config, Software software, double tokens_per_s_per_gpu, double peak_memory_gib = 0,
+                 std::string calibrates = "") {
   PublishedRun r;
   r.stack = std::move(stack);
   r.id = std::move(id);
   r.source = std::move(source);
   r.device = std::move(device);
-  r.memory_gib = memory_gib;
   r.gpus = gpus;
   r.config = Config::parse("", config);
   r.software = std::move(software);
@@ -81,38 +80,78 @@ void torchtitan_runs(std::vector<PublishedRun>& out) {
   const char* b = "pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md";
   const DeviceProfile h100 = h100_hbm2e_profile();
   auto titan = [](Overrides settings) { return software_with("torchtitan", settings); };
+  // From 2025 torchtitan compiles the loss with the model (torchtitan/components/loss.py): the
+  // upcast to fp32 and the cross-entropy in one kernel, the 16-bit logits kept.
+  auto titan_2025 = [](Overrides settings) {
+    return software_with("torchtitan", joined(settings, {"cross_entropy=fused"}));
+  };
   const Overrides compiled = {"compile=true"}, fp8 = {"compile=true", "fp8=true"};
   const Overrides async = {"compile=true", "overlap_tensor_comm=true"}, async_fp8 = {"compile=true", "fp8=true", "overlap_tensor_comm=true"};
   // Table 1: 8B on 8 GPUs, FSDP, local batch 2, selective (per-op) recompute.
   const Overrides fsdp8 = joined(llama3_8b(8192), layout(1, 1, 1, 3, 2, 16, "selective"));
-  out.push_back(run("torchtitan", "8B FSDP 8", a, h100, 95, 8, fsdp8, titan({}), 5762, 82.4));
-  out.push_back(run("torchtitan", "8B FSDP 8 compile", a, h100, 95, 8, fsdp8, titan(compiled), 6667, 77.0, "the H100 HBM2e clock share"));
-  out.push_back(run("torchtitan", "8B FSDP 8 compile fp8", a, h100, 95, 8, fsdp8, titan(fp8), 8532, 76.8));
+  out.push_back(run("torchtitan", "8B FSDP 8", a, h100, 8, fsdp8, titan({}), 5762, 82.4));
+  out.push_back(run("torchtitan", "8B FSDP 8 compile", a, h100, 8, fsdp8, titan(compiled), 6667, 77.0,
+                    "the H100 HBM2e clock share"));
+  out.push_back(run("torchtitan", "8B FSDP 8 compile fp8", a, h100, 8, fsdp8, titan(fp8), 8532, 76.8));
   // Table 2: 8B on 8 GPUs, FSDP x CP, local batch 1, full recompute, compile and Float8.
   for (const auto& [cp, seq, tps, memory] : std::vector<std::tuple<int64_t, int64_t, double, double>>{
            {1, 32768, 3890.0, 83.9}, {2, 65536, 2540.0, 84.2}, {4, 131072, 1071.0, 84.0}, {8, 262144, 548.0, 84.5}})
-    out.push_back(run("torchtitan", str("8B FSDP ", 8 / cp, " x CP ", cp, " seq ", seq), a, h100, 95, 8,
+    out.push_back(run("torchtitan", str("8B FSDP ", 8 / cp, " x CP ", cp, " seq ", seq), a, h100, 8,
                       joined(llama3_8b(seq), layout(1, cp, 1, 3, 1, 8 / cp, "full")), titan(fp8), tps, memory));
   // Table 3: 8B on 128 GPUs, FSDP, local batch 2.
   const Overrides fsdp128 = joined(llama3_8b(8192), layout(1, 1, 1, 3, 2, 256, "selective"));
-  out.push_back(run("torchtitan", "8B FSDP 128", a, h100, 95, 128, fsdp128, titan({}), 5605, 67.0));
-  out.push_back(run("torchtitan", "8B FSDP 128 compile", a, h100, 95, 128, fsdp128, titan(compiled), 6514, 62.0));
-  out.push_back(run("torchtitan", "8B FSDP 128 compile fp8", a, h100, 95, 128, fsdp128, titan(fp8), 8380, 61.8));
+  out.push_back(run("torchtitan", "8B FSDP 128", a, h100, 128, fsdp128, titan({}), 5605, 67.0));
+  out.push_back(run("torchtitan", "8B FSDP 128 compile", a, h100, 128, fsdp128, titan(compiled), 6514, 62.0));
+  out.push_back(run("torchtitan", "8B FSDP 128 compile fp8", a, h100, 128, fsdp128, titan(fp8), 8380, 61.8));
   // Table 4 and B: 70B on 256 GPUs, FSDP 32 x TP 8, local batch 16, full recompute.
   const Overrides tp70 = joined(llama3_70b(8192), layout(8, 1, 1, 3, 16, 512, "full"));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8", a, h100, 95, 256, tp70, titan(fp8), 829, 71.9));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8 async TP", a, h100, 95, 256, tp70, titan(async_fp8), 876, 67.6));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 (2025)", b, h100, 95, 256, tp70, titan(compiled), 597.3));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 async TP (2025)", b, h100, 95, 256, tp70, titan(async), 652.4, 0,
+  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8", a, h100, 256, tp70, titan(fp8), 829, 71.9));
+  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8 async TP", a, h100, 256, tp70, titan(async_fp8), 876, 67.6));
+  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 (2025)", b, h100, 256, tp70, titan_2025(compiled), 597.3));
+  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 async TP (2025)", b, h100, 256, tp70, titan_2025(async), 652.4, 0,
                     "H100 overlap_contention (async TP's gain over the row above)"));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8 (2025)", b, h100, 95, 256, tp70, titan(fp8), 809.8));
-  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8 async TP (2025)", b, h100, 95, 256, tp70, titan(async_fp8), 942.4));
+  out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8 (2025)", b, h100, 256, tp70, titan_2025(fp8), 809.8));
+  out.push_back(
+      run("torchtitan", "70B FSDP 32 x TP 8 fp8 async TP (2025)", b, h100, 256, tp70, titan_2025(async_fp8), 942.4));
   // B: 8B on 64 GPUs, FSDP 8 x TP 8, local batch 12, per-op recompute.
   const Overrides tp8 = joined(llama3_8b(8192), layout(8, 1, 1, 3, 12, 96, "selective"));
-  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 (2025)", b, h100, 95, 64, tp8, titan(compiled), 4378));
-  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 async TP (2025)", b, h100, 95, 64, tp8, titan(async), 4809.4));
-  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 fp8 (2025)", b, h100, 95, 64, tp8, titan(fp8), 5078.1));
-  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 fp8 async TP (2025)", b, h100, 95, 64, tp8, titan(async_fp8), 5570.1));
+  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 (2025)", b, h100, 64, tp8, titan_2025(compiled), 4378));
+  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 async TP (2025)", b, h100, 64, tp8, titan_2025(async), 4809.4));
+  out.push_back(run("torchtitan", "8B FSDP 8 x TP 8 fp8 (2025)", b, h100, 64, tp8, titan_2025(fp8), 5078.1));
+  out.push_back(
+      run("torchtitan", "8B FSDP 8 x TP 8 fp8 async TP (2025)", b, h100, 64, tp8, titan_2025(async_fp8), 5570.1));
+  // C: Trainy's 8B runs on H200s (June 2025): FSDP over 32 and 64 GPUs, local batch 2, the
+  // default per-op recompute, compile and Float8 (its weights gathered in FP8: counted 16-bit).
+  const char* c = "pytorch/torchtitan benchmarks/llama3_8b_h200_2025-06_torchtitan.md";
+  for (const auto& [gpus, tps, memory] :
+       std::vector<std::tuple<int64_t, double, double>>{{32, 10938.0, 47.96}, {64, 10753.0, 46.97}})
+    out.push_back(run("torchtitan", str("8B FSDP ", gpus, " compile fp8 on H200 (2025)"), c, h200_profile(), gpus,
+                      joined(llama3_8b(8192), layout(1, 1, 1, 3, 2, 2 * gpus, "selective")), titan_2025(fp8), tps,
+                      memory));
+}
+
+// ---- trident's own runs on one H200 (docs/gpu.md), scripts/gpu_report's two rows: configs/gpt1.7b.yaml
+// (dropout 0.1) at micro-batch 8, global 32, and configs/llama3-8b.yaml cut to 6 layers at
+// micro-batch 1, global 8, both without recomputation; trident's tokens/s the mean of
+// iterations 2-3, its memory the allocator's allocated peak. Before gradient-accumulation
+// fusion (2026-11-29), so without it. ----
+void trident_runs(std::vector<PublishedRun>& out) {
+  const char* source = "docs/gpu.md (trident)";
+  const DeviceProfile h200 = h200_profile();
+  const Software before_fusion = software_with("trident", {"fused_gradient_accumulation=false"});
+  const Overrides gpt = {"model.num_layers=24",         "model.hidden_size=2304", "model.num_attention_heads=24",
+                         "model.seq_length=2048",       "model.vocab_size=51200", "model.hidden_dropout=0.1",
+                         "model.attention_dropout=0.1", "precision=bf16",         "data.type=synthetic"};
+  const Overrides gpt_row = joined(gpt, layout(1, 1, 1, 0, 8, 32, "none"));
+  const Overrides llama_row = joined(joined(llama3_8b(8192), {"model.num_layers=6"}), layout(1, 1, 1, 0, 1, 8, "none"));
+  out.push_back(
+      run("trident", "1.7B fused kernels (2026-11-27)", source, h200, 1, gpt_row, before_fusion, 44500, 59.8));
+  out.push_back(run("trident", "Llama 3 8B x 6 fused kernels (2026-11-27)", source, h200, 1, llama_row, before_fusion,
+                    44700, 51.0));
+  out.push_back(run("trident", "Llama 3 8B x 6 fp8 (2026-11-27)", source, h200, 1, joined(llama_row, {"precision=fp8"}),
+                    before_fusion, 51400, 50.0));
+  out.push_back(run("trident", "Llama 3 8B x 6 composite (2026-11-26)", source, h200, 1,
+                    joined(llama_row, {"model.fused_kernels=false"}), before_fusion, 38500, 59.8));
 }
 
 // ---- Megatron-Core in NVIDIA's stacks, FP8 on H100 80GB SXM (DGX H100): NeMo's performance
@@ -127,40 +166,43 @@ void megatron_runs(std::vector<PublishedRun>& out) {
   auto core = [](Overrides settings) { return software_with("megatron-core", joined({"fp8=true"}, settings)); };
   // Megatron-Bridge's recipes fuse the loss into Transformer Engine's cross-entropy; from 25.11
   // its FP8 is current scaling (25.09's does not say).
-  const Overrides bridge_loss = {"fused_cross_entropy=true"};
-  const Overrides current = {"fused_cross_entropy=true", "fp8_scaling=current"};
+  const Overrides bridge_loss = {"cross_entropy=fused"};
+  const Overrides current = {"cross_entropy=fused", "fp8_scaling=current"};
   const Overrides no_tp_overlap = {"overlap_tensor_comm=false"};
   const Overrides as_layers = {"parallel.embedding_and_loss_as_layers=true"};
-  out.push_back(run("megatron-core", "N11 Llama 3 8B CP 2", nemo, h100, 80, 8,
-                    joined(llama3_8b(8192), layout(1, 2, 1, 1, 1, 128, "none")), core({}), 12273, 0, "H100 fp8_matmul_tflops"));
-  out.push_back(run("megatron-core", "N12 Llama 3 70B TP 4 CP 2 PP 4 VP 5", nemo, h100, 80, 64,
+  out.push_back(run("megatron-core", "N11 Llama 3 8B CP 2", nemo, h100, 8,
+                    joined(llama3_8b(8192), layout(1, 2, 1, 1, 1, 128, "none")), core({}), 12273, 0,
+                    "H100 fp8_matmul_tflops"));
+  out.push_back(run("megatron-core", "N12 Llama 3 70B TP 4 CP 2 PP 4 VP 5", nemo, h100, 64,
                     joined(llama3_70b(8192), layout(4, 2, 4, 1, 1, 128, "none", 5)), core({}), 1524));
-  out.push_back(run("megatron-core", "B01 Llama 3 8B FSDP 8 (25.09)", bridge, h100, 80, 8,
+  out.push_back(run("megatron-core", "B01 Llama 3 8B FSDP 8 (25.09)", bridge, h100, 8,
                     joined(llama3_8b(8192), layout(1, 1, 1, 3, 1, 128, "none")),
-                    core(joined(bridge_loss, {"fused_gradient_accumulation=false", "registered_buffers=true"})), 14079));
+                    core(joined(bridge_loss, {"fused_gradient_accumulation=false", "registered_buffers=true"})),
+                    14079));
   for (const auto& [id, global, tps] : std::vector<std::tuple<const char*, int64_t, double>>{
            {"B05 Llama 3 70B TP 4 PP 8 VP 5 (25.11)", 128, 1602.0}, {"B10 Llama 3 70B TP 4 PP 8 VP 5 (26.04)", 256, 1633.0}})
-    out.push_back(run("megatron-core", id, bridge, h100, 80, 64, joined(llama3_70b(8192), layout(4, 1, 8, 1, 1, global, "none", 5)),
-                      core(current), tps));
+    out.push_back(run("megatron-core", id, bridge, h100, 64,
+                      joined(llama3_70b(8192), layout(4, 1, 8, 1, 1, global, "none", 5)), core(current), tps));
   for (const auto& [id, global, tps] : std::vector<std::tuple<const char*, int64_t, double>>{
            {"B06 Llama 3.1 405B TP 8 CP 2 PP 8 VP 8 (25.11)", 512, 292.0},
            {"B13 Llama 3.1 405B TP 8 CP 2 PP 8 VP 8 (26.06)", 1536, 326.0}})
-    out.push_back(run("megatron-core", id, bridge, h100, 80, 1024,
+    out.push_back(run("megatron-core", id, bridge, h100, 1024,
                       joined(joined(llama3_405b(8192), layout(8, 2, 8, 1, 1, global, "none", 8)), as_layers),
                       core(current), tps));
-  out.push_back(run("megatron-core", "N05 Llama 2 7B", nemo, h100, 80, 8,
+  out.push_back(run("megatron-core", "N05 Llama 2 7B", nemo, h100, 8,
                     joined(llama2(32, 4096, 32, 32, 11008), layout(1, 1, 1, 1, 1, 128, "none")), core({}), 16934));
-  out.push_back(run("megatron-core", "N06 Llama 2 13B PP 4 VP 10", nemo, h100, 80, 16,
+  out.push_back(run("megatron-core", "N06 Llama 2 13B PP 4 VP 10", nemo, h100, 16,
                     joined(llama2(40, 5120, 40, 40, 13824), layout(1, 1, 4, 1, 1, 128, "none", 10)), core({}), 8715));
-  out.push_back(run("megatron-core", "N07 Llama 2 70B TP 4 PP 4 VP 20", nemo, h100, 80, 64,
+  out.push_back(run("megatron-core", "N07 Llama 2 70B TP 4 PP 4 VP 20", nemo, h100, 64,
                     joined(llama2(80, 8192, 64, 8, 28672), layout(4, 1, 4, 1, 1, 128, "none", 20)), core({}), 1728));
-  out.push_back(run("megatron-core", "N01 GPT-3 5B", nemo, h100, 80, 64, joined(gpt3(24, 4096, 32), layout(1, 1, 1, 1, 4, 2048, "none")),
-                    core({}), 23406));
-  out.push_back(run("megatron-core", "N02 GPT-3 20B TP 2", nemo, h100, 80, 64,
+  out.push_back(run("megatron-core", "N01 GPT-3 5B", nemo, h100, 64,
+                    joined(gpt3(24, 4096, 32), layout(1, 1, 1, 1, 4, 2048, "none")), core({}), 23406));
+  out.push_back(run("megatron-core", "N02 GPT-3 20B TP 2", nemo, h100, 64,
                     joined(gpt3(44, 6144, 48), layout(2, 1, 1, 1, 2, 256, "none")), core(no_tp_overlap), 5851));
-  out.push_back(run("megatron-core", "N03 GPT-3 175B TP 4 PP 8 VP 6", nemo, h100, 80, 128,
+  out.push_back(run("megatron-core", "N03 GPT-3 175B TP 4 PP 8 VP 6", nemo, h100, 128,
                     joined(gpt3(96, 12288, 96), layout(4, 1, 8, 1, 1, 256, "none", 6)), core(no_tp_overlap), 716));
-  out.push_back(run("megatron-core", "N19 GPT-3 175B TP 4 PP 8 VP 6 (25.02)", "NeMo performance summary 25.02 (docs.nvidia.com)", h100, 80, 512,
+  out.push_back(run("megatron-core", "N19 GPT-3 175B TP 4 PP 8 VP 6 (25.02)",
+                    "NeMo performance summary 25.02 (docs.nvidia.com)", h100, 512,
                     joined(gpt3(96, 12288, 96), layout(4, 1, 8, 1, 2, 2048, "none", 6)), core(no_tp_overlap), 866));
 }
 
@@ -286,10 +328,11 @@ void llm_foundry_runs(std::vector<PublishedRun>& out) {
     const Overrides settings = r.fp8 ? Overrides{"fp8=true"} : Overrides{};
     const Overrides config =
         joined(mpt(r.model, r.seq), layout(1, 1, 1, r.zero, r.micro, r.global, r.checkpointing ? "full" : "none"));
-    out.push_back(run("llm-foundry", str(r.id, " ", r.model, " seq ", r.seq, " on ", r.gpus, r.fp8 ? " fp8" : ""),
-                      "mosaicml/llm-foundry scripts/train/benchmarking/README.md", h100, 80, r.gpus, config,
-                      software_with("llm-foundry", large_scale ? settings : joined(settings, {"attention_kernel=flash1"})),
-                      r.tokens_per_s_per_gpu, 0, calibrating.count(r.id) ? calibrating.at(r.id) : ""));
+    out.push_back(
+        run("llm-foundry", str(r.id, " ", r.model, " seq ", r.seq, " on ", r.gpus, r.fp8 ? " fp8" : ""),
+            "mosaicml/llm-foundry scripts/train/benchmarking/README.md", h100, r.gpus, config,
+            software_with("llm-foundry", large_scale ? settings : joined(settings, {"attention_kernel=flash1"})),
+            r.tokens_per_s_per_gpu, 0, calibrating.count(r.id) ? calibrating.at(r.id) : ""));
   }
 }
 
@@ -301,6 +344,7 @@ const std::vector<PublishedRun>& published_runs() {
     megatron_runs(out);
     torchtitan_runs(out);
     llm_foundry_runs(out);
+    trident_runs(out);
     return out;
   }();
   return all;

@@ -18,13 +18,12 @@ struct PublishedRun {
   std::string id;     // "torchtitan 8B FSDP 8 compile"
   std::string stack;  // the software stack: megatron-core, torchtitan, llm-foundry, ...
   std::string source; // where the numbers are published
-  DeviceProfile device;
-  double memory_gib = 80;  // per GPU
+  DeviceProfile device;  // its memory_gib the run's GPUs'
   int64_t gpus = 0;
   Config config;  // model, layout, batch, precision, recompute as the run had them
   Software software;
   double tokens_per_s_per_gpu = 0;  // measured
-  double peak_memory_gib = 0;       // measured (allocator reserved), 0 where not published
+  double peak_memory_gib = 0;       // measured (allocator reserved; trident's: allocated), 0 where not published
   std::string calibrates;           // what this run set; "" for a held-out run
 };
 

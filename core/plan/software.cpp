@@ -14,6 +14,10 @@ const std::vector<std::pair<AttentionKernel, const char*>> kKernels = {
     {AttentionKernel::flash, "flash"}, {AttentionKernel::flash1, "flash1"}, {AttentionKernel::memory_efficient, "memory_efficient"}, {AttentionKernel::math, "math"}};
 const std::vector<std::pair<Fp8Scaling, const char*>> kScalings = {{Fp8Scaling::delayed, "delayed"},
                                                                     {Fp8Scaling::current, "current"}};
+const std::vector<std::pair<CrossEntropy, const char*>> kCrossEntropies = {
+    {CrossEntropy::fp32, "fp32"},
+    {CrossEntropy::fused, "fused"},
+    {CrossEntropy::fused_whole_vocabulary, "fused_whole_vocabulary"}};
 const std::vector<std::pair<SelectiveRecompute, const char*>> kPolicies = {
     {SelectiveRecompute::attention, "attention"}, {SelectiveRecompute::op, "op"}, {SelectiveRecompute::layers, "layers"}};
 
@@ -64,7 +68,7 @@ const std::vector<Setting>& settings() {
       flag("compile", &Software::compile),
       flag("fp8", &Software::fp8),
       choice("fp8_scaling", &Software::fp8_scaling, kScalings),
-      flag("fused_cross_entropy", &Software::fused_cross_entropy),
+      choice("cross_entropy", &Software::cross_entropy, kCrossEntropies),
       flag("attention_keeps_groups", &Software::attention_keeps_groups),
       flag("keeps_gathered_inputs", &Software::keeps_gathered_inputs),
       choice("selective_recompute", &Software::selective_recompute, kPolicies),
@@ -78,6 +82,7 @@ const std::vector<Setting>& settings() {
 
 const char* name(AttentionKernel kernel) { return spelling_of(kKernels, kernel); }
 const char* name(Fp8Scaling scaling) { return spelling_of(kScalings, scaling); }
+const char* name(CrossEntropy cross_entropy) { return spelling_of(kCrossEntropies, cross_entropy); }
 const char* name(SelectiveRecompute policy) { return spelling_of(kPolicies, policy); }
 
 namespace {
@@ -113,42 +118,52 @@ Software trident_software_on_libtorch(const std::string& version) {
   return software;
 }
 
-Software at_precision(Software software, Precision precision) {
+Software as_run(Software software, const ModelConfig& model, Precision precision) {
   if (precision == Precision::fp8) {
     software.fp8 = true;
     software.fp8_scaling = Fp8Scaling::current;
     software.keeps_gathered_inputs = true;
     software.fused_gradient_accumulation = false;  // the FP8 multiplies return 16-bit weight gradients
   }
+  if (!model.fused_kernels) software.fused_gradient_accumulation = false;
+  if (!model.fused_kernels || precision == Precision::fp64) software = without_fused_kernels(software);
+  return software;
+}
+
+Software without_fused_kernels(Software software) {
+  software.compile = false;
+  software.cross_entropy = CrossEntropy::fp32;
   return software;
 }
 
 // Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
 Software megatron_2021_software() {
-  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false", "compile=true"});
+  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false", "cross_entropy=fp32"});
 }
 
 // Megatron-Core: Transformer Engine's fused norm-linear, SwiGLU and rotary kernels and its
 // attention, which takes the key/value groups as they are.
 Software megatron_core_software() {
   return preset("megatron-core", {"overlap_tensor_comm=true", "overlap_weight_gather=true",
-                                  "overlap_pipeline_comm=true", "compile=true", "attention_keeps_groups=true"});
+                                  "overlap_pipeline_comm=true", "attention_keeps_groups=true", "cross_entropy=fp32"});
 }
 
 Software llama3_software() {
-  return preset("llama3", {"fused_gradient_accumulation=false", "overlap_weight_gather=true",
-                           "overlap_pipeline_comm=true", "attention_keeps_groups=true"});
+  return preset("llama3",
+                {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "overlap_pipeline_comm=true",
+                 "attention_keeps_groups=true", "compile=false", "cross_entropy=fp32"});
 }
 
 // torchtitan: FSDP2's prefetch, per-op selective recomputation, torchao's dynamic FP8 scaling.
 Software torchtitan_software() {
-  return preset("torchtitan", {"fused_gradient_accumulation=false", "overlap_weight_gather=true",
-                               "selective_recompute=op", "fp8_scaling=current", "keeps_gathered_inputs=true"});
+  return preset("torchtitan",
+                {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "selective_recompute=op",
+                 "fp8_scaling=current", "keeps_gathered_inputs=true", "compile=false", "cross_entropy=fp32"});
 }
 
 Software llm_foundry_software() {
-  return preset("llm-foundry",
-                {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "fused_cross_entropy=true"});
+  return preset("llm-foundry", {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "compile=false",
+                                "cross_entropy=fused"});
 }
 
 const std::vector<Software>& software_presets() {
@@ -205,7 +220,9 @@ std::string describe_software(const Software& s) {
       s.registered_buffers ? "data-parallel collectives from registered buffers" : "data-parallel collectives on SMs",
       s.compile ? "element-wise work fused" : "element-wise work eager",
       s.fp8 ? str("FP8 multiplies (", name(s.fp8_scaling), " scaling)") : std::string("16-bit multiplies"),
-      s.fused_cross_entropy ? "fused cross-entropy" : "fp32 cross-entropy",
+      s.cross_entropy == CrossEntropy::fp32                     ? std::string("fp32 cross-entropy")
+      : s.cross_entropy == CrossEntropy::fused_whole_vocabulary ? std::string("fused cross-entropy at TP 1")
+                                                                : std::string("fused cross-entropy"),
       s.attention_keeps_groups ? "K/V groups kept" : "K/V repeated for every head",
       s.keeps_gathered_inputs ? "gathered inputs kept" : "inputs gathered again in backward",
       s.selective_recompute == SelectiveRecompute::layers

@@ -29,6 +29,13 @@ enum class SelectiveRecompute { attention, op, layers };
 
 enum class Fp8Scaling { delayed, current };
 
+// How the loss's cross-entropy runs: the logits copied to fp32 with their softmax kept (fp32);
+// one kernel over the 16-bit logits, keeping a log-sum-exp per row and writing their gradient
+// in their place (fused: FlashAttention's cross-entropy, Megatron-Core's fusion, vocabulary-
+// parallel included); or fused where a rank holds the whole vocabulary and fp32 where TP splits
+// it (fused_whole_vocabulary: trident's, model/fused_kernels.h).
+enum class CrossEntropy { fp32, fused, fused_whole_vocabulary };
+
 struct Software {
   std::string name = "trident";
   AttentionKernel attention_kernel = AttentionKernel::flash;
@@ -57,10 +64,10 @@ struct Software {
   // loses only the memory bandwidth the transfer takes (twice the link's rate: read at one end,
   // written at the other), not the profile's overlap_contention.
   bool registered_buffers = false;
-  // A compiler (torch.compile, Megatron's fused kernels) fuses each layer's element-wise chains:
-  // a norm's passes, the activation with its gate, rotary's halves, so their bytes cross memory
-  // once.
-  bool compile = false;
+  // A compiler (torch.compile, Megatron's fused kernels) or hand-written kernels (trident's on
+  // CUDA, model/fused_kernels.h) fuse each layer's element-wise chains: a norm's passes, the
+  // activation with its gate, rotary's halves, so their bytes cross memory once.
+  bool compile = true;
   // The linear layers' multiplies in FP8 (Transformer Engine, torchao's float8): at the
   // profile's fp8 rate, each input cast to FP8 first (its bytes read, a byte written for it and
   // one for its transpose).
@@ -69,10 +76,9 @@ struct Software {
   // Transformer Engine's default of 2023-2024), or from the tensor's own amax, a pass over it
   // before the cast (current: torchao's dynamic scaling, Transformer Engine's current scaling).
   Fp8Scaling fp8_scaling = Fp8Scaling::delayed;
-  // The loss in one kernel over the 16-bit logits, its gradient written in their place
-  // (FlashAttention's cross-entropy, llm-foundry's default): 2 bytes per logit kept, against the
-  // fp32 logits and softmax (8) and the fp32 gradient beside them (4) of a plain cross-entropy.
-  bool fused_cross_entropy = false;
+  // Fused: 2 bytes per logit kept, against the fp32 logits and softmax (8) and the fp32 gradient
+  // beside them (4) of a plain cross-entropy.
+  CrossEntropy cross_entropy = CrossEntropy::fused_whole_vocabulary;
   // The attention kernel takes the key/value groups as they are (FlashAttention 2, cuDNN's and
   // Transformer Engine's kernels) and keeps them so for backward, or needs them repeated for
   // every query head (trident, torchtitan's repeat_kv) and keeps the repeated ones.
@@ -85,15 +91,19 @@ struct Software {
   SelectiveRecompute selective_recompute = SelectiveRecompute::attention;
   int64_t recompute_layer_every = 2;  // with selective_recompute=layers
   bool fused_attention() const { return attention_kernel != AttentionKernel::math; }
+  // Whether the loss runs fused with the vocabulary split over `tp_size` ranks.
+  bool fuses_cross_entropy(int64_t tp_size) const {
+    return cross_entropy == CrossEntropy::fused ||
+           (cross_entropy == CrossEntropy::fused_whole_vocabulary && tp_size == 1);
+  }
 };
 
-// trident with LibTorch 2.x; the Megatron-LM of 2021 that measured the A100 scaling table;
-// Megatron-Core as of 2024-2025 with its overlaps on; Meta's stack as Dubey et al. 2024 describe
-// it for Llama 3 (FSDP's gradient reduction and weight gathering behind the computation,
-// asynchronous pipeline transfers, no TP overlap described, gradients accumulated by autograd);
-// torchtitan (FSDP2: gradients reduced and weights gathered behind the computation by prefetch;
-// compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's FSDP
-// with its prefetch, a Triton or flash attention kernel).
+// trident with LibTorch 2.x on CUDA (its fused kernels on); the Megatron-LM of 2021 that measured the A100 scaling
+// table; Megatron-Core as of 2024-2025 with its overlaps on; Meta's stack as Dubey et al. 2024 describe it for Llama 3
+// (FSDP's gradient reduction and weight gathering behind the computation, asynchronous pipeline transfers, no TP
+// overlap described, gradients accumulated by autograd); torchtitan (FSDP2: gradients reduced and weights gathered
+// behind the computation by prefetch; compile, async TP and float8 are settings of a run); MosaicML's llm-foundry
+// (Composer's FSDP with its prefetch, a Triton or flash attention kernel).
 Software trident_software();
 // trident's software as built against LibTorch `version` ("2.11.0"): LibTorch 1.x has no fused
 // attention kernel, its attention is the math path; before 2.8 no multiply adds 16-bit products
@@ -101,10 +111,16 @@ Software trident_software();
 // multiply still cannot add into fp32 says so at run time, parallel/linear_multiply.h, and runs
 // slower than planned).
 Software trident_software_on_libtorch(const std::string& version);
-// The software as a run at `precision` uses it: precision=fp8 (trident's, parallel/fp8_multiply.h)
-// multiplies the linear layers in FP8 with current scaling, keeping the 8-bit copies of their
-// gathered inputs, whatever `software` says.
-Software at_precision(Software software, Precision precision);
+// The software as a run of `model` at `precision` uses it, whatever `software` says:
+// precision=fp8 (trident's, parallel/fp8_multiply.h) multiplies the linear layers in FP8 with
+// current scaling, keeping the 8-bit copies of their gathered inputs; model.fused_kernels=false
+// (trident's composite path) turns the fused kernels off and gradient-accumulation fusion with
+// them, and fp64 the fused kernels (they take 16- and 32-bit floats). Applying it twice changes
+// nothing.
+Software as_run(Software software, const ModelConfig& model, Precision precision);
+// `software` without fused kernels: element-wise work eager and an fp32 cross-entropy, as trident
+// runs where its kernels do not (the CPU, fp64, a build without the CUDA toolkit).
+Software without_fused_kernels(Software software);
 Software megatron_2021_software();
 Software megatron_core_software();
 Software llama3_software();
@@ -129,5 +145,6 @@ std::string describe_software(const Software& software);
 const char* name(AttentionKernel kernel);
 const char* name(SelectiveRecompute policy);
 const char* name(Fp8Scaling scaling);
+const char* name(CrossEntropy cross_entropy);
 
 }  // namespace trident

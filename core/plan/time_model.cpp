@@ -245,7 +245,8 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   if (last) {
     // The logits and softmax in fp32 (or fp64) whatever the model's width; fused, the 16-bit
     // logits read once forward and their gradient written in place backward.
-    const double logits_bytes = software.fused_cross_entropy ? 2 * T * V : 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
+    const double logits_bytes =
+        software.fuses_cross_entropy(layout.tp_size) ? 2 * T * V : 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
     work.forward += gemm_seconds({T, V, h}, d) + memory_seconds(logits_bytes, device);
     work.backward += gemm_seconds({T, h, V}, d) + gemm_seconds({h, V, T}, d) + memory_seconds(logits_bytes, device);
   }
@@ -355,9 +356,7 @@ std::string throughput_warning(double measured, double estimated, const std::str
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
                                       const Software& given) {
-  Software software = at_precision(given, config.precision);
-  // model.fused_kernels=false turns trident's gradient-accumulation fusion off with its kernels.
-  if (!config.model.fused_kernels) software.fused_gradient_accumulation = false;
+  const Software software = as_run(given, config.model, config.precision);
   const ModelConfig& m = config.model;
   const int64_t vocab = m.padded_vocab(layout.tp_size);
   IterationTime out;

@@ -88,7 +88,8 @@ struct IterationTime {
   std::vector<std::string> explanation;
 };
 
-// `software` as the config's precision uses it (at_precision: precision=fp8 multiplies in FP8).
+// `software` as a run of the config uses it (as_run: precision=fp8 multiplies in FP8,
+// model.fused_kernels=false runs the composite path).
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& device,
                                       const Software& software = trident_software());
 

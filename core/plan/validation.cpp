@@ -26,7 +26,9 @@ std::vector<Validation> validate_time_model() {
   Hardware h100;
   h100.gpus = 1;
   h100.device = h100_profile();
-  h100.software.fused_gradient_accumulation = false;  // measured on 2026-11-22, before trident fused it
+  // Measured on 2026-11-22, before trident's fused kernels and gradient-accumulation fusion.
+  h100.software = without_fused_kernels(h100.software);
+  h100.software.fused_gradient_accumulation = false;
   Config config = scaling_row_config(megatron_scaling_table().front());
   config.batch.micro_batch_size = 8;
   config.recompute = Recompute::none;
@@ -48,7 +50,6 @@ std::vector<Validation> validate_time_model() {
   for (const PublishedRun& run : published_runs()) {
     Hardware cluster;
     cluster.gpus = run.gpus;
-    cluster.memory_gib = run.memory_gib;
     cluster.device = run.device;
     cluster.software = run.software;
     const Layout layout = resolve_layout(run.config, run.gpus);

@@ -36,7 +36,10 @@ PlanComparison compare_with_plan(const RunRecord& record, const std::string& rec
          " rank(s): ", e.what());
   }
   const int64_t vocab = c.config.model.padded_vocab(c.layout.tp_size);
-  const Software software = trident_software_on_libtorch(record.libtorch);
+  // The fused kernels ran where the run was on a GPU (a build that has them, as a GPU build does).
+  const Software software = record.device == "cpu"
+                                ? without_fused_kernels(trident_software_on_libtorch(record.libtorch))
+                                : trident_software_on_libtorch(record.libtorch);
   // What the allocator holds at the peak: the estimate without its allowance for the CUDA
   // context, fragmentation and communication buffers, which train's peak does not count.
   const MemoryEstimate memory = estimate_memory(c.config.model, vocab, c.layout, c.config.precision, software);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -564,11 +565,12 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
 // gives the row's estimate, so neither can change without the other.
 TEST(PublishedRuns, TridentsOwnRowsAreTheGpuReportsRows) {
   const std::string script = read_text_file(kSource + "/scripts/gpu_report", "the GPU report script");
-  auto settings_of = [&](const std::string& row) {
+  // The script's `[ROW]="--config FILE OVERRIDES..."` line for a row, or nothing.
+  auto settings_of = [&](const std::string& row) -> std::optional<std::pair<std::string, std::vector<std::string>>> {
     std::smatch match;
     const std::regex line("\\[" + std::regex_replace(row, std::regex("\\."), "\\.") +
                           "\\]=\"--config (\\S+) ([^\"]*)\"");
-    EXPECT_TRUE(std::regex_search(script, match, line)) << row;
+    if (!std::regex_search(script, match, line)) return std::nullopt;
     std::vector<std::string> overrides;
     std::istringstream words(match[2].str());
     for (std::string word; words >> word;) overrides.push_back(word);
@@ -578,7 +580,12 @@ TEST(PublishedRuns, TridentsOwnRowsAreTheGpuReportsRows) {
   for (const PublishedRun& run : published_runs()) {
     if (run.stack != "trident") continue;
     SCOPED_TRACE(run.id);
-    auto [file, overrides] = settings_of(run.id.rfind("1.7B", 0) == 0 ? "gpt1.7b" : "llama3-8b-6");
+    const bool llama = run.id.find("Llama 3 8B x 6") != std::string::npos,
+               gpt = run.id.find("1.7B") != std::string::npos;
+    ASSERT_NE(llama, gpt) << "a trident row of neither of the script's rows";
+    const auto settings = settings_of(llama ? "llama3-8b-6" : "gpt1.7b");
+    ASSERT_TRUE(settings) << "scripts/gpu_report has no settings for this row";
+    auto [file, overrides] = *settings;
     if (run.config.precision == Precision::fp8) overrides.push_back("precision=fp8");
     if (!run.config.model.fused_kernels) overrides.push_back("model.fused_kernels=false");
     const Config config = Config::load(file, overrides);
@@ -803,6 +810,8 @@ TEST(DeviceProfile, FilesRoundTripAndErrorsNameTheField) {
   EXPECT_EQ(known_profile("NVIDIA H200")->name, h200_profile().name);
   EXPECT_EQ(known_profile("NVIDIA H100 PCIe"), nullptr);
   EXPECT_EQ(known_profile("NVIDIA H200 NVL"), nullptr);
+  EXPECT_EQ(known_profile("NVIDIA GH200 480GB"), nullptr);
+  EXPECT_EQ(known_profile("NVIDIA A100-PCIE-40GB")->name, a100_profile().name);
   EXPECT_EQ(known_profile("cpu"), nullptr);
 }
 

@@ -1,7 +1,7 @@
 // plan: memory and throughput of every layout of a model on a cluster, and the rule of thumb.
 //
-//   plan (--config FILE | --size 1.7b) [--gpus N] [--memory-gib 80]
-//        [--device a100 | h100 | --profile FILE] [--software trident | megatron-2021 | megatron-core | llama3
+//   plan (--config FILE | --size 1.7b) [--gpus N] [--memory-gib M]
+//        [--device a100 | h100 | h200 | --profile FILE] [--software trident | megatron-2021 | megatron-core | llama3
 //                                                  | torchtitan | llm-foundry]
 //        [--gpus-per-node N] [--intra-node-gbs G] [--inter-node-gbs G] [--host-link-gbs G]
 //        [--rows 10] [--json FILE] [--explain] [section.key=value ...] [software.setting=value ...]

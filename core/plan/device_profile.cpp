@@ -108,7 +108,10 @@ const DeviceProfile* known_profile(const std::string& device_name) {
     for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
     return lower.find(part) != std::string::npos;
   };
-  if (has("h100") || has("h200")) return has("pcie") || has("nvl") ? nullptr : has("h100") ? &h100 : &h200;
+  // The PCIe and NVL parts run at other clocks, a GH200 with other memory and power.
+  if (has("pcie") || has("nvl") || has("gh200")) return has("a100") ? &a100 : nullptr;
+  if (has("h100")) return &h100;
+  if (has("h200")) return &h200;
   if (has("a100")) return &a100;
   return nullptr;
 }

@@ -14,9 +14,9 @@
 // device has no FP8). Communication overlapped with computation takes SMs and memory bandwidth
 // from it: the computation beside it slows by `overlap_contention` of the overlapped time. A
 // collective between nodes waits `collective_step_us` at each step of its ring.
-// The profile also holds the device's memory, and names the machine the device sits in: GPUs per node, the link between
-// them inside a node, each GPU's share of the network between nodes and its link to host memory, all as specified, of
-// which collectives reach `link_efficiency`.
+// The profile also holds the device's memory, and names the machine the device sits in: GPUs per
+// node, the link between them inside a node, each GPU's share of the network between nodes and its
+// link to host memory, all as specified, of which collectives reach `link_efficiency`.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,7 @@ DeviceProfile h100_hbm2e_profile();
 // torchtitan's on 32 and 64 are held out against it (docs/planning.md).
 DeviceProfile h200_profile();
 // The built-in profile for a device name (as CUDA reports it, or "a100" / "h100" / "h200"), or
-// none (an H100 or H200 on PCIe or NVL runs at other clocks).
+// none (an H100 or H200 on PCIe or NVL runs at other clocks, a GH200 at other power).
 const DeviceProfile* known_profile(const std::string& device_name);
 
 // A profile file: YAML with the fields above by name (every field required: `bench --profile`

@@ -93,8 +93,8 @@ std::vector<LargestModel> largest_models(const Config& base, const Hardware& hw)
 }
 
 std::string largest_table(const std::vector<LargestModel>& rows, const Hardware& hw, const Config& base) {
-  std::string out = str("# the largest standard GPT each strategy fits on ", describe_hardware(hw), "\n# seq ",
-                        base.model.seq_length, ", vocabulary ", base.model.vocab_size, ", ", base.precision,
+  std::string out = str("# the largest standard GPT each strategy fits on ", describe_hardware(as_run(hw, base)),
+                        "\n# seq ", base.model.seq_length, ", vocabulary ", base.model.vocab_size, ", ", base.precision,
                         ", global batch ", base.batch.global_batch_size, ", micro-batch 1\n");
   char line[512];
   std::snprintf(line, sizeof line, "%-44s %-17s %8s  %-34s %9s %9s %11s\n", "strategy", "largest", "params",

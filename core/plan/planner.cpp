@@ -64,7 +64,7 @@ Plan make_plan(const Config& config, const Hardware& hw) {
   const auto& m = config.model;
   const int64_t global = config.batch.global_batch_size;
   Plan plan;
-  plan.hardware = hw;
+  plan.hardware = as_run(hw, config);
   plan.parameters = double(gpt_parameter_count(m, m.padded_vocab()));
   // Pipeline depths up to one slot per stage.
   const int64_t slots = layer_slots(m.num_layers, config.parallel.embedding_and_loss_as_layers);
@@ -213,6 +213,11 @@ std::string describe_hardware(const Hardware& hw) {
              " to the host; software ", describe_software(hw.software));
 }
 
+Hardware as_run(Hardware hardware, const Config& config) {
+  hardware.software = as_run(hardware.software, config.model, config.precision);
+  return hardware;
+}
+
 std::string plan_table(const Plan& plan, size_t max_rows) {
   std::string out = str("# ", describe_hardware(plan.hardware), "\n# ", si_units(plan.parameters), " parameters\n");
   for (const auto& line : plan.reasoning) out += "# " + line + "\n";
@@ -266,10 +271,13 @@ std::string describe_row(const PlanRow& r) {
 
 std::string explain_layout(const Config& config, const Layout& layout, const Hardware& hw) {
   const PlanRow row = evaluate_layout(config, layout, hw);
-  std::string out = str("# ", describe(layout), "\n# ", describe_hardware(hw), "\n# time per iteration\n");
+  std::string out =
+      str("# ", describe(layout), "\n# ", describe_hardware(as_run(hw, config)), "\n# time per iteration\n");
   for (const auto& line : row.time.explanation) out += line + "\n";
   if (layout.offload) out += str("offload    ", row.offload_s, " s  host copies and the CPU's AdamW\n");
-  out += str("# ", row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",
+  const double tokens = double(config.batch.global_batch_size * config.model.seq_length);
+  out += str("# ", fixed(tokens / row.seconds() / double(layout.world_size()), 0), " tokens/s per GPU, ",
+             row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",
              row.hardware_tflops_per_gpu, " counting recomputation (Megatron 2021's count)\n# memory per GPU\n");
   const MemoryEstimate& m = row.memory;
   const std::pair<const char*, double> parts[] = {{"weights", m.weights},     {"gathered", m.gathered},

@@ -78,6 +78,9 @@ constexpr int64_t kLongSequence = 8192;
 // "8192 x H100 80GB SXM (80 GiB, 989 TFLOP/s peak, multiplies at 640), 8 per node, links 450 GB/s
 // within a node, 50 between nodes per GPU, 50 to the host; software ...": what a plan assumes.
 std::string describe_hardware(const Hardware& hardware);
+// `hardware` with its software as a run of `config` uses it (core/plan/software.h's as_run), as
+// the estimates take it and the plans print it.
+Hardware as_run(Hardware hardware, const Config& config);
 
 // Rows of the scaling table of Narayanan et al. 2021 (A100 80 GB, seq 2048, vocabulary 51200).
 struct ScalingRow {

@@ -81,9 +81,11 @@ void torchtitan_runs(std::vector<PublishedRun>& out) {
   const DeviceProfile h100 = h100_hbm2e_profile();
   auto titan = [](Overrides settings) { return software_with("torchtitan", settings); };
   // From 2025 torchtitan compiles the loss with the model (torchtitan/components/loss.py): the
-  // upcast to fp32 and the cross-entropy in one kernel, the 16-bit logits kept.
+  // upcast to fp32 and the cross-entropy in one kernel, the 16-bit logits kept; counted so where
+  // a rank holds the whole vocabulary (with TP, loss_parallel's vocabulary-parallel loss through
+  // DTensor, counted in fp32 as before).
   auto titan_2025 = [](Overrides settings) {
-    return software_with("torchtitan", joined(settings, {"cross_entropy=fused"}));
+    return software_with("torchtitan", joined(settings, {"cross_entropy=fused_whole_vocabulary"}));
   };
   const Overrides compiled = {"compile=true"}, fp8 = {"compile=true", "fp8=true"};
   const Overrides async = {"compile=true", "overlap_tensor_comm=true"}, async_fp8 = {"compile=true", "fp8=true", "overlap_tensor_comm=true"};

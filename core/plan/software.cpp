@@ -82,7 +82,6 @@ const std::vector<Setting>& settings() {
 
 const char* name(AttentionKernel kernel) { return spelling_of(kKernels, kernel); }
 const char* name(Fp8Scaling scaling) { return spelling_of(kScalings, scaling); }
-const char* name(CrossEntropy cross_entropy) { return spelling_of(kCrossEntropies, cross_entropy); }
 const char* name(SelectiveRecompute policy) { return spelling_of(kPolicies, policy); }
 
 namespace {
@@ -138,14 +137,16 @@ Software without_fused_kernels(Software software) {
 
 // Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
 Software megatron_2021_software() {
-  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false", "cross_entropy=fp32"});
+  return preset("megatron-2021",
+                {"attention_kernel=math", "overlap_gradient_reduction=false", "compile=true", "cross_entropy=fp32"});
 }
 
 // Megatron-Core: Transformer Engine's fused norm-linear, SwiGLU and rotary kernels and its
 // attention, which takes the key/value groups as they are.
 Software megatron_core_software() {
-  return preset("megatron-core", {"overlap_tensor_comm=true", "overlap_weight_gather=true",
-                                  "overlap_pipeline_comm=true", "attention_keeps_groups=true", "cross_entropy=fp32"});
+  return preset("megatron-core",
+                {"overlap_tensor_comm=true", "overlap_weight_gather=true", "overlap_pipeline_comm=true", "compile=true",
+                 "attention_keeps_groups=true", "cross_entropy=fp32"});
 }
 
 Software llama3_software() {

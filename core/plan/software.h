@@ -98,12 +98,13 @@ struct Software {
   }
 };
 
-// trident with LibTorch 2.x on CUDA (its fused kernels on); the Megatron-LM of 2021 that measured the A100 scaling
-// table; Megatron-Core as of 2024-2025 with its overlaps on; Meta's stack as Dubey et al. 2024 describe it for Llama 3
-// (FSDP's gradient reduction and weight gathering behind the computation, asynchronous pipeline transfers, no TP
-// overlap described, gradients accumulated by autograd); torchtitan (FSDP2: gradients reduced and weights gathered
-// behind the computation by prefetch; compile, async TP and float8 are settings of a run); MosaicML's llm-foundry
-// (Composer's FSDP with its prefetch, a Triton or flash attention kernel).
+// trident with LibTorch 2.x on CUDA (its fused kernels on); the Megatron-LM of 2021 that measured
+// the A100 scaling table; Megatron-Core as of 2024-2025 with its overlaps on; Meta's stack as Dubey
+// et al. 2024 describe it for Llama 3 (FSDP's gradient reduction and weight gathering behind the
+// computation, asynchronous pipeline transfers, no TP overlap described, gradients accumulated by
+// autograd); torchtitan (FSDP2: gradients reduced and weights gathered behind the computation by
+// prefetch; compile, async TP and float8 are settings of a run); MosaicML's llm-foundry (Composer's
+// FSDP with its prefetch, a Triton or flash attention kernel).
 Software trident_software();
 // trident's software as built against LibTorch `version` ("2.11.0"): LibTorch 1.x has no fused
 // attention kernel, its attention is the math path; before 2.8 no multiply adds 16-bit products
@@ -145,6 +146,5 @@ std::string describe_software(const Software& software);
 const char* name(AttentionKernel kernel);
 const char* name(SelectiveRecompute policy);
 const char* name(Fp8Scaling scaling);
-const char* name(CrossEntropy cross_entropy);
 
 }  // namespace trident

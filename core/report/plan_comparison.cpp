@@ -36,7 +36,8 @@ PlanComparison compare_with_plan(const RunRecord& record, const std::string& rec
          " rank(s): ", e.what());
   }
   const int64_t vocab = c.config.model.padded_vocab(c.layout.tp_size);
-  // The fused kernels ran where the run was on a GPU (a build that has them, as a GPU build does).
+  // The fused kernels ran where the run was on a GPU: the record does not say whether its build
+  // had them, and a CUDA build without the toolkit's compiler (the only one without) is rare.
   const Software software = record.device == "cpu"
                                 ? without_fused_kernels(trident_software_on_libtorch(record.libtorch))
                                 : trident_software_on_libtorch(record.libtorch);

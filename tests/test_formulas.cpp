@@ -183,6 +183,8 @@ TEST(Formulas, KnownPeaks) {
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", Precision::bf16), 989.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe", Precision::bf16), 756.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA H200", Precision::fp16), 989.0);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 NVL", Precision::bf16), 835.0);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H200 NVL", Precision::bf16), 835.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB", Precision::bf16), 312.0);
   EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB", Precision::fp32), 0.0);  // not a 16-bit peak
   EXPECT_EQ(known_peak_tflops("cpu", Precision::bf16), 0.0);

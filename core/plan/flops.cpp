@@ -120,10 +120,11 @@ double megatron_flops(int64_t batch, int64_t seq, int64_t layers, int64_t hidden
 double known_peak_tflops(const std::string& device_name, Precision precision) {
   if (!mixed(precision)) return 0.0;
   // NVIDIA's data sheets, dense (half the "with sparsity" figures); the first match wins, so the
-  // PCIe parts come before their SXM names. V100 has no bf16 but the same fp16 peak is listed.
-  static const std::pair<const char*, double> peaks[] = {
-      {"H100 PCIe", 756.0}, {"H100", 989.0},     {"H200", 989.0},
-      {"A100", 312.0},      {"V100-PCIE", 112.0}, {"V100", 125.0}};
+  // PCIe and NVL parts come before their SXM names. V100 has no bf16 but the same fp16 peak is
+  // listed.
+  static const std::pair<const char*, double> peaks[] = {{"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"H100", 989.0},
+                                                         {"H200 NVL", 835.0},  {"H200", 989.0},     {"A100", 312.0},
+                                                         {"V100-PCIE", 112.0}, {"V100", 125.0}};
   for (const auto& [name, peak] : peaks)
     if (device_name.find(name) != std::string::npos) return peak;
   return 0.0;

@@ -41,7 +41,8 @@ void RunLog::add_rates(IterationMetrics& m) const {
   if (peak_tflops_ > 0) m.mfu = m.tflops_model / peak_tflops_;
 }
 
-void RunLog::expect_throughput(double tflops, std::string device) {
+void RunLog::expect_throughput(double tokens_per_s, double tflops, std::string device) {
+  expected_tokens_per_s_ = tokens_per_s;
   expected_tflops_ = tflops;
   device_ = std::move(device);
 }
@@ -62,6 +63,7 @@ void RunLog::start(const std::string& backend, const torch::Device& device, int6
                 " (6PD); peak per device: ",
                 peak_tflops_ > 0 ? si_units(peak_tflops_) + " TFLOP/s"
                                  : std::string("unknown, no MFU (set train.peak_tflops)")));
+  if (expected_tflops_ > 0) log::info(throughput_expectation(expected_tokens_per_s_, expected_tflops_, device_));
   log::info("data: " + data);
 }
 

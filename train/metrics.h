@@ -81,9 +81,10 @@ class RunLog {
   // allocator's peak over the first iteration, of which the activations are the part beyond.
   void memory(const StateMemory& held, const torch::Device& device) const;
   void iteration(const IterationMetrics& m) const;
-  // What the time model expects of this layout on this device (model TFLOP/s per GPU): from the
-  // third logged iteration on, a run under half of it is warned about once.
-  void expect_throughput(double tflops, std::string device);
+  // What the time model expects of this layout on this device (tokens/s and model TFLOP/s per
+  // GPU): said at the start, and from the third logged iteration on a run under half of it is
+  // warned about once.
+  void expect_throughput(double tokens_per_s, double tflops, std::string device);
 
   // On rank 0, train.metrics_file (continued by a run resumed after iteration `resumed_at` > 0,
   // else started anew) with the run record beside it (core/report/run_record.h: the resolved
@@ -100,7 +101,7 @@ class RunLog {
   int64_t vocab_;
   double peak_tflops_;
   IterationFlops flops_;
-  double expected_tflops_ = 0;
+  double expected_tokens_per_s_ = 0, expected_tflops_ = 0;
   std::string device_;
   mutable int64_t logged_ = 0;
   mutable bool warned_ = false;

@@ -84,7 +84,9 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
     hardware.device = *profile;
     hardware.software = build_software(device_);
     hardware.gpus = layout_.world_size();
-    log_->expect_throughput(evaluate_layout(config_, layout_, hardware).tflops_per_gpu, profile->name);
+    const PlanRow row = evaluate_layout(config_, layout_, hardware);
+    const double tokens = double(config_.batch.global_batch_size * config_.model.seq_length);
+    log_->expect_throughput(tokens / row.seconds() / double(layout_.world_size()), row.tflops_per_gpu, profile->name);
   }
   comm.device = device_;
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);

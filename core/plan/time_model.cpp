@@ -355,6 +355,11 @@ std::string throughput_warning(double measured, double estimated, const std::str
              "host stalls, data loading, shapes; see the efficiency warnings of train --dry-run)");
 }
 
+std::string throughput_expectation(double tokens_per_s, double tflops, const std::string& device) {
+  return str("the time model (plan --explain) expects ", fixed(tokens_per_s, 0), " tokens/s and ", fixed(tflops, 1),
+             " TFLOP/s (model) per GPU of this layout on ", device);
+}
+
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,
                                       const Software& given) {
   const Software software = as_run(given, config.model, config.precision);

@@ -3,10 +3,10 @@ in FP8 (precision=fp8) and with the composite path (model.fused_kernels=false), 
 (scripts/pytorch_gpu_peer.py) eager and under torch.compile: tokens/s, MFU and peak allocated
 memory. trident's tokens/s are the mean over its iterations after the first (and before the
 last, when ROW_KERNELS_profile/ says it was profiled), each beside what the time model planned
-for it (plan --explain: tokens/s per GPU and memory with the GPU's built-in profile,
-ROW_KERNELS_plan.txt, and tokens/s with the profile bench measured, ROW_KERNELS_plan_measured.txt)
-where there is a plan;
-the peers' MFU is trident's FLOPs per token (Megatron's formula) at the peer's rate.
+for it where there is a plan (plan --explain: tokens/s per GPU and memory with the built-in
+profile of the GPU's name, ROW_KERNELS_plan.txt, and tokens/s with the profile bench measured,
+ROW_KERNELS_plan_measured.txt); the peers' MFU is trident's FLOPs per token (Megatron's formula)
+at the peer's rate.
 
   python3 scripts/gpu_table.py DIR ROW...    (DIR holds ROW_fused.log/.jsonl/_plan.txt, ROW_fp8.*, ROW_composite.*, ROW_eager.json, ROW_compile.json)
 """
@@ -29,22 +29,24 @@ def trident(directory, name):
     tokens = sum(i["tokens_per_s"] for i in iterations) / len(iterations)
     mfu = sum(i.get("mfu", float("nan")) for i in iterations) / len(iterations)
     run = {"tokens_per_s": tokens, "mfu": mfu, "peak_gib": float(peak.group(1)) if peak else float("nan")}
-    plans = [planned(directory / f"{name}_plan{kind}.txt") for kind in ("", "_measured")]
+    builtin, measured = planned(directory / f"{name}_plan.txt"), planned(directory / f"{name}_plan_measured.txt")
     parts = []
-    if plans[0]:
-        parts.append(f"plan {plans[0][0] / 1e3:.1f} k, {plans[0][1]:.1f} GiB")
-    if plans[1]:
-        parts.append(f"with this GPU's profile {plans[1][0] / 1e3:.1f} k")
-    run["plan"] = f" ({'; '.join(parts)})" if parts else ""
+    if builtin["tokens"] is not None:
+        parts.append(f"plan {builtin['tokens'] / 1e3:.1f} k")
+    if builtin["memory"] is not None:
+        parts.append(f"{builtin['memory']:.1f} GiB")
+    if measured["tokens"] is not None:
+        parts.append(f"measured profile {measured['tokens'] / 1e3:.1f} k")
+    run["plan"] = f" ({', '.join(parts)})" if parts else ""
     return run
 
 
 def planned(path):
-    """plan --explain's tokens/s per GPU and memory total, or None."""
+    """plan --explain's tokens/s per GPU and memory total (GiB), each None where absent."""
     text = path.read_text() if path.exists() else ""
     tokens = re.search(r"^# ([\d.]+) tokens/s per GPU", text, re.M)
     memory = re.search(r"^total +([\d.]+) GiB", text, re.M)
-    return (float(tokens.group(1)), float(memory.group(1))) if tokens and memory else None
+    return {"tokens": float(tokens.group(1)) if tokens else None, "memory": float(memory.group(1)) if memory else None}
 
 
 def peer(directory, name):

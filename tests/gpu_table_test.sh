@@ -22,7 +22,7 @@ printf '%s\n' '# time per iteration' 'total          1.6748 s  1 GPUs, software 
 sed 's/^# 875 tokens/# 990 tokens/' "$dir/row_fused_plan.txt" >"$dir/row_fused_plan_measured.txt"
 echo '{"row": "row", "tokens_per_s": 1000, "peak_gib": 49.3}' >"$dir/row_compile.json"
 out=$("$python" "$root/scripts/gpu_table.py" "$dir" row)
-expected="| row | 0.9 k tok/s, 54.0% MFU, 51.0 GiB (plan 0.9 k, 53.1 GiB; with this GPU's profile 1.0 k) | 1.1 k tok/s, 66.0% MFU, 50.0 GiB | failed | failed | 1.0 k tok/s, 60.0% MFU, 49.3 GiB | 0.900 | 1.100 |"
+expected="| row | 0.9 k tok/s, 54.0% MFU, 51.0 GiB (plan 0.9 k, 53.1 GiB, measured profile 1.0 k) | 1.1 k tok/s, 66.0% MFU, 50.0 GiB | failed | failed | 1.0 k tok/s, 60.0% MFU, 49.3 GiB | 0.900 | 1.100 |"
 grep -qxF -- "$expected" <<<"$out" || { echo "expected '$expected' in: $out"; exit 1; }
 grep -q "| fused / compile | fp8 / compile |$" <<<"$out" || { echo "no ratio columns in: $out"; exit 1; }
 echo "gpu_table: ok"

@@ -825,8 +825,8 @@ TEST(TimeModel, ThroughputWarningUnderHalfTheEstimate) {
   EXPECT_EQ(throughput_warning(150, 250, "A100 80GB SXM"), "");
   EXPECT_EQ(throughput_warning(1, 0, "cpu"), "");
   EXPECT_EQ(throughput_expectation(44172.1, 491.34, "H200 141GB SXM"),
-            "the time model (plan --explain) expects 44172 tokens/s and 491.3 TFLOP/s (model) per GPU of this layout "
-            "on H200 141GB SXM");
+            "the time model (plan --explain) expects 44172 tokens/s and 491.3 TFLOP/s (model) per GPU of this run's "
+            "layout on H200 141GB SXM");
 }
 
 // Software settings by name: each one checked, an unknown name answered with the nearest one and

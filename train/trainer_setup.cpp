@@ -78,15 +78,15 @@ Trainer::Trainer(Config config, const SampleSource* source, const LaunchInfo& la
   if (const std::string warning = learning_rate_warning(config_.optimizer.lr); !warning.empty()) log::warn(warning);
   const double peak = config_.train.peak_tflops;
   log_.emplace(config_, layout_, vocab_, peak > 0 ? peak : known_peak_tflops(device_name(device_), config_.precision));
-  // On a GPU the time model has a profile for, the log warns once if the run falls far short of it.
+  // On a GPU the time model has a profile for, the log says what it expects of this run, and
+  // warns once if the run falls far short of it.
   if (const DeviceProfile* profile = known_profile(device_name(device_))) {
     Hardware hardware;
     hardware.device = *profile;
     hardware.software = build_software(device_);
     hardware.gpus = layout_.world_size();
     const PlanRow row = evaluate_layout(config_, layout_, hardware);
-    const double tokens = double(config_.batch.global_batch_size * config_.model.seq_length);
-    log_->expect_throughput(tokens / row.seconds() / double(layout_.world_size()), row.tflops_per_gpu, profile->name);
+    log_->expect_throughput(row.tokens_per_s, row.tflops_per_gpu, profile->name);
   }
   comm.device = device_;
   groups_ = std::make_unique<ProcessGroups>(device_world(cpu_world_, launch, comm), layout_);

@@ -108,7 +108,8 @@ const DeviceProfile* known_profile(const std::string& device_name) {
     for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
     return lower.find(part) != std::string::npos;
   };
-  // The PCIe and NVL parts run at other clocks, a GH200 with other memory and power.
+  // The Hopper PCIe and NVL parts run at other clocks, a GH200 with other memory and power; an
+  // A100 PCIe (the same tensor cores under a lower power limit) is counted as the SXM part.
   if (has("pcie") || has("nvl") || has("gh200")) return has("a100") ? &a100 : nullptr;
   if (has("h100")) return &h100;
   if (has("h200")) return &h200;

@@ -55,6 +55,7 @@ PlanRow evaluate_layout(const Config& config, const Layout& layout, const Hardwa
   }
   const IterationFlops flops = iteration_flops(m, vocab, config.batch.global_batch_size, layout.recompute);
   const double gpu_seconds = row.seconds() * double(layout.world_size());
+  row.tokens_per_s = double(config.batch.global_batch_size * m.seq_length) / row.seconds();
   row.tflops_per_gpu = flops.model / gpu_seconds / 1e12;
   row.hardware_tflops_per_gpu = flops.hardware / gpu_seconds / 1e12;
   return row;
@@ -275,10 +276,9 @@ std::string explain_layout(const Config& config, const Layout& layout, const Har
       str("# ", describe(layout), "\n# ", describe_hardware(as_run(hw, config)), "\n# time per iteration\n");
   for (const auto& line : row.time.explanation) out += line + "\n";
   if (layout.offload) out += str("offload    ", row.offload_s, " s  host copies and the CPU's AdamW\n");
-  const double tokens = double(config.batch.global_batch_size * config.model.seq_length);
-  out += str("# ", fixed(tokens / row.seconds() / double(layout.world_size()), 0), " tokens/s per GPU, ",
-             row.tflops_per_gpu, " TFLOP/s per GPU by the model FLOPs (no recomputation), ",
-             row.hardware_tflops_per_gpu, " counting recomputation (Megatron 2021's count)\n# memory per GPU\n");
+  out += str("# ", fixed(row.tokens_per_s / double(layout.world_size()), 0), " tokens/s per GPU, ", row.tflops_per_gpu,
+             " TFLOP/s per GPU by the model FLOPs (no recomputation), ", row.hardware_tflops_per_gpu,
+             " counting recomputation (Megatron 2021's count)\n# memory per GPU\n");
   const MemoryEstimate& m = row.memory;
   const std::pair<const char*, double> parts[] = {{"weights", m.weights},     {"gathered", m.gathered},
                                                   {"grads", m.grads},         {"optimizer", m.optimizer},

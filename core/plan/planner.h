@@ -33,6 +33,7 @@ struct PlanRow {
   IterationTime time;
   double offload_s = 0;
   double seconds() const { return time.seconds() + offload_s; }
+  double tokens_per_s = 0;             // the job's: global batch x sequence / time
   double tflops_per_gpu = 0;           // model FLOPs (no recompute) / time / GPUs
   double hardware_tflops_per_gpu = 0;  // FLOPs computed, recomputation included (Megatron 2021's count)
   // The estimate is checked against measured peaks (plan --validate): a row whose estimate is

@@ -357,7 +357,7 @@ std::string throughput_warning(double measured, double estimated, const std::str
 
 std::string throughput_expectation(double tokens_per_s, double tflops, const std::string& device) {
   return str("the time model (plan --explain) expects ", fixed(tokens_per_s, 0), " tokens/s and ", fixed(tflops, 1),
-             " TFLOP/s (model) per GPU of this layout on ", device);
+             " TFLOP/s (model) per GPU of this run's layout on ", device);
 }
 
 IterationTime estimate_iteration_time(const Config& config, const Layout& layout, const DeviceProfile& d,

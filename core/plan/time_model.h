@@ -105,7 +105,8 @@ std::vector<std::string> efficiency_warnings(const Config& config, const Layout&
 // the model or hardware configuration, as seed 002 puts it for under 115 TFLOP/s on an A100.
 std::string throughput_warning(double measured_tflops, double estimated_tflops, const std::string& device);
 // The log's line, at the start of a run on a device the time model has a profile for, of what it
-// expects of the run's layout per GPU, to read the iterations' figures against.
+// expects of the run's layout: the job's tokens/s and the model TFLOP/s per GPU, as the
+// iterations log them.
 std::string throughput_expectation(double tokens_per_s, double tflops, const std::string& device);
 
 }  // namespace trident

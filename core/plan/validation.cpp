@@ -54,9 +54,8 @@ std::vector<Validation> validate_time_model() {
     cluster.software = run.software;
     const Layout layout = resolve_layout(run.config, run.gpus);
     const PlanRow row = evaluate_layout(run.config, layout, cluster);
-    const double tokens = double(run.config.batch.global_batch_size * run.config.model.seq_length);
     out.push_back({run.id, run.stack, str(run.gpus, " x ", run.device.name, ", ", describe_axes(layout)), "tokens/s",
-                   run.tokens_per_s_per_gpu, tokens / row.seconds() / double(run.gpus), run.calibrates, run.source,
+                   run.tokens_per_s_per_gpu, row.tokens_per_s / double(run.gpus), run.calibrates, run.source,
                    run.peak_memory_gib, row.memory.total() / kGiB, row.refused()});
   }
   return out;

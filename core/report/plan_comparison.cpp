@@ -53,7 +53,7 @@ PlanComparison compare_with_plan(const RunRecord& record, const std::string& rec
     hardware.software = software;
     const PlanRow row = evaluate_layout(c.config, c.layout, hardware);
     c.iteration_s.plan = row.seconds();
-    c.tokens_per_s.plan = double(c.config.batch.global_batch_size * c.config.model.seq_length) / row.seconds();
+    c.tokens_per_s.plan = row.tokens_per_s;
     c.tflops_per_device.plan = row.tflops_per_gpu;
     c.mfu.plan = row.tflops_per_gpu / profile->peak_tflops;
   }

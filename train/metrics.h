@@ -82,8 +82,8 @@ class RunLog {
   void memory(const StateMemory& held, const torch::Device& device) const;
   void iteration(const IterationMetrics& m) const;
   // What the time model expects of this layout on this device (the job's tokens/s, as the
-  // iterations log them, and model TFLOP/s per GPU): said at the start, and from the third logged iteration on a run
-  // under half of it is warned about once.
+  // iterations log them, and model TFLOP/s per GPU): said at the start, and from the third
+  // logged iteration on a run under half of it is warned about once.
   void expect_throughput(double tokens_per_s, double tflops, std::string device);
 
   // On rank 0, train.metrics_file (continued by a run resumed after iteration `resumed_at` > 0,

@@ -38,9 +38,8 @@ PlanComparison compare_with_plan(const RunRecord& record, const std::string& rec
   const int64_t vocab = c.config.model.padded_vocab(c.layout.tp_size);
   // The fused kernels ran where the run was on a GPU: the record does not say whether its build
   // had them, and a CUDA build without the toolkit's compiler (the only one without) is rare.
-  const Software software = record.device == "cpu"
-                                ? without_fused_kernels(trident_software_on_libtorch(record.libtorch))
-                                : trident_software_on_libtorch(record.libtorch);
+  const Software built = trident_software_on_libtorch(record.libtorch);
+  const Software software = record.device == "cpu" ? without_fused_kernels(built) : built;
   // What the allocator holds at the peak: the estimate without its allowance for the CUDA
   // context, fragmentation and communication buffers, which train's peak does not count.
   const MemoryEstimate memory = estimate_memory(c.config.model, vocab, c.layout, c.config.precision, software);

@@ -208,8 +208,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   // The formulas count 16-bit activations; fp32 and fp64 runs store twice and four times that.
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout, software) * double(most_layers) * in_flight;
-  // Fused, the logits in the model's width (16 bits, or fp32's 4 bytes); else fp32 logits and softmax.
-  const double logit_bytes = software.fuses_cross_entropy(layout.tp_size) ? 2 * width : 8.0;
+  // Fused, the logits in the model's width; else fp32 logits and softmax.
+  const double logit_bytes = software.fuses_cross_entropy(layout.tp_size) ? state_bytes(precision).weights : 8.0;
   const double logits =
       logit_bytes * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) * double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;

@@ -243,10 +243,10 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   const double T = double(layout.micro_batch * (m.seq_length / layout.cp_size)), h = double(m.hidden_size),
                V = double(vocab) / double(layout.tp_size);
   if (last) {
-    // The logits and softmax in fp32 (or fp64) whatever the model's width; fused, the logits (16-bit,
-    // or fp32's) read once forward and their gradient written in place backward.
+    // The logits and softmax in fp32 (or fp64) whatever the model's width; fused, the logits in the
+    // model's width read once forward and their gradient written in place backward.
     const double logits_bytes = software.fuses_cross_entropy(layout.tp_size)
-                                    ? (precision == Precision::fp32 ? 4 : 2) * T * V
+                                    ? state_bytes(precision).weights * T * V
                                     : 12 * T * V * (precision == Precision::fp64 ? 2 : 1);
     work.forward += gemm_seconds({T, V, h}, d) + memory_seconds(logits_bytes, device);
     work.backward += gemm_seconds({T, h, V}, d) + gemm_seconds({h, V, T}, d) + memory_seconds(logits_bytes, device);

@@ -119,7 +119,12 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
   const std::pair<std::string, std::string> cases[] = {
       {"plan --size 1.7b --gpus abc", "error: --gpus: expected a positive integer, got 'abc' (see plan --help)"},
       {"plan --size 1.7b --gpus 0", "error: --gpus: expected a positive integer, got '0'"},
-      {"plan --size 1.7b --device v100", "error: --device: expected one of a100, h100, h200, got 'v100'"},
+      {"plan --size 1.7b --device v100",
+       "error: --device: expected a100, h100, h200 or a GPU's name with a built-in profile (an A100, an H100 or H200 "
+       "SXM), got 'v100'"},
+      {"plan --size 1.7b --device 'NVIDIA H100 PCIe'",
+       "error: --device: expected a100, h100, h200 or a GPU's name with a built-in profile (an A100, an H100 or H200 "
+       "SXM), got 'NVIDIA H100 PCIe'"},
       {"allreduce_bench --backend ucx", "error: --backend: expected one of auto, mpi, gloo, nccl, got 'ucx'"},
       {"allreduce_bench --device gpu", "error: --device: expected one of cpu, cuda, got 'gpu'"},
       {"plan --size 1.7b --profile " + (dir / "none.yaml").string(),
@@ -129,7 +134,8 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"train --config", "error: --config: 1 required TEXT missing (see train --help)"},
       {"train --config " + dir.string(), "error: config file '" + dir.string() + "' cannot be read: Is a directory"},
       {"preprocess docs", "error: --output is required"},
-      {"preprocess --output d --tokenizer wordpiece docs", "error: --tokenizer: expected one of byte, sentencepiece, gpt2, hf"},
+      {"preprocess --output d --tokenizer wordpiece docs",
+       "error: --tokenizer: expected one of byte, sentencepiece, gpt2, hf"},
       {"preprocess --output d --tokenizer sentencepiece docs",
        "error: --tokenizer sentencepiece needs --vocab-size N (to train one) or --tokenizer-model FILE"},
       {"preprocess --output d --tokenizer sentencepiece --vocab-size 100 docs",
@@ -144,7 +150,8 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"preprocess --output d --workers 0 docs", "error: --workers: expected a positive integer, got '0'"},
       {"preprocess --output d --tokenizer gpt2 --vocab v --merges m --tokenizer-json t docs",
        "error: --tokenizer-json is for --tokenizer hf, not gpt2"},
-      {"preprocess --output d --tokenizer hf --tokenizer-json " + (dir / "none.json").string() + " " + kSource + "/README.md",
+      {"preprocess --output d --tokenizer hf --tokenizer-json " + (dir / "none.json").string() + " " + kSource +
+           "/README.md",
        "error: Hugging Face tokenizer '" + (dir / "none.json").string() + "' cannot be read"},
       {"plan --largest", "error: --gpus N is needed with --largest"},
       {"adamw_bench --threads 0", "error: --threads: expected a positive integer, got '0'"},
@@ -152,11 +159,13 @@ TEST(Programs, BadArgumentsGetOneLineNamingTheOption) {
       {"bench --iters 0", "error: --iters: expected a positive integer, got '0'"},
       {"bench --dtype fp32,fp8", "error: --dtype: expected one of fp32, tf32, fp16, bf16, got 'fp8'"},
       {"allreduce_bench --max-bytes 1x", "error: --max-bytes: x unit not recognized"},
-      {"allreduce_bench --op broadcast", "error: --op: expected one of all_reduce, reduce_scatter, all_gather, all_to_all"},
+      {"allreduce_bench --op broadcast",
+       "error: --op: expected one of all_reduce, reduce_scatter, all_gather, all_to_all"},
       {"pipeline_bubble --schedules 1f1b,zb-x",
        "error: pipeline_bubble: --schedules takes parallel.schedule values by commas (gpipe, 1f1b, interleaved_1f1b, "
        "zb-h1, zb-v, dualpipe-v), got 'zb-x'"},
-      {"pipeline_bubble --micro-batches 4,x", "error: pipeline_bubble: --micro-batches takes positive counts by commas, got 'x'"},
+      {"pipeline_bubble --micro-batches 4,x",
+       "error: pipeline_bubble: --micro-batches takes positive counts by commas, got 'x'"},
       {"pipeline_bubble --actions 0", "error: --actions: expected a positive integer, got '0'"},
   };
   for (const auto& [command, message] : cases) {
@@ -578,6 +587,10 @@ TEST(PlanProgram, LinksAndSoftwareAreTheUsersToChoose) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("4 per node, links 200 GB/s within a node, 50 between nodes per GPU, 20 to the host"),
             std::string::npos) << r.output;
+  // The GPU's own name, as nvidia-smi prints it, picks its built-in profile (scripts/gpu_report).
+  r = run(kBin + "/plan --size 1.7b --device 'NVIDIA H200' --rows 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("x H200 141GB SXM (140 GiB"), std::string::npos) << r.output;
   // Validation plans each published run on its own device and software: it takes no other option.
   r = run(kBin + "/plan --validate --device h100");
   EXPECT_EQ(r.exit_code, 2);

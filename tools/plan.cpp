@@ -9,8 +9,9 @@
 //   plan --validate
 //
 // The device profile (core/plan/device_profile.h) gives the time model its rates and the node's
-// links: a built-in one (--device, A100 by default) or a file (--profile; bench --profile
-// measures one); --gpus-per-node and the --*-gbs options override its links. --software picks
+// links: a built-in one (--device, A100 by default; also the GPU's own name, as nvidia-smi and
+// CUDA print it, which picks its profile as a training run does) or a file (--profile; bench
+// --profile measures one); --gpus-per-node and the --*-gbs options override its links. --software picks
 // what the training program overlaps and fuses, software.setting=value changes one of its
 // settings (core/plan/software.h: fp8, compile, each overlap, ...). --explain prints the
 // time and memory of the config's own layout term by term.
@@ -70,8 +71,12 @@ CLI::App& describe(CLI::App& app, Options& o) {
       ->check(checked(at_least(1)));
   app.add_option("--memory-gib", o.memory_gib, "memory per GPU, GiB (default: the profile's)")
       ->check(checked(positive_number()));
-  auto* device = app.add_option("--device", o.device, "built-in device profile: a100, h100 or h200")
-                     ->check(checked(one_of({"a100", "h100", "h200"})))
+  const Rule<std::string> built_in{
+      "a100, h100, h200 or a GPU's name with a built-in profile (an A100, an H100 or H200 SXM)",
+      [](const std::string& name) { return known_profile(name) != nullptr; }};
+  auto* device = app.add_option("--device", o.device,
+                                "built-in device profile: a100, h100, h200, or the GPU's name as nvidia-smi prints it")
+                     ->check(checked(built_in))
                      ->capture_default_str();
   app.add_option("--profile", o.profile_path, "device profile file (bench --profile writes one)")->excludes(device);
   app.add_option("--intra-node-gbs", o.intra_node_gbs, "link bandwidth per GPU within a node, GB/s (default: the profile's)")

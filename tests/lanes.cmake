@@ -11,7 +11,8 @@
 #  - data and tokenizers (train/data: no LibTorch) and the programs that only read, check and
 #    write files or draw: preprocess, plan, plot and its report, train's input checks and dry run,
 #    --help;
-#  - the include order and the GPU report's trace summaries and table (Python).
+#  - the include order and the GPU report's trace summaries and table (Python);
+#  - the Mixture-of-Experts sweeps' layouts beyond those that take every path (MoEOnce, below).
 # Both lanes: every tensor computation (the model, attention: LibTorch 2.x runs
 # scaled_dot_product_attention, the parallel layers, optimizers, ZeRO, mixed precision), checkpoints
 # (LibTorch's serialisation and random state), the communicators (Gloo is LibTorch's own in 2.x),
@@ -22,7 +23,10 @@
 # arithmetic once per layout in lane 1.13; lane 2.x runs the layouts that together take every
 # parallel path through LibTorch 2.x: each dimension (TP with SP, CP's ring and Ulysses, each pipeline
 # schedule, the ends as layers, the split backward of the zero-bubble schedules), ZeRO 1, 2 and 3, offload, both recomputations, both families,
-# fp32 and fp64, both launchers and simulated hosts.
+# fp32 and fp64, both launchers and simulated hosts. The Mixture-of-Experts sweeps are cut the same
+# way (tests/test_moe.cpp): suite MoE holds the layouts that take the experts through every path
+# (TP with SP, CP, ZB-H1's split backward, ZeRO 2 and 3 over expert copies, EP x TP x PP, EP from
+# CP under DualPipe-V, the capacity over CP and over EP x PP), suite MoEOnce the rest.
 set(TRIDENT_EQUALS_SERIAL_IN_BOTH_LANES
   FourDimensionalWithRecomputeFp64 FourDimensionalInterleavedFp32 LlamaFourDimensionalFp64
   ThreeDimensionalWithZeroThreeFp64 ThreeDimensionalWithZeroTwoFp32 ContextTwoPipelineTwoGPipeZeroThreeFp64
@@ -35,5 +39,5 @@ set(TRIDENT_ONCE_SUITES
   Config Layout ProcessGrid Launch Errors FlightRecorder AsyncWatchdog LossGuard
   Formulas Memory Plan TimeModel DeviceProfile PipelineSchedule
   Tokenizers HfTokenizer DocumentInput ParallelEncoding IndexedDataset GPTSamples GPTData SampleOrder
-  DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram PlotReport Programs TrainProgram)
+  DataBlend BlendedSamples PreprocessProgram PlanProgram PlotProgram PlotReport Programs TrainProgram MoEOnce)
 set(TRIDENT_ONCE_TESTS include_order include_order_self_test overlap_summary kernel_sources gpu_table)

@@ -317,22 +317,27 @@ TEST(MoE, BadKeysGetOneLineNamingThem) {
             std::string::npos);
 }
 
+// Each sweep below is cut in two: its layouts that together take every path of the experts through
+// LibTorch (run in both lanes), and the others (labelled `once`: tests/lanes.cmake), which prove
+// the same code's index arithmetic at more layouts; each half trains its own single process.
+
 // moe-tiny (2 layers, both with experts, both losses) trains as one process does with tensor
 // parallelism (with and without sequence parallelism), context parallelism (alone, and with
 // sequence parallelism, where the losses' sums cross both), pipeline parallelism (1F1B and ZB-H1,
 // its experts' backward split: SplitBackward.ExpertsUnboundFromOneWeightSplitTogether) and ZeRO-3
 // over data parallelism, recomputation included (fp64: losses, auxiliary losses and weights).
+const std::vector<std::string> kTwoLayers = {"model.num_layers=2", "train.iters=3"};
 TEST(MoE, TrainsTheSameAtEveryLayout) {
+  expect_every_layout_trains_the_same(kTwoLayers,
+                                      {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
+                                       {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
+                                       {"parallel.pipeline=2", "parallel.schedule=zb-h1", "recompute=full"},
+                                       {"parallel.data=2", "parallel.zero_stage=3"}},
+                                      "moe");
+}
+TEST(MoEOnce, TrainsTheSameWithEachDimensionAlone) {
   expect_every_layout_trains_the_same(
-      {"model.num_layers=2", "train.iters=3"},
-      {{"parallel.tensor=2", "parallel.sequence_parallel=true", "recompute=selective"},
-       {"parallel.tensor=2"},
-       {"parallel.context=2"},
-       {"parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"},
-       {"parallel.pipeline=2", "recompute=full"},
-       {"parallel.pipeline=2", "parallel.schedule=zb-h1", "recompute=full"},
-       {"parallel.data=2", "parallel.zero_stage=3"}},
-      "moe");
+      kTwoLayers, {{"parallel.tensor=2"}, {"parallel.context=2"}, {"parallel.pipeline=2", "recompute=full"}}, "moe");
 }
 
 // Expert parallelism (the experts dealt out over ranks carved from data x context parallelism,
@@ -341,23 +346,28 @@ TEST(MoE, TrainsTheSameAtEveryLayout) {
 // recomputation, EP 2 x TP 2 (sequence parallel) x PP 2, EP carved from context parallelism, the
 // interleaved schedule, ZB-V and DualPipe-V (fp64: losses, auxiliary losses and weights, from checkpoints written
 // by every expert-parallel rank).
+const std::vector<std::string> kTwoSamples = {"batch.micro_batch_size=2", "train.iters=3"};
 TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
   expect_every_layout_trains_the_same(
-      {"batch.micro_batch_size=2", "train.iters=3"},
-      {{"parallel.data=2", "parallel.expert=2"},
-       {"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=1"},
-       {"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=2", "recompute=full"},
+      kTwoSamples,
+      {{"parallel.data=4", "parallel.expert=2", "parallel.zero_stage=2", "recompute=full"},
        {"parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"},
        {"parallel.data=2", "parallel.expert=2", "parallel.tensor=2", "parallel.sequence_parallel=true",
         "parallel.pipeline=2"},
-       {"parallel.context=2", "parallel.expert=2"},
-       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
-        "parallel.schedule=interleaved_1f1b"},
-       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
-        "parallel.schedule=zb-v"},
        {"parallel.context=2", "parallel.expert=2", "parallel.pipeline=2", "parallel.virtual_stages=2",
         "parallel.schedule=dualpipe-v"}},
       "ep");
+}
+TEST(MoEOnce, ExpertParallelTrainsTheSameWithEveryScheduleAndDegree) {
+  expect_every_layout_trains_the_same(kTwoSamples,
+                                      {{"parallel.data=2", "parallel.expert=2"},
+                                       {"parallel.data=4", "parallel.expert=4", "parallel.zero_stage=1"},
+                                       {"parallel.context=2", "parallel.expert=2"},
+                                       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                                        "parallel.virtual_stages=2", "parallel.schedule=interleaved_1f1b"},
+                                       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                                        "parallel.virtual_stages=2", "parallel.schedule=zb-v"}},
+                                      "ep");
 }
 
 // A capacity decides over the micro-batch's tokens whichever ranks hold them, so dropping trains
@@ -365,14 +375,18 @@ TEST(MoE, ExpertParallelTrainsTheSameAtEveryLayout) {
 // parallelism, expert parallelism and pipeline stages; the experts' load and the dropped count
 // (moe/ values) are compared with the single process's as well. A shared expert (a dense MLP
 // beside the routed ones, split over TP as the dense MLP is) rides along.
+const std::vector<std::string> kCapacity = {"model.num_layers=2", "model.moe_expert_capacity_factor=1.0",
+                                            "model.moe_shared_expert_intermediate_size=64", "batch.micro_batch_size=2",
+                                            "train.iters=3"};
 TEST(MoE, WithACapacityAndASharedExpertTrainsTheSameAtEveryLayout) {
+  expect_every_layout_trains_the_same(kCapacity,
+                                      {{"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
+                                       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}},
+                                      "capacity");
+}
+TEST(MoEOnce, WithACapacityAndASharedExpertTrainsTheSameOverContextOrZeroThree) {
   expect_every_layout_trains_the_same(
-      {"model.num_layers=2", "model.moe_expert_capacity_factor=1.0", "model.moe_shared_expert_intermediate_size=64",
-       "batch.micro_batch_size=2", "train.iters=3"},
-      {{"parallel.context=2"},
-       {"parallel.tensor=2", "parallel.sequence_parallel=true", "parallel.context=2"},
-       {"parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3"},
-       {"parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"}},
+      kCapacity, {{"parallel.context=2"}, {"parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3"}},
       "capacity");
 }
 

@@ -521,7 +521,7 @@ TEST(Plan, LargestModelPerStrategy) {
 // (calibration) stay within 10% of what set them; Megatron's A100 table within 10%, 5% on
 // average. The held-out runs of every stack (Megatron-Core in NVIDIA's stacks, torchtitan,
 // llm-foundry, Llama 3's, trident's own) hold their present accuracy: 6% on average, each stack's
-// mean under the bound below, at most 2 runs beyond 20% (docs/planning.md names them and why).
+// mean under the bound below, none beyond 20%.
 // No layout that ran is answered "does not fit", and where peak memory is published the estimate
 // is within 10% of it on average, 30% at most.
 TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
@@ -536,13 +536,13 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   EXPECT_GT(held_out.rows, 100u);
   EXPECT_LT(held_out.mean, 0.06);
   const std::map<std::string, double> bounds = {
-      {"megatron-core", 0.07}, {"llm-foundry", 0.055}, {"torchtitan", 0.095}, {"llama3", 0.05}, {"trident", 0.06}};
+      {"megatron-core", 0.07}, {"llm-foundry", 0.055}, {"torchtitan", 0.07}, {"llama3", 0.05}, {"trident", 0.06}};
   for (const auto& [stack, bound] : bounds) {
     const ErrorSummary s = summarize(rows, [&](const Validation& r) { return r.held_out() && r.stack == stack; });
     EXPECT_GT(s.rows, 0u) << stack;
     EXPECT_LT(s.mean, bound) << stack;
   }
-  EXPECT_LE(std::count_if(rows.begin(), rows.end(), [](const Validation& r) { return std::abs(r.error()) > 0.20; }), 2);
+  for (const auto& r : rows) EXPECT_LE(std::abs(r.error()), 0.20) << r.name;
   for (const auto& r : rows) EXPECT_FALSE(r.refused && r.memory_checked) << r.name << ": " << r.estimated_memory_gib << " GiB estimated";
   const ErrorSummary memory = summarize_memory(rows);
   EXPECT_GE(memory.rows, 12u);
@@ -554,9 +554,9 @@ TEST(TimeModel, HoldsOnPublishedRunsItWasNotSetOn) {
   ASSERT_NE(calibration, std::string::npos) << text;
   ASSERT_NE(held, std::string::npos) << text;
   EXPECT_LT(calibration, held);
-  EXPECT_NE(text.find("  held out, torchtitan: 20 rows"), std::string::npos) << text;
+  EXPECT_NE(text.find("  held out, torchtitan: 23 rows"), std::string::npos) << text;
   EXPECT_NE(text.find("  held out, trident: 5 rows"), std::string::npos) << text;
-  EXPECT_NE(text.find("0 of 118 layouts that ran answered \"does not fit\""), std::string::npos) << text;
+  EXPECT_NE(text.find("0 of 122 layouts that ran answered \"does not fit\""), std::string::npos) << text;
   std::printf("%s", text.c_str());
 }
 
@@ -865,6 +865,11 @@ TEST(Software, SettingsAreCheckedByName) {
   EXPECT_EQ(refusal({"cross_entropy=liger"}),
             "software.cross_entropy: expected one of fp32, fused, fused_whole_vocabulary, got 'liger'");
   EXPECT_EQ(refusal({"recompute_layer_every=0"}), "software.recompute_layer_every: expected a positive integer, got '0'");
+  EXPECT_EQ(refusal({"ring_blocks=lazy"}), "software.ring_blocks: expected one of fused, eager, math, got 'lazy'");
+  EXPECT_EQ(refusal({"keeps_stage_gathered=1"}), "software.keeps_stage_gathered: expected true or false, got '1'");
+  EXPECT_EQ(software_named("torchtitan")->ring_blocks, RingBlocks::eager);
+  EXPECT_TRUE(software_named("torchtitan")->keeps_stage_gathered);
+  EXPECT_EQ(software_named("megatron-core")->ring_blocks, RingBlocks::fused);
   EXPECT_EQ(refusal({"fp8"}), "'software.fp8': expected software.NAME=VALUE");
 }
 
@@ -996,6 +1001,98 @@ TEST(TimeModel, RegisteredBuffersCostOnlyTheirMemoryTraffic) {
   hw.device.overlap_contention = 0;
   hw.software = software_with("megatron-core", {});
   EXPECT_LT(evaluate_layout(config, resolve_layout(config, 8), hw).time.data_comm_s, registered);
+}
+
+// Ring attention merged eagerly (PyTorch's experimental context_parallel) costs its r - 1 steps
+// after the first kEagerRingStepShare more of their blocks' attention. A rank's attention at CP 8
+// over 8 times the sequence is 8 times its attention at CP 1 (the rest of the step the same), so
+// the 7 steps after the first add the share of the difference; without a ring (CP 1, or Ulysses
+// alone) nothing changes.
+TEST(TimeModel, AnEagerlyMergedRingPaysForEachStepAfterTheFirst) {
+  auto compute = [](int64_t cp, const char* type, const char* merge) {
+    const Config config =
+        Config::load(kSource + "/configs/llama3-8b.yaml",
+                     {"parallel.tensor=1", "parallel.pipeline=1", str("parallel.context=", cp),
+                      str("parallel.context_parallel_type=", type), str("model.seq_length=", 32768 * cp),
+                      "batch.micro_batch_size=1", str("batch.global_batch_size=", 8 / cp), "recompute=full"});
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = h100_profile();
+    hw.software = software_with("torchtitan", {str("ring_blocks=", merge)});
+    const IterationTime time = evaluate_layout(config, resolve_layout(config, 8), hw).time;
+    const bool said = time.explanation[0].find(str("each ring step after the first ", kEagerRingStepShare,
+                                                   " more (merged eagerly)")) != std::string::npos;
+    EXPECT_EQ(said, cp > 1 && std::string(type) == "ring" && std::string(merge) == "eager") << time.explanation[0];
+    return time.compute_s;
+  };
+  const double fused = compute(8, "ring", "fused"), eager = compute(8, "ring", "eager");
+  const double seven_blocks = fused - compute(1, "ring", "fused");
+  EXPECT_GT(kEagerRingStepShare, 0);
+  EXPECT_NEAR(eager - fused, kEagerRingStepShare * seven_blocks, 1e-9 * fused);
+  EXPECT_DOUBLE_EQ(compute(1, "ring", "eager"), compute(1, "ring", "fused"));
+  EXPECT_DOUBLE_EQ(compute(8, "ulysses", "eager"), compute(8, "ulysses", "fused"));
+}
+
+// trident's ring attention runs each block by the plain multiplies with its scores in fp32
+// (parallel/context_parallel.h), and is planned so: slower than fused blocks would be, and than
+// Ulysses, which runs the fused kernel on whole sequences; Ulysses is the same whatever the ring.
+TEST(TimeModel, TridentsRingAttentionIsPlannedAsItRuns) {
+  auto compute = [](const char* type, const std::vector<std::string>& settings) {
+    const Config config = Config::load(
+        kSource + "/configs/llama3-8b.yaml",
+        {"parallel.tensor=1", "parallel.pipeline=1", "parallel.context=8", str("parallel.context_parallel_type=", type),
+         "model.seq_length=65536", "batch.micro_batch_size=1", "batch.global_batch_size=1", "recompute=full"});
+    Hardware hw;
+    hw.gpus = 8;
+    hw.device = h100_profile();
+    hw.software = software_with("trident", settings);
+    return evaluate_layout(config, resolve_layout(config, 8), hw).time;
+  };
+  EXPECT_EQ(trident_software().ring_blocks, RingBlocks::math);
+  const IterationTime ring = compute("ring", {});
+  EXPECT_GT(ring.compute_s, compute("ring", {"ring_blocks=fused"}).compute_s);
+  EXPECT_GT(ring.compute_s, compute("ulysses", {}).compute_s);
+  EXPECT_DOUBLE_EQ(compute("ulysses", {}).compute_s, compute("ulysses", {"ring_blocks=fused"}).compute_s);
+  std::string explained;
+  for (const auto& line : ring.explanation) explained += line;
+  EXPECT_NE(explained.find("attention in ring blocks by the plain multiplies, the scores in fp32"), std::string::npos)
+      << explained;
+}
+
+// ZeRO-3 over pipeline stages kept gathered (keeps_stage_gathered: FSDP2 under PyTorch's pipeline
+// schedules) holds the busiest stage's 16-bit weights whole and its gradients whole in fp32 all
+// iteration, gathers once per iteration instead of twice per micro-batch, and reduces once;
+// without pipeline parallelism it changes nothing.
+TEST(Memory, AStageKeptGatheredHoldsItsWeightsAndGradientsWhole) {
+  const Config config = Config::load(kSource + "/configs/llama3-8b.yaml",
+                                     {"parallel.tensor=1", "parallel.pipeline=4", "parallel.zero_stage=3",
+                                      "batch.micro_batch_size=1", "batch.global_batch_size=32"});
+  const Layout layout = resolve_layout(config, 16);
+  const Software per_micro_batch = software_with("torchtitan", {"keeps_stage_gathered=false"});
+  const Software kept = software_with("torchtitan", {"keeps_stage_gathered=true"});
+  const MemoryEstimate regathered = estimate_memory(config.model, 128256, layout, Precision::bf16, per_micro_batch);
+  const MemoryEstimate whole = estimate_memory(config.model, 128256, layout, Precision::bf16, kept);
+  EXPECT_DOUBLE_EQ(whole.gathered, 2 * whole.parameters);
+  EXPECT_DOUBLE_EQ(whole.grads - regathered.grads, 4 * whole.parameters);
+  EXPECT_LT(regathered.gathered, whole.gathered / 2);
+  Hardware hw;
+  hw.gpus = 16;
+  hw.device = h100_profile();
+  auto data_comm = [&](const Software& software) {
+    hw.software = software;
+    return evaluate_layout(config, layout, hw).time;
+  };
+  const IterationTime once = data_comm(kept), every = data_comm(per_micro_batch);
+  EXPECT_LT(once.data_comm_s, every.data_comm_s);
+  std::string explained;
+  for (const auto& line : once.explanation) explained += line;
+  EXPECT_NE(explained.find("weights gathered once per iteration, behind the first forward"), std::string::npos)
+      << explained;
+  Layout flat = resolve_layout(config, 16);
+  flat.pp_size = 1;
+  flat.dp_size = 16;
+  EXPECT_DOUBLE_EQ(estimate_memory(config.model, 128256, flat, Precision::bf16, kept).gathered,
+                   estimate_memory(config.model, 128256, flat, Precision::bf16, per_micro_batch).gathered);
 }
 
 // What each policy keeps: per op (torchtitan) less than the attention core's policy, which keeps

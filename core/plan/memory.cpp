@@ -197,8 +197,14 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const GroupStates dense = group_states(busiest.dense, zero, bytes, precision, layout.offload);
   const GroupStates experts = group_states(busiest.experts, layout.expert_zero(), bytes, precision, layout.offload);
   out.weights = dense.weights + experts.weights;
-  if (zero.shards_weights()) out.gathered = most_gathered * bytes.weights;
   out.grads = dense.grads + experts.grads;
+  if (zero.shards_weights() && software.keeps_stage_gathered && layout.pp_size > 1) {
+    // The busiest stage's weights whole all iteration, its gradients accumulated whole in fp32.
+    out.gathered = busiest.total() * bytes.weights;
+    out.grads += busiest.total() * std::max(4.0, bytes.grads);
+  } else if (zero.shards_weights()) {
+    out.gathered = most_gathered * bytes.weights;
+  }
   out.optimizer = dense.optimizer + experts.optimizer;
   out.host = dense.host + experts.host;
 

@@ -95,16 +95,28 @@ void torchtitan_runs(std::vector<PublishedRun>& out) {
   out.push_back(run("torchtitan", "8B FSDP 8 compile", a, h100, 8, fsdp8, titan(compiled), 6667, 77.0,
                     "the H100 HBM2e clock share"));
   out.push_back(run("torchtitan", "8B FSDP 8 compile fp8", a, h100, 8, fsdp8, titan(fp8), 8532, 76.8));
-  // Table 2: 8B on 8 GPUs, FSDP x CP, local batch 1, full recompute, compile and Float8.
+  // Table 2: 8B on 8 GPUs, FSDP x CP, local batch 1, full recompute, compile and Float8. CP 8
+  // sets what an eagerly merged ring step costs (kEagerRingStepShare).
   for (const auto& [cp, seq, tps, memory] : std::vector<std::tuple<int64_t, int64_t, double, double>>{
            {1, 32768, 3890.0, 83.9}, {2, 65536, 2540.0, 84.2}, {4, 131072, 1071.0, 84.0}, {8, 262144, 548.0, 84.5}})
     out.push_back(run("torchtitan", str("8B FSDP ", 8 / cp, " x CP ", cp, " seq ", seq), a, h100, 8,
-                      joined(llama3_8b(seq), layout(1, cp, 1, 3, 1, 8 / cp, "full")), titan(fp8), tps, memory));
+                      joined(llama3_8b(seq), layout(1, cp, 1, 3, 1, 8 / cp, "full")), titan(fp8), tps, memory,
+                      cp == 8 ? "torchtitan's eager ring step share" : ""));
   // Table 3: 8B on 128 GPUs, FSDP, local batch 2.
   const Overrides fsdp128 = joined(llama3_8b(8192), layout(1, 1, 1, 3, 2, 256, "selective"));
   out.push_back(run("torchtitan", "8B FSDP 128", a, h100, 128, fsdp128, titan({}), 5605, 67.0));
   out.push_back(run("torchtitan", "8B FSDP 128 compile", a, h100, 128, fsdp128, titan(compiled), 6514, 62.0));
   out.push_back(run("torchtitan", "8B FSDP 128 compile fp8", a, h100, 128, fsdp128, titan(fp8), 8380, 61.8));
+  // Table 6: 405B on 512 GPUs, FSDP x CP x TP 8 x PP 8 (1F1B), local batch 8, full recompute,
+  // compile, Float8 and async TP. torchtitan cuts a pipeline's batch into as many micro-batches
+  // as it has stages unless told otherwise (experimental.pipeline_parallel_microbatches): 8 of 1;
+  // its 126 layers split as Llama 3's are, the embedding and the loss a layer's slot each.
+  for (const auto& [cp, seq, tps, memory] : std::vector<std::tuple<int64_t, int64_t, double, double>>{
+           {1, 32768, 76.0, 75.3}, {2, 65536, 47.0, 75.9}, {4, 131072, 31.0, 77.1}, {8, 262144, 16.0, 84.9}})
+    out.push_back(run("torchtitan", str("405B FSDP ", 8 / cp, " x CP ", cp, " x TP 8 x PP 8 seq ", seq), a, h100, 512,
+                      joined(joined(llama3_405b(seq), layout(8, cp, 8, 3, 1, 8 * (8 / cp), "full")),
+                             {"parallel.embedding_and_loss_as_layers=true"}),
+                      titan(async_fp8), tps, memory));
   // Table 4 and B: 70B on 256 GPUs, FSDP 32 x TP 8, local batch 16, full recompute.
   const Overrides tp70 = joined(llama3_70b(8192), layout(8, 1, 1, 3, 16, 512, "full"));
   out.push_back(run("torchtitan", "70B FSDP 32 x TP 8 fp8", a, h100, 256, tp70, titan(fp8), 829, 71.9));

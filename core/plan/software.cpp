@@ -18,6 +18,8 @@ const std::vector<std::pair<CrossEntropy, const char*>> kCrossEntropies = {
     {CrossEntropy::fp32, "fp32"},
     {CrossEntropy::fused, "fused"},
     {CrossEntropy::fused_whole_vocabulary, "fused_whole_vocabulary"}};
+const std::vector<std::pair<RingBlocks, const char*>> kRingBlocks = {
+    {RingBlocks::fused, "fused"}, {RingBlocks::eager, "eager"}, {RingBlocks::math, "math"}};
 const std::vector<std::pair<SelectiveRecompute, const char*>> kPolicies = {
     {SelectiveRecompute::attention, "attention"}, {SelectiveRecompute::op, "op"}, {SelectiveRecompute::layers, "layers"}};
 
@@ -71,6 +73,8 @@ const std::vector<Setting>& settings() {
       choice("cross_entropy", &Software::cross_entropy, kCrossEntropies),
       flag("attention_keeps_groups", &Software::attention_keeps_groups),
       flag("keeps_gathered_inputs", &Software::keeps_gathered_inputs),
+      flag("keeps_stage_gathered", &Software::keeps_stage_gathered),
+      choice("ring_blocks", &Software::ring_blocks, kRingBlocks),
       choice("selective_recompute", &Software::selective_recompute, kPolicies),
       {"recompute_layer_every",
        [](Software& s, const std::string& text) { return check_value(text, at_least(1), s.recompute_layer_every); }},
@@ -137,8 +141,8 @@ Software without_fused_kernels(Software software) {
 
 // Megatron 2021: its fused bias-GeLU, bias-dropout-add and scale-mask-softmax kernels.
 Software megatron_2021_software() {
-  return preset("megatron-2021",
-                {"attention_kernel=math", "overlap_gradient_reduction=false", "compile=true", "cross_entropy=fp32"});
+  return preset("megatron-2021", {"attention_kernel=math", "overlap_gradient_reduction=false", "compile=true",
+                                  "cross_entropy=fp32", "ring_blocks=fused"});
 }
 
 // Megatron-Core: Transformer Engine's fused norm-linear, SwiGLU and rotary kernels and its
@@ -146,25 +150,27 @@ Software megatron_2021_software() {
 Software megatron_core_software() {
   return preset("megatron-core",
                 {"overlap_tensor_comm=true", "overlap_weight_gather=true", "overlap_pipeline_comm=true", "compile=true",
-                 "attention_keeps_groups=true", "cross_entropy=fp32"});
+                 "attention_keeps_groups=true", "cross_entropy=fp32", "ring_blocks=fused"});
 }
 
 Software llama3_software() {
   return preset("llama3",
                 {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "overlap_pipeline_comm=true",
-                 "attention_keeps_groups=true", "compile=false", "cross_entropy=fp32"});
+                 "attention_keeps_groups=true", "compile=false", "cross_entropy=fp32", "ring_blocks=fused"});
 }
 
-// torchtitan: FSDP2's prefetch, per-op selective recomputation, torchao's dynamic FP8 scaling.
+// torchtitan: FSDP2's prefetch (and its pipeline stages kept gathered), per-op selective
+// recomputation, torchao's dynamic FP8 scaling, PyTorch's experimental ring attention.
 Software torchtitan_software() {
   return preset("torchtitan",
                 {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "selective_recompute=op",
-                 "fp8_scaling=current", "keeps_gathered_inputs=true", "compile=false", "cross_entropy=fp32"});
+                 "fp8_scaling=current", "keeps_gathered_inputs=true", "keeps_stage_gathered=true", "compile=false",
+                 "cross_entropy=fp32", "ring_blocks=eager"});
 }
 
 Software llm_foundry_software() {
   return preset("llm-foundry", {"fused_gradient_accumulation=false", "overlap_weight_gather=true", "compile=false",
-                                "cross_entropy=fused"});
+                                "cross_entropy=fused", "ring_blocks=fused"});
 }
 
 const std::vector<Software>& software_presets() {
@@ -226,6 +232,11 @@ std::string describe_software(const Software& s) {
                                                                 : std::string("fused cross-entropy"),
       s.attention_keeps_groups ? "K/V groups kept" : "K/V repeated for every head",
       s.keeps_gathered_inputs ? "gathered inputs kept" : "inputs gathered again in backward",
+      s.keeps_stage_gathered ? "a stage's ZeRO-3 weights gathered once per iteration"
+                             : "ZeRO-3 weights gathered per micro-batch",
+      str("ring attention's blocks ", s.ring_blocks == RingBlocks::fused   ? "fused"
+                                      : s.ring_blocks == RingBlocks::eager ? "fused, merged eagerly"
+                                                                           : "by the plain multiplies in fp32"),
       s.selective_recompute == SelectiveRecompute::layers
           ? str("selective recompute of every ", s.recompute_layer_every, " layers")
           : str("selective recompute by ", name(s.selective_recompute))};

@@ -36,6 +36,16 @@ enum class Fp8Scaling { delayed, current };
 // it (fused_whole_vocabulary: trident's, model/fused_kernels.h).
 enum class CrossEntropy { fp32, fused, fused_whole_vocabulary };
 
+// How ring attention runs each block of queries against a block of keys and merges its partial
+// output into the running one: a fused kernel per block, merged inside fused kernels with the
+// next block's keys and values in flight beside it (fused: Transformer Engine's, Megatron-Core's
+// CP); a fused kernel call per block, merged by eager fp32 element-wise passes, the keys and
+// values repeated for every head and their fp32 gradients copied and passed step by step
+// (eager: PyTorch's experimental context_parallel of 2024, torchtitan's CP; each step after the
+// first costs kEagerRingStepShare more, core/plan/time_model.h); or the plain multiplies with
+// the scores through memory in fp32 (math: trident's, parallel/context_parallel.h).
+enum class RingBlocks { fused, eager, math };
+
 struct Software {
   std::string name = "trident";
   AttentionKernel attention_kernel = AttentionKernel::flash;
@@ -88,6 +98,13 @@ struct Software {
   // rank (torchtitan's DTensor layers; trident's FP8 layers, an 8-bit copy), or keep their shard
   // and gather it again in backward (Megatron's, trident's).
   bool keeps_gathered_inputs = false;
+  // With pipeline parallelism, ZeRO-3 gathers a stage's weights once per iteration and keeps
+  // them, its micro-batches' gradients accumulated whole in fp32 and reduce-scattered after the
+  // last (FSDP2 under torch.distributed.pipelining: no resharding after forward, gradients
+  // synchronised on the last micro-batch; torchtitan's); or it gathers the weights and reduces
+  // the gradients for every micro-batch (trident's).
+  bool keeps_stage_gathered = false;
+  RingBlocks ring_blocks = RingBlocks::math;
   SelectiveRecompute selective_recompute = SelectiveRecompute::attention;
   int64_t recompute_layer_every = 2;  // with selective_recompute=layers
   bool fused_attention() const { return attention_kernel != AttentionKernel::math; }

@@ -159,25 +159,38 @@ double attention_tflops(double keys, double head_dim, const DeviceProfile& d, At
   return d.attention_tflops * attention_rate_share(keys, head_dim) * kernel_share(kernel);
 }
 
-// Attention forward and backward of one layer: a fused kernel at its rate (causal: half the
-// score blocks), or the unfused batched multiplies and the softmax through memory.
-std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, AttentionKernel kernel) {
+// Attention forward and backward of one layer (`d` at the precision's width): a fused kernel at
+// its rate (causal: half the score blocks), or the unfused batched multiplies and the softmax
+// through memory. Ring attention over r ranks does an equal share of the work at each of its r
+// steps (load-balanced halves). Its blocks fused and merged eagerly, the r - 1 steps after the
+// first cost kEagerRingStepShare more; run by the plain multiplies (trident's), the blocks a
+// query chunk sees, (2r + 1) / 4r of the scores (its own chunk's and the earlier ones' of 2r),
+// go through memory in fp32 (the multiplies counted at the profile's 16-bit rate).
+std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, Precision precision,
+                                    const Software& software) {
   const double heads = l.heads / l.t, batches = l.batch * heads;
-  if (kernel != AttentionKernel::math) {
+  const double ring = l.keys / l.block_keys;
+  const bool math_ring = ring > 1 && software.ring_blocks == RingBlocks::math;
+  if (software.fused_attention() && !math_ring) {
     const double flops = 4 * l.batch * l.queries * l.keys * l.head_dim * heads / 2;
-    const double forward = flops / (attention_tflops(l.block_keys, l.head_dim, d, kernel) * 1e12);
+    const double merging = software.ring_blocks == RingBlocks::eager ? 1 + kEagerRingStepShare * (ring - 1) / ring : 1;
+    const double forward =
+        merging * flops / (attention_tflops(l.block_keys, l.head_dim, d, software.attention_kernel) * 1e12);
     return {forward, 2.5 * forward};
   }
-  const double q = l.queries, k = l.keys, hd = l.head_dim;
+  DeviceProfile device = d;
+  if (math_ring && precision != Precision::fp32 && precision != Precision::fp64) device.memory_gbs /= 2;
+  const double seen = math_ring ? (2 * ring + 1) / (4 * ring) : 1;
+  const double q = l.queries, k = l.keys * seen, hd = l.head_dim;
   const double scores = batches * q * k;
-  auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, d); };
+  auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, device); };
   // Scale-mask-softmax reads and writes the scores (4 bytes each); dropout reads and writes them
   // again and writes its mask (5). Backward: 6 and 5.
   const double dropout = l.attention_dropout ? 5 : 0;
-  const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds((4 + dropout) * scores, d);
+  const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds((4 + dropout) * scores, device);
   // Gradients of QK^T (dQ, dK) and of PV (dP, dV).
   const double backward = batched(q, hd, k) + batched(k, hd, q) + batched(q, k, hd) + batched(k, hd, q) +
-                          memory_seconds((6 + dropout) * scores, d);
+                          memory_seconds((6 + dropout) * scores, device);
   return {forward, backward};
 }
 
@@ -231,7 +244,7 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   const int64_t with_experts = std::count_if(layers.begin(), layers.end(), [&](int64_t i) { return m.moe_layer(i); });
   StageWork work{0, 0};
   for (const auto& [l, count] : layer_kinds(m, layout, int64_t(layers.size()), with_experts)) {
-    const auto [attention_forward, attention_backward] = attention(l, d, software.attention_kernel);
+    const auto [attention_forward, attention_backward] = attention(l, d, precision, software);
     const double linear = linear_forward(l, d, software), elementwise = elementwise_forward(l, d, software);
     const double forward = linear + attention_forward + elementwise;
     double backward = linear_backward(l, d, software) + attention_backward + 2 * elementwise;
@@ -434,14 +447,19 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   if (layout.ring_size() > 1) {
     // Ring attention: 3r - 2 block transfers per layer and micro-batch, each hidden behind one
     // block's attention where it can be. After Ulysses a rank holds u times its tokens for 1 / u
-    // of the heads: the same bytes, and blocks of s/r queries against s/r keys.
+    // of the heads: the same bytes, and blocks of s/r queries against s/r keys. PyTorch's eager
+    // ring passes the keys and values repeated for every head, trident's (math) passes them in fp32.
     const double r = double(layout.ring_size());
-    const double transfer_s = 2 * kv_fraction * rank_activation_bytes / bandwidth_over("ring");
+    const double ring_kv =
+        software.ring_blocks == RingBlocks::eager && !software.attention_keeps_groups ? 1 : kv_fraction;
+    const double ring_width = software.ring_blocks == RingBlocks::math ? std::max(1.0, 4 / bytes.weights) : 1;
+    const double transfer_s = 2 * ring_kv * ring_width * rank_activation_bytes / bandwidth_over("ring");
     // One block, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.ring_size()) * double(m.hidden_size) /
                                double(layout.tp_size);
-    const double block_rate = software.fused_attention() ? attention_tflops(block_keys, head_dim, d, software.attention_kernel)
-                                                         : d.matmul_tflops;
+    const double block_rate = software.fused_attention() && software.ring_blocks != RingBlocks::math
+                                  ? attention_tflops(block_keys, head_dim, d, software.attention_kernel)
+                                  : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
     cp_layer += (3 * r - 2) * transfer_s;
     cp_exposed += (3 * r - 2) * overlapped(transfer_s, block_s, d.overlap_contention);
@@ -546,11 +564,14 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     return (!zero.reduce_scatters() ? all_reduce_seconds(b, replicas, dp_gbs) : half_collective_seconds(b, replicas, dp_gbs)) +
            latency(count, !zero.reduce_scatters());
   };
-  const double reductions = zero.shards_grads() ? M : 1;
+  // A pipeline stage kept gathered (keeps_stage_gathered) gathers once per iteration and reduces
+  // after the last micro-batch.
+  const bool kept_gathered = zero.shards_weights() && software.keeps_stage_gathered && layout.pp_size > 1;
+  const double reductions = zero.shards_grads() && !kept_gathered ? M : 1;
   const double gather = half_collective_seconds(weights, replicas, dp_gbs) + latency(dp_pieces, false);
   double dp_total = 0;
   if (replicas > 1) {
-    const double backward_gather = zero.shards_weights() ? gather : 0;
+    const double backward_gather = zero.shards_weights() && !kept_gathered ? gather : 0;
     const double reduction = reduce(grads, dp_pieces);
     dp_total = reductions * reduction;
     const double last_bucket = reduce(grad_bucket, 1);
@@ -560,11 +581,14 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                                                      work.backward, dp_contention))
             : dp_total + M * overlapped(backward_gather, work.backward, dp_contention);
     if (zero.shards_weights()) {
-      // ZeRO-3: the weights gathered for every micro-batch's forward and backward; the first
-      // block's forward gather has nothing before it to hide behind.
-      dp_total += 2 * M * gather;
+      // ZeRO-3: the weights gathered for every micro-batch's forward and backward (kept gathered:
+      // the first forward's alone); the first block's forward gather has nothing before it to
+      // hide behind.
+      const double forward_gathers = kept_gathered ? 1 : M;
+      dp_total += (kept_gathered ? 1 : 2 * M) * gather;
       const double first_block = gather / dp_pieces;
-      out.data_comm_s += M * (first_block + overlapped(gather - first_block, work.forward, dp_contention));
+      out.data_comm_s +=
+          forward_gathers * (first_block + overlapped(gather - first_block, work.forward, dp_contention));
     } else if (zero.reduce_scatters()) {
       // ZeRO-1 and 2: the updated weights gathered after the step, or behind the next first forward.
       dp_total += gather;
@@ -599,10 +623,15 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
               ") on stage ", slowest.stage, " (", layers, " layers), the slowest, ", d.name, ": multiplies at ",
               d.matmul_tflops, " TFLOP/s with tile and wave quantization, memory at ",
               d.memory_gbs * d.memory_efficiency, " GB/s, attention ",
-              software.fused_attention()
+              layout.ring_size() > 1 && software.ring_blocks == RingBlocks::math
+                  ? std::string("in ring blocks by the plain multiplies, the scores in fp32")
+              : software.fused_attention()
                   ? str(name(software.attention_kernel), " at ",
                         fixed(attention_tflops(block_keys, head_dim, d, software.attention_kernel), 1), " TFLOP/s (",
-                        d.attention_tflops, " at long sequences)")
+                        d.attention_tflops, " at long sequences)",
+                        layout.ring_size() > 1 && software.ring_blocks == RingBlocks::eager
+                            ? str(", each ring step after the first ", kEagerRingStepShare, " more (merged eagerly)")
+                            : "")
                   : std::string("unfused"),
               software.fp8 ? str(", linear multiplies in FP8 at ", d.fp8_matmul_tflops, " TFLOP/s") : "",
               software.compile ? ", element-wise chains fused" : "",
@@ -640,6 +669,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                zero.reduce_scatters() && !zero.shards_weights()
                    ? (software.overlap_weight_gather ? ", weights gathered behind the next forward"
                                                      : ", weights gathered after the step")
+               : kept_gathered         ? ", weights gathered once per iteration, behind the first forward"
                : zero.shards_weights() ? ", weights gathered twice per micro-batch behind the compute"
                                        : "",
                overlap_split(dp_total, out.data_comm_s))),

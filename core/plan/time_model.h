@@ -68,6 +68,10 @@ double memory_seconds(double bytes, const DeviceProfile& device);
 // memory-efficient kernel (xformers' CUTLASS kernel against FlashAttention-2's published A100
 // rates; stated, not measured here).
 constexpr double kFlash1Share = 0.65, kMemoryEfficientShare = 0.6;
+// What each ring attention step after the first costs beyond its block's attention when the
+// blocks are merged eagerly (software ring_blocks=eager): set from torchtitan's 8B run at CP 8
+// (docs/planning.md, where the held-out CP runs check it).
+constexpr double kEagerRingStepShare = 0.34;
 // The share of the profile's attention_tflops a flash kernel reaches on blocks of `keys` keys per
 // query (causal) at head size `head_dim`: s / (s + 512) for the work per query block against its
 // fixed costs (loading the queries, writing the output, the diagonal's masked half), and

@@ -12,7 +12,7 @@
 // Ring attention (ring_attention): the key/value blocks of the c ranks travel around the
 // group, c - 1 exchanges, each started before the block in hand is computed (Gloo's transfers
 // progress in its own threads meanwhile; Open MPI's mostly inside MPI calls, i.e. at wait();
-// NCCL's exchange completes before it returns). A query chunk q and a key chunk k
+// NCCL's on its own stream, behind the block's computation). A query chunk q and a key chunk k
 // (global chunk indices) give a block that is
 //   k < q: fully visible      k == q: causal (the diagonal)      k > q: fully masked, skipped
 // and the blocks' partial outputs merge by the log-sum-exp rule (online softmax):

@@ -161,6 +161,10 @@ HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, co
   return held;
 }
 
+bool keeps_stage_gathered(const Layout& layout, const Software& software) {
+  return layout.zero().shards_weights() && software.keeps_stage_gathered && layout.pp_size > 1;
+}
+
 double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage) {
   return stage_held_parameters(model, vocab, layout, stage).total();
 }
@@ -198,10 +202,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const GroupStates experts = group_states(busiest.experts, layout.expert_zero(), bytes, precision, layout.offload);
   out.weights = dense.weights + experts.weights;
   out.grads = dense.grads + experts.grads;
-  if (zero.shards_weights() && software.keeps_stage_gathered && layout.pp_size > 1) {
+  if (keeps_stage_gathered(layout, software)) {
     // The busiest stage's weights whole all iteration, its gradients accumulated whole in fp32.
     out.gathered = busiest.total() * bytes.weights;
-    out.grads += busiest.total() * std::max(4.0, bytes.grads);
+    out.grads += busiest.total() * bytes.grads;
   } else if (zero.shards_weights()) {
     out.gathered = most_gathered * bytes.weights;
   }
@@ -215,7 +219,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   const double width = precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
   out.activations = width * layer_activation_bytes(model, layout, software) * double(most_layers) * in_flight;
   // Fused, the logits in the model's width; else fp32 logits and softmax.
-  const double logit_bytes = software.fuses_cross_entropy(layout.tp_size) ? state_bytes(precision).weights : 8.0;
+  const double logit_bytes = software.fuses_cross_entropy(layout.tp_size) ? bytes.weights : 8.0;
   const double logits =
       logit_bytes * double(model.seq_length / layout.cp_size) * double(layout.micro_batch) * double(vocab) / t;
   if (layout.pp_size == 1) out.activations += logits;
@@ -223,7 +227,17 @@ MemoryEstimate estimate_memory(const ModelConfig& model, int64_t vocab, const La
   stored_whole.recompute = Recompute::none;
   const double logits_gradient =
       layout.pp_size == 1 && !software.fuses_cross_entropy(layout.tp_size) ? logits / 2 : 0;  // fp32 already
-  out.transient = std::max(width * layer_activation_bytes(model, stored_whole, software), logits_gradient);
+  // trident's ring (math blocks) works on one block of scores at a time, in fp32 (fp64 in an fp64
+  // run): the scores, their probabilities and backward their gradients, about 20 bytes a score of
+  // [b, a / (t u), n, n] for chunks of n = s / 2r tokens (parallel/context_parallel.h).
+  double ring_block = 0;
+  if (layout.ring_size() > 1 && software.ring_blocks == RingBlocks::math) {
+    const double n = double(model.seq_length) / (2.0 * double(layout.ring_size()));
+    const double heads = double(model.num_attention_heads) / (t * double(layout.ulysses_size));
+    ring_block = 20 * (precision == Precision::fp64 ? 2 : 1) * double(layout.micro_batch) * heads * n * n;
+  }
+  out.transient =
+      std::max({width * layer_activation_bytes(model, stored_whole, software), logits_gradient, ring_block});
 
   const double rest = out.weights + out.gathered + out.grads + out.optimizer + out.activations + out.transient;
   out.allowance = double(1 << 30) + 0.05 * rest;

@@ -72,6 +72,10 @@ struct HeldParameters {
 HeldParameters stage_held_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);
 double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& layout, int64_t stage);
 
+// Whether ZeRO-3 keeps each pipeline stage's weights gathered all iteration, gathering once and
+// reducing once (software.keeps_stage_gathered with ZeRO-3 and pipeline parallelism).
+bool keeps_stage_gathered(const Layout& layout, const Software& software);
+
 // The busiest rank: the most parameters any stage holds, and, as under 1F1B on the first stage,
 // up to p micro-batches of activations (M under GPipe; interleaving adds a factor
 // 1 + (p-1)/(p v)) counted with the most layers any stage holds (a bound when the embedding and
@@ -81,11 +85,13 @@ double stage_parameters(const ModelConfig& model, int64_t vocab, const Layout& l
 // when p = 1. The backward works beside what is stored: one
 // layer's activations as without recomputation (the layer recomputed, or the gradients flowing
 // back through it: tensors of the same sizes), or, where the loss is, the logits' fp32 gradient
-// (4 s b V / t), whichever is larger. Allowance: 1 GiB + 5% of the rest (stated, not
+// (4 s b V / t), or trident's ring attention's block of fp32 scores (20 bytes a score of
+// [b, a / (t u), s / 2r, s / 2r]), whichever is larger. Allowance: 1 GiB + 5% of the rest (stated, not
 // measured). ZeRO shards over the data- and context-parallel ranks (d c), the experts over their
 // d c / ep copies; ZeRO-3 gathers the
 // stage's embeddings and final LayerNorm for the whole iteration and two blocks at a time (the
-// one computing and the next, prefetched: parallel/sharded_parameters.h). With offload the
+// one computing and the next, prefetched: parallel/sharded_parameters.h), or with
+// keeps_stage_gathered the stage's 16-bit weights whole and its gradients whole in fp32. With offload the
 // optimizer states (and an fp32 copy of the rank's reduced gradients) are in host memory, not
 // on the device. `optimizer` is adamw | adam8bit | sgd; `software` as a run of `model` at
 // `precision` uses it (as_run: FP8, model.fused_kernels).

@@ -234,9 +234,10 @@ std::string describe_software(const Software& s) {
       s.keeps_gathered_inputs ? "gathered inputs kept" : "inputs gathered again in backward",
       s.keeps_stage_gathered ? "a stage's ZeRO-3 weights gathered once per iteration"
                              : "ZeRO-3 weights gathered per micro-batch",
-      str("ring attention's blocks ", s.ring_blocks == RingBlocks::fused   ? "fused"
+      str("ring attention's blocks ", s.ring_blocks == RingBlocks::math ? "by the plain multiplies, the scores in fp32"
+                                      : !s.fused_attention()            ? "unfused"
                                       : s.ring_blocks == RingBlocks::eager ? "fused, merged eagerly"
-                                                                           : "by the plain multiplies in fp32"),
+                                                                           : "fused"),
       s.selective_recompute == SelectiveRecompute::layers
           ? str("selective recompute of every ", s.recompute_layer_every, " layers")
           : str("selective recompute by ", name(s.selective_recompute))};

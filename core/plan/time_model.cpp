@@ -35,6 +35,7 @@ struct StageWork {
 struct LayerShape {
   double tokens, hidden, qkv, ffn, heads, head_dim, queries, keys, batch, t;
   double block_keys;  // keys per attention block: the sequence, or its ring attention block
+  double ring;        // ranks of the ring attention (1: none)
   // A Mixture-of-Experts layer: each token through `copies` (k) experts of width ffn (the
   // experts' multiplies as one of k x tokens rows), its router's E scores; 1 and 0 otherwise.
   double copies = 1, experts = 0, shared = 0;  // shared: the shared expert's width (every token)
@@ -51,6 +52,7 @@ LayerShape layer_shape(const ModelConfig& m, const Layout& layout, bool experts)
   l.queries = double(m.seq_length / layout.cp_size);
   l.keys = double(m.seq_length);
   l.block_keys = double(m.seq_length / layout.ring_size());
+  l.ring = double(layout.ring_size());
   l.tokens = l.batch * l.queries;
   l.hidden = double(m.hidden_size);
   l.qkv = double(m.qkv_rows());
@@ -159,38 +161,59 @@ double attention_tflops(double keys, double head_dim, const DeviceProfile& d, At
   return d.attention_tflops * attention_rate_share(keys, head_dim) * kernel_share(kernel);
 }
 
-// Attention forward and backward of one layer (`d` at the precision's width): a fused kernel at
-// its rate (causal: half the score blocks), or the unfused batched multiplies and the softmax
-// through memory. Ring attention over r ranks does an equal share of the work at each of its r
-// steps (load-balanced halves). Its blocks fused and merged eagerly, the r - 1 steps after the
-// first cost kEagerRingStepShare more; run by the plain multiplies (trident's), the blocks a
-// query chunk sees, (2r + 1) / 4r of the scores (its own chunk's and the earlier ones' of 2r),
-// go through memory in fp32 (the multiplies counted at the profile's 16-bit rate).
-std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& d, Precision precision,
+// `d` with its memory bandwidth divided by how many 16-bit widths an element of `precision`
+// has: the byte counts of this file are for 16-bit activations and weights.
+DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
+  DeviceProfile wide = d;
+  wide.memory_gbs /= precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
+  return wide;
+}
+
+// Attention forward and backward of one layer on `device` for `precision`: a fused kernel at its
+// rate (causal: half the score blocks), or the unfused batched multiplies and the softmax through
+// memory. Ring attention over r ranks does an equal share of the work at each of its r steps
+// (load-balanced halves). Its blocks fused and merged eagerly, the r - 1 steps after the first
+// cost kEagerRingStepShare more. Run by the plain multiplies (trident's ring), the blocks a query
+// chunk sees, (2r + 1) / 4r of the scores (its own chunk's and the earlier ones' of 2r), are
+// computed in fp32 (fp64 in an fp64 run): the multiplies at kFp32MultiplyShare of the 16-bit rate,
+// the scores through memory pass by pass, 32 bytes each forward (the multiply writes them; the
+// scale, the subtraction of the log-sum-exp and exp read and write them; the log-sum-exp reads
+// them) and 52 backward (the same again to recompute the probabilities, the gradient of the
+// probabilities written, the softmax's gradient in two passes reading three and writing two).
+std::pair<double, double> attention(const LayerShape& l, const DeviceProfile& device, Precision precision,
                                     const Software& software) {
-  const double heads = l.heads / l.t, batches = l.batch * heads;
-  const double ring = l.keys / l.block_keys;
-  const bool math_ring = ring > 1 && software.ring_blocks == RingBlocks::math;
+  const double heads = l.heads / l.t, batches = l.batch * heads, r = l.ring;
+  const bool math_ring = r > 1 && software.ring_blocks == RingBlocks::math;
   if (software.fused_attention() && !math_ring) {
+    const DeviceProfile d = at_width(device, precision);
     const double flops = 4 * l.batch * l.queries * l.keys * l.head_dim * heads / 2;
-    const double merging = software.ring_blocks == RingBlocks::eager ? 1 + kEagerRingStepShare * (ring - 1) / ring : 1;
+    const double merging = software.ring_blocks == RingBlocks::eager ? 1 + kEagerRingStepShare * (r - 1) / r : 1;
     const double forward =
         merging * flops / (attention_tflops(l.block_keys, l.head_dim, d, software.attention_kernel) * 1e12);
     return {forward, 2.5 * forward};
   }
-  DeviceProfile device = d;
-  if (math_ring && precision != Precision::fp32 && precision != Precision::fp64) device.memory_gbs /= 2;
-  const double seen = math_ring ? (2 * ring + 1) / (4 * ring) : 1;
-  const double q = l.queries, k = l.keys * seen, hd = l.head_dim;
-  const double scores = batches * q * k;
-  auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, device); };
+  const double q = l.queries, hd = l.head_dim;
+  if (math_ring) {
+    // Byte counts at fp32's width (fp64's: twice them).
+    DeviceProfile d = at_width(device, precision == Precision::fp64 ? Precision::fp64 : Precision::fp32);
+    d.matmul_tflops *= kFp32MultiplyShare;
+    const double k = l.keys * (2 * r + 1) / (4 * r), scores = batches * q * k;
+    auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, d); };
+    const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds(32 / 2 * scores, d);
+    const double backward =
+        2 * batched(q, k, hd) + batched(q, hd, k) + 2 * batched(k, hd, q) + memory_seconds(52 / 2 * scores, d);
+    return {forward, backward};
+  }
+  const DeviceProfile d = at_width(device, precision);
+  const double k = l.keys, scores = batches * q * k;
+  auto batched = [&](double m, double n, double k) { return gemm_seconds({m, n, k, batches}, d); };
   // Scale-mask-softmax reads and writes the scores (4 bytes each); dropout reads and writes them
   // again and writes its mask (5). Backward: 6 and 5.
   const double dropout = l.attention_dropout ? 5 : 0;
-  const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds((4 + dropout) * scores, device);
+  const double forward = batched(q, k, hd) + batched(q, hd, k) + memory_seconds((4 + dropout) * scores, d);
   // Gradients of QK^T (dQ, dK) and of PV (dP, dV).
   const double backward = batched(q, hd, k) + batched(k, hd, q) + batched(q, k, hd) + batched(k, hd, q) +
-                          memory_seconds((6 + dropout) * scores, device);
+                          memory_seconds((6 + dropout) * scores, d);
   return {forward, backward};
 }
 
@@ -226,14 +249,6 @@ double selective_recompute_seconds(const Software& software, double forward, dou
   return attention;
 }
 
-// `d` with its memory bandwidth divided by how many 16-bit widths an element of `precision`
-// has: every byte count above is for 16-bit activations and weights.
-DeviceProfile at_width(const DeviceProfile& d, Precision precision) {
-  DeviceProfile wide = d;
-  wide.memory_gbs /= precision == Precision::fp64 ? 4 : precision == Precision::fp32 ? 2 : 1;
-  return wide;
-}
-
 // One micro-batch through pipeline stage `stage`'s chunks: its layers, the embedding on the first,
 // the logits and loss on the last.
 StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, const DeviceProfile& device,
@@ -244,7 +259,7 @@ StageWork stage_work(const ModelConfig& m, int64_t vocab, const Layout& layout, 
   const int64_t with_experts = std::count_if(layers.begin(), layers.end(), [&](int64_t i) { return m.moe_layer(i); });
   StageWork work{0, 0};
   for (const auto& [l, count] : layer_kinds(m, layout, int64_t(layers.size()), with_experts)) {
-    const auto [attention_forward, attention_backward] = attention(l, d, precision, software);
+    const auto [attention_forward, attention_backward] = attention(l, device, precision, software);
     const double linear = linear_forward(l, d, software), elementwise = elementwise_forward(l, d, software);
     const double forward = linear + attention_forward + elementwise;
     double backward = linear_backward(l, d, software) + attention_backward + 2 * elementwise;
@@ -445,15 +460,19 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     cp_layer = cp_exposed = pass_s * (layout.recompute == Recompute::none ? 2 : 3);
   }
   if (layout.ring_size() > 1) {
-    // Ring attention: 3r - 2 block transfers per layer and micro-batch, each hidden behind one
-    // block's attention where it can be. After Ulysses a rank holds u times its tokens for 1 / u
-    // of the heads: the same bytes, and blocks of s/r queries against s/r keys. PyTorch's eager
-    // ring passes the keys and values repeated for every head, trident's (math) passes them in fp32.
+    // Ring attention: 3r - 2 block transfers per layer and micro-batch (the keys and values r - 1
+    // times forward and r - 1 backward, their gradients r times), each hidden behind one block's
+    // attention where it can be. After Ulysses a rank holds u times its tokens for 1 / u of the
+    // heads: the same bytes, and blocks of s/r queries against s/r keys. PyTorch's eager ring
+    // passes the keys and values repeated for every head and their gradients in fp32; trident's
+    // (math) passes both in fp32.
     const double r = double(layout.ring_size());
     const double ring_kv =
         software.ring_blocks == RingBlocks::eager && !software.attention_keeps_groups ? 1 : kv_fraction;
-    const double ring_width = software.ring_blocks == RingBlocks::math ? std::max(1.0, 4 / bytes.weights) : 1;
-    const double transfer_s = 2 * ring_kv * ring_width * rank_activation_bytes / bandwidth_over("ring");
+    const double fp32 = std::max(1.0, 4 / bytes.weights);  // fp32's width against the run's
+    const double kv_s = 2 * ring_kv * rank_activation_bytes / bandwidth_over("ring");
+    const double kv_transfer_s = kv_s * (software.ring_blocks == RingBlocks::math ? fp32 : 1);
+    const double gradient_transfer_s = kv_s * (software.ring_blocks == RingBlocks::fused ? 1 : fp32);
     // One block, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.ring_size()) * double(m.hidden_size) /
                                double(layout.tp_size);
@@ -461,8 +480,9 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
                                   ? attention_tflops(block_keys, head_dim, d, software.attention_kernel)
                                   : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
-    cp_layer += (3 * r - 2) * transfer_s;
-    cp_exposed += (3 * r - 2) * overlapped(transfer_s, block_s, d.overlap_contention);
+    cp_layer += 2 * (r - 1) * kv_transfer_s + r * gradient_transfer_s;
+    cp_exposed += 2 * (r - 1) * overlapped(kv_transfer_s, block_s, d.overlap_contention) +
+                  r * overlapped(gradient_transfer_s, block_s, d.overlap_contention);
   }
 
   // Expert parallelism: a Mixture-of-Experts layer's k copies of each token a TP rank holds (all
@@ -566,7 +586,7 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
   };
   // A pipeline stage kept gathered (keeps_stage_gathered) gathers once per iteration and reduces
   // after the last micro-batch.
-  const bool kept_gathered = zero.shards_weights() && software.keeps_stage_gathered && layout.pp_size > 1;
+  const bool kept_gathered = keeps_stage_gathered(layout, software);
   const double reductions = zero.shards_grads() && !kept_gathered ? M : 1;
   const double gather = half_collective_seconds(weights, replicas, dp_gbs) + latency(dp_pieces, false);
   double dp_total = 0;
@@ -624,7 +644,8 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
               d.matmul_tflops, " TFLOP/s with tile and wave quantization, memory at ",
               d.memory_gbs * d.memory_efficiency, " GB/s, attention ",
               layout.ring_size() > 1 && software.ring_blocks == RingBlocks::math
-                  ? std::string("in ring blocks by the plain multiplies, the scores in fp32")
+                  ? str("in ring blocks by the plain multiplies, the scores in fp32 (multiplies at ",
+                        d.matmul_tflops * kFp32MultiplyShare, " TFLOP/s)")
               : software.fused_attention()
                   ? str(name(software.attention_kernel), " at ",
                         fixed(attention_tflops(block_keys, head_dim, d, software.attention_kernel), 1), " TFLOP/s (",

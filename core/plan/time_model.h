@@ -71,7 +71,11 @@ constexpr double kFlash1Share = 0.65, kMemoryEfficientShare = 0.6;
 // What each ring attention step after the first costs beyond its block's attention when the
 // blocks are merged eagerly (software ring_blocks=eager): set from torchtitan's 8B run at CP 8
 // (docs/planning.md, where the held-out CP runs check it).
-constexpr double kEagerRingStepShare = 0.34;
+constexpr double kEagerRingStepShare = 0.33;
+// The share of the 16-bit tensor-core rate fp32 multiplies reach without TF32 (LibTorch's
+// default), for trident's ring attention: an A100's 19.5 TFLOP/s against 312, an H100's 67 against
+// 989 (NVIDIA's datasheets; not measured here).
+constexpr double kFp32MultiplyShare = 1.0 / 16;
 // The share of the profile's attention_tflops a flash kernel reaches on blocks of `keys` keys per
 // query (causal) at head size `head_dim`: s / (s + 512) for the work per query block against its
 // fixed costs (loading the queries, writing the output, the diagonal's masked half), and

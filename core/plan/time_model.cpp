@@ -476,7 +476,10 @@ IterationTime estimate_iteration_time(const Config& config, const Layout& layout
     // One block, unmasked (the diagonal blocks are the few).
     const double block_flops = 4 * tokens * double(m.seq_length / layout.ring_size()) * double(m.hidden_size) /
                                double(layout.tp_size);
-    const double block_rate = software.fused_attention() && software.ring_blocks != RingBlocks::math
+    // Its multiplies' rate: the kernel's, or the plain multiplies' (in fp32 for trident's ring,
+    // as attention() prices them).
+    const double block_rate = software.ring_blocks == RingBlocks::math ? d.matmul_tflops * kFp32MultiplyShare
+                              : software.fused_attention()
                                   ? attention_tflops(block_keys, head_dim, d, software.attention_kernel)
                                   : d.matmul_tflops;
     const double block_s = block_flops / (block_rate * 1e12);
